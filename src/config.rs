@@ -1,0 +1,710 @@
+//! `images.toml`: the build inputs people edit.
+//!
+//! The file names the upstream repository, the target image repository, the tag scheme, the
+//! digest-manifest path, a catalogue of patches and one table per Kubernetes minor. Every key is
+//! checked: unknown or misspelt keys and invalid values are errors that name the file, line and
+//! column. See README.md ("images.toml reference") for the full key list.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+use serde::Deserialize;
+
+/// The default upstream repository.
+pub const DEFAULT_UPSTREAM: &str = "https://github.com/kubernetes/cloud-provider-openstack";
+/// The default tag scheme: the upstream tag plus a downstream revision, e.g. `v1.34.1-occmforge.1`.
+pub const DEFAULT_TAG_SCHEME: &str = "{upstream_tag}-occmforge.{revision}";
+/// The default digest-manifest path, relative to `images.toml`.
+pub const DEFAULT_DIGEST_MANIFEST: &str = "images.lock.yaml";
+/// The base-image keyword for the built-in offline base (no base layers pulled).
+pub const STATIC_BASE: &str = "static";
+
+/// An error in `images.toml`: always one line, naming the file and, where known, line and column.
+#[derive(Debug, thiserror::Error)]
+#[error("{file}{location}: {message}")]
+pub struct ConfigError {
+    /// The file that holds the error.
+    pub file: PathBuf,
+    /// `:line:column` (1-based) or empty when the position is unknown.
+    pub location: String,
+    /// What is wrong, in one line.
+    pub message: String,
+}
+
+/// A Kubernetes minor such as `1.34`, ordered numerically (`1.9 < 1.10`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Minor {
+    /// Major version, always 1 today.
+    pub major: u32,
+    /// Minor version.
+    pub minor: u32,
+}
+
+impl FromStr for Minor {
+    type Err = String;
+
+    /// Parses `1.34` or `v1.34`; a patch level (`1.34.1`) is refused.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let t = s.strip_prefix('v').unwrap_or(s);
+        let bad = || format!("`{s}` is not a Kubernetes minor (expected the form 1.34)");
+        let (a, b) = t.split_once('.').ok_or_else(bad)?;
+        if a.is_empty() || b.is_empty() || b.contains('.') {
+            return Err(bad());
+        }
+        Ok(Minor {
+            major: a.parse().map_err(|_| bad())?,
+            minor: b.parse().map_err(|_| bad())?,
+        })
+    }
+}
+
+impl fmt::Display for Minor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}", self.major, self.minor)
+    }
+}
+
+impl serde::Serialize for Minor {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for Minor {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// A target platform `os/arch[/variant]`, as in the OCI image index `platform` object
+/// (OCI image-spec `image-index.md`).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Platform {
+    /// GOOS / OCI `os`, e.g. `linux`.
+    pub os: String,
+    /// GOARCH / OCI `architecture`, e.g. `amd64`.
+    pub arch: String,
+    /// OCI `variant`, e.g. `v7` for `arm`; `v8` is implied for `arm64` (see [`Platform::variant`]).
+    pub variant: Option<String>,
+}
+
+impl Platform {
+    /// The OCI `variant` to write into the index and the config: the explicit one, or `v8` for
+    /// `arm64` so that index and config always agree (image-spec PR #650; containers/image#898).
+    pub fn variant(&self) -> Option<&str> {
+        match (&self.variant, self.arch.as_str()) {
+            (Some(v), _) => Some(v),
+            (None, "arm64") => Some("v8"),
+            _ => None,
+        }
+    }
+
+    /// `GOARM` for `linux/arm/v6` and `linux/arm/v7`, else `None`.
+    pub fn goarm(&self) -> Option<&str> {
+        if self.arch == "arm" {
+            self.variant.as_deref().map(|v| v.trim_start_matches('v'))
+        } else {
+            None
+        }
+    }
+}
+
+impl FromStr for Platform {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let parts: Vec<&str> = s.split('/').collect();
+        const ARCHES: &[&str] = &["amd64", "arm64", "arm", "ppc64le", "s390x", "riscv64"];
+        let (os, arch, variant) = match parts.as_slice() {
+            [os, arch] => (*os, *arch, None),
+            [os, arch, v] => (*os, *arch, Some((*v).to_string())),
+            _ => {
+                return Err(format!(
+                    "platform `{s}` is not of the form os/arch[/variant]"
+                ));
+            }
+        };
+        if os != "linux" {
+            return Err(format!("platform `{s}`: only linux is supported"));
+        }
+        if !ARCHES.contains(&arch) {
+            return Err(format!(
+                "platform `{s}`: unknown architecture `{arch}` (known: {})",
+                ARCHES.join(", ")
+            ));
+        }
+        match (arch, variant.as_deref()) {
+            (_, None) | ("arm", Some("v6" | "v7")) | ("arm64", Some("v8")) => {}
+            (_, Some(v)) => return Err(format!("platform `{s}`: unsupported variant `{v}`")),
+        }
+        Ok(Platform {
+            os: os.to_string(),
+            arch: arch.to_string(),
+            variant,
+        })
+    }
+}
+
+impl fmt::Display for Platform {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.os, self.arch)?;
+        if let Some(v) = &self.variant {
+            write!(f, "/{v}")?;
+        }
+        Ok(())
+    }
+}
+
+impl<'de> Deserialize<'de> for Platform {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+impl serde::Serialize for Platform {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+/// The whole `images.toml`, validated, with relative paths resolved against its directory.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Where `images.toml` was read from.
+    pub path: PathBuf,
+    /// Upstream git URL or path (`upstream`).
+    pub upstream: String,
+    /// Target image repository without tag, e.g. `registry.example.internal/occm/openstack-cloud-controller-manager`.
+    pub repository: String,
+    /// Tag scheme with `{upstream_tag}`, `{revision}`, `{minor}` and `{series}` placeholders.
+    pub tag_scheme: String,
+    /// The digest manifest (`digest_manifest`), absolute.
+    pub digest_manifest: PathBuf,
+    /// Directory holding the patch files (`patches_dir`), absolute.
+    pub patches_dir: PathBuf,
+    /// Registries (`host[:port]`) reached over plain HTTP (`[registry] insecure`).
+    pub insecure_registries: Vec<String>,
+    /// Patch catalogue: file name → what it fixes and which tests guard it.
+    pub patches: BTreeMap<String, PatchInfo>,
+    /// One entry per Kubernetes minor.
+    pub minors: BTreeMap<Minor, MinorConfig>,
+}
+
+/// `[patches."<file>"]`: what a fix patch fixes and which regression tests guard it.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct PatchInfo {
+    /// One line: the bug this patch fixes (with the upstream issue).
+    pub fixes: String,
+    /// Go test names (`TestX` or `TestX/sub`) that fail without this patch and pass with it.
+    pub guarded_by: Vec<String>,
+}
+
+/// `[minors."1.34"]`: everything needed to build one Kubernetes minor.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct MinorConfig {
+    /// Upstream release tag, e.g. `v1.34.1`.
+    pub upstream_tag: String,
+    /// The 40-hex commit the tag must point at.
+    pub commit: String,
+    /// Go toolchain version (upstream Dockerfile `GOLANG_IMAGE`), e.g. `1.25.1`; run as `GOTOOLCHAIN=go<version>`.
+    pub go: String,
+    /// Base image: `static` (built in, offline) or a reference pinned by digest (`name:tag@sha256:<hex>`).
+    pub base: String,
+    /// Target platforms, e.g. `["linux/amd64", "linux/arm64"]`.
+    pub platforms: Vec<Platform>,
+    /// Downstream revision used by the tag scheme; bump it whenever the patch series changes.
+    pub revision: u32,
+    /// The patch series, applied in order; file names under `patches_dir`.
+    pub patches: Vec<String>,
+    /// Go packages to test, e.g. `./pkg/openstack/`.
+    pub test_packages: Vec<String>,
+    /// Tests that must run and pass (in addition to every fix patch's `guarded_by`).
+    #[serde(default)]
+    pub required_tests: Vec<String>,
+}
+
+impl MinorConfig {
+    /// True when `base` is the built-in static base.
+    pub fn is_static_base(&self) -> bool {
+        self.base == STATIC_BASE
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    #[serde(default = "default_upstream")]
+    upstream: String,
+    repository: String,
+    #[serde(default = "default_tag_scheme")]
+    tag: String,
+    #[serde(default = "default_manifest")]
+    digest_manifest: String,
+    #[serde(default = "default_patches_dir")]
+    patches_dir: String,
+    #[serde(default)]
+    registry: RawRegistry,
+    #[serde(default)]
+    patches: BTreeMap<String, PatchInfo>,
+    minors: BTreeMap<String, MinorConfig>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawRegistry {
+    #[serde(default)]
+    insecure: Vec<String>,
+}
+
+fn default_upstream() -> String {
+    DEFAULT_UPSTREAM.to_string()
+}
+fn default_tag_scheme() -> String {
+    DEFAULT_TAG_SCHEME.to_string()
+}
+fn default_manifest() -> String {
+    DEFAULT_DIGEST_MANIFEST.to_string()
+}
+fn default_patches_dir() -> String {
+    "patches".to_string()
+}
+
+/// The values a tag scheme is rendered from.
+#[derive(Debug, Clone)]
+pub struct TagInputs<'a> {
+    /// Upstream tag, e.g. `v1.34.1`.
+    pub upstream_tag: &'a str,
+    /// Downstream revision.
+    pub revision: u32,
+    /// Kubernetes minor.
+    pub minor: Minor,
+    /// sha256 hex of the patch series (the first 12 characters are used for `{series}`).
+    pub series_sha256: &'a str,
+}
+
+/// Renders a tag scheme. Unknown placeholders are rejected by [`load`], so this cannot fail.
+pub fn render_tag(scheme: &str, inputs: &TagInputs<'_>) -> String {
+    scheme
+        .replace("{upstream_tag}", inputs.upstream_tag)
+        .replace("{revision}", &inputs.revision.to_string())
+        .replace("{minor}", &inputs.minor.to_string())
+        .replace(
+            "{series}",
+            &inputs.series_sha256[..12.min(inputs.series_sha256.len())],
+        )
+}
+
+/// True for a valid OCI distribution-spec tag: `[a-zA-Z0-9_][a-zA-Z0-9._-]{0,127}`.
+pub fn is_valid_tag(tag: &str) -> bool {
+    let mut chars = tag.chars();
+    matches!(chars.next(), Some(c) if c.is_ascii_alphanumeric() || c == '_')
+        && tag.len() <= 128
+        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'))
+}
+
+/// Reads and validates `images.toml`.
+///
+/// Errors: unreadable file; TOML syntax; unknown or misspelt keys; a minor key that is not
+/// `1.NN`; a commit that is not 40 hex characters; a tag scheme without `{upstream_tag}` and
+/// one of `{revision}`/`{series}`, or one that renders to an invalid tag or to the upstream tag;
+/// an empty platform, patch or test-package list entry; a non-static base without `@sha256:`
+/// unless it is a plain tag reference (allowed only with `--allow-unpinned-base` at build time);
+/// a `[patches]` entry naming a file that no minor uses is allowed. Every error names
+/// `file:line:column`.
+pub fn load(path: &Path) -> Result<Config, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+        file: path.to_path_buf(),
+        location: String::new(),
+        message: format!("cannot read: {e}"),
+    })?;
+    parse(path, &text)
+}
+
+/// Parses `images.toml` text; `path` is used for messages and to resolve relative paths.
+pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigError> {
+    let err_at = |span: Option<std::ops::Range<usize>>, message: String| ConfigError {
+        file: path.to_path_buf(),
+        location: span
+            .map(|s| {
+                let (l, c) = line_col(text, s.start);
+                format!(":{l}:{c}")
+            })
+            .unwrap_or_default(),
+        message,
+    };
+    let raw: RawConfig = toml::from_str(text)
+        .map_err(|e| err_at(e.span(), e.message().trim().replace('\n', " ")))?;
+    // A second, span-keeping parse for semantic errors.
+    let doc =
+        toml_edit::Document::parse(text).map_err(|e| err_at(e.span(), e.message().to_string()))?;
+    let span_of = |keys: &[&str]| -> Option<std::ops::Range<usize>> {
+        let mut item = doc.as_item();
+        for k in keys {
+            item = item.get(k)?;
+        }
+        item.span()
+            .or_else(|| item.as_table().and_then(|t| t.span()))
+    };
+
+    let base_dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
+    let resolve = |p: &str| {
+        let p = Path::new(p);
+        if p.is_absolute() {
+            p.to_path_buf()
+        } else {
+            base_dir.join(p)
+        }
+    };
+
+    if raw.repository.trim().is_empty()
+        || raw.repository.contains(['@', ' '])
+        || raw.repository.ends_with('/')
+    {
+        return Err(err_at(
+            span_of(&["repository"]),
+            format!(
+                "repository `{}` must be a registry/path without tag or digest",
+                raw.repository
+            ),
+        ));
+    }
+    let repo_last = raw.repository.rsplit('/').next().unwrap_or_default();
+    if repo_last.contains(':') {
+        return Err(err_at(
+            span_of(&["repository"]),
+            format!(
+                "repository `{}` must not carry a tag; the tag comes from `tag`",
+                raw.repository
+            ),
+        ));
+    }
+    validate_tag_scheme(&raw.tag).map_err(|m| err_at(span_of(&["tag"]), m))?;
+
+    let mut minors = BTreeMap::new();
+    for (key, m) in raw.minors {
+        let here =
+            |field: &str| span_of(&["minors", &key, field]).or_else(|| span_of(&["minors", &key]));
+        let minor: Minor = key
+            .parse()
+            .map_err(|e: String| err_at(span_of(&["minors", &key]), e))?;
+        if m.commit.len() != 40
+            || !m
+                .commit
+                .bytes()
+                .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+        {
+            return Err(err_at(
+                here("commit"),
+                format!(
+                    "minors.\"{key}\".commit `{}` is not a 40-character lowercase hex commit id",
+                    m.commit
+                ),
+            ));
+        }
+        let tag_minor = m
+            .upstream_tag
+            .strip_prefix('v')
+            .and_then(|t| t.rsplit_once('.'))
+            .and_then(|(mm, _)| mm.parse::<Minor>().ok());
+        if tag_minor != Some(minor) {
+            return Err(err_at(
+                here("upstream_tag"),
+                format!(
+                    "minors.\"{key}\".upstream_tag `{}` is not a v{minor}.N release tag",
+                    m.upstream_tag
+                ),
+            ));
+        }
+        if m.go.is_empty()
+            || !m
+                .go
+                .split('.')
+                .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+        {
+            return Err(err_at(
+                here("go"),
+                format!(
+                    "minors.\"{key}\".go `{}` is not a Go version such as 1.25.1",
+                    m.go
+                ),
+            ));
+        }
+        if m.base != STATIC_BASE && (m.base.contains(char::is_whitespace) || m.base.is_empty()) {
+            return Err(err_at(
+                here("base"),
+                format!(
+                    "minors.\"{key}\".base `{}` is not an image reference",
+                    m.base
+                ),
+            ));
+        }
+        if let Some((_, d)) = m.base.split_once('@')
+            && !is_sha256_digest(d)
+        {
+            return Err(err_at(
+                here("base"),
+                format!("minors.\"{key}\".base digest `{d}` is not sha256:<64 hex>"),
+            ));
+        }
+        if m.platforms.is_empty() {
+            return Err(err_at(
+                here("platforms"),
+                format!("minors.\"{key}\".platforms is empty"),
+            ));
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for p in &m.platforms {
+            if !seen.insert(p) {
+                return Err(err_at(
+                    here("platforms"),
+                    format!("minors.\"{key}\".platforms lists {p} twice"),
+                ));
+            }
+        }
+        if m.test_packages.is_empty() || m.test_packages.iter().any(|p| p.trim().is_empty()) {
+            return Err(err_at(
+                here("test_packages"),
+                format!("minors.\"{key}\".test_packages must list at least one Go package"),
+            ));
+        }
+        for p in &m.patches {
+            if p.contains('/') || p.contains('\\') || !p.ends_with(".patch") {
+                return Err(err_at(
+                    here("patches"),
+                    format!(
+                        "minors.\"{key}\".patches: `{p}` must be a .patch file name inside patches_dir"
+                    ),
+                ));
+            }
+        }
+        let rendered = render_tag(
+            &raw.tag,
+            &TagInputs {
+                upstream_tag: &m.upstream_tag,
+                revision: m.revision,
+                minor,
+                series_sha256: &"0".repeat(64),
+            },
+        );
+        if rendered == m.upstream_tag {
+            return Err(err_at(
+                here("revision"),
+                format!("the tag scheme gives the upstream tag `{rendered}` itself"),
+            ));
+        }
+        if !is_valid_tag(&rendered) {
+            return Err(err_at(
+                span_of(&["tag"]),
+                format!("the tag scheme gives `{rendered}`, not a valid image tag"),
+            ));
+        }
+        minors.insert(minor, m);
+    }
+    if minors.is_empty() {
+        return Err(err_at(None, "no [minors.\"1.NN\"] entries".to_string()));
+    }
+    for (name, info) in &raw.patches {
+        if info.guarded_by.is_empty() {
+            return Err(err_at(
+                span_of(&["patches", name]),
+                format!("patches.\"{name}\".guarded_by must name at least one regression test"),
+            ));
+        }
+    }
+    for r in &raw.registry.insecure {
+        if r.contains('/') || r.is_empty() {
+            return Err(err_at(
+                span_of(&["registry", "insecure"]),
+                format!("registry.insecure entry `{r}` must be host[:port]"),
+            ));
+        }
+    }
+
+    Ok(Config {
+        path: path.to_path_buf(),
+        upstream: raw.upstream,
+        repository: raw.repository,
+        tag_scheme: raw.tag,
+        digest_manifest: resolve(&raw.digest_manifest),
+        patches_dir: resolve(&raw.patches_dir),
+        insecure_registries: raw.registry.insecure,
+        patches: raw.patches,
+        minors,
+    })
+}
+
+impl Config {
+    /// The entry for `minor`, or an error listing the minors that exist.
+    pub fn minor(&self, minor: Minor) -> Result<&MinorConfig, ConfigError> {
+        self.minors.get(&minor).ok_or_else(|| ConfigError {
+            file: self.path.clone(),
+            location: String::new(),
+            message: format!(
+                "unknown Kubernetes minor {minor}; images.toml has {}",
+                self.minors
+                    .keys()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        })
+    }
+}
+
+fn validate_tag_scheme(scheme: &str) -> Result<(), String> {
+    let mut rest = scheme;
+    while let Some(open) = rest.find('{') {
+        let close = rest[open..]
+            .find('}')
+            .ok_or_else(|| format!("tag scheme `{scheme}` has an unclosed `{{`"))?;
+        let name = &rest[open + 1..open + close];
+        if !matches!(name, "upstream_tag" | "revision" | "minor" | "series") {
+            return Err(format!(
+                "tag scheme `{scheme}` uses unknown placeholder `{{{name}}}` (known: upstream_tag, revision, minor, series)"
+            ));
+        }
+        rest = &rest[open + close + 1..];
+    }
+    if !scheme.contains("{upstream_tag}")
+        || !(scheme.contains("{revision}") || scheme.contains("{series}"))
+    {
+        return Err(format!(
+            "tag scheme `{scheme}` must contain {{upstream_tag}} and {{revision}} or {{series}}, so that a tag never equals the upstream tag and changes with the patch series"
+        ));
+    }
+    Ok(())
+}
+
+/// True for `sha256:` followed by 64 lowercase hex characters.
+pub fn is_sha256_digest(d: &str) -> bool {
+    d.strip_prefix("sha256:").is_some_and(|h| {
+        h.len() == 64
+            && h.bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    })
+}
+
+fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let col = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    (line, col)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+repository = "registry.example.internal/occm/openstack-cloud-controller-manager"
+
+[patches."0002-fix.patch"]
+fixes = "bug"
+guarded_by = ["TestFix"]
+
+[minors."1.34"]
+upstream_tag = "v1.34.1"
+commit = "63ec67a04b40fee4ff43fec11c3d31f2a90c9ad2"
+go = "1.25.1"
+base = "static"
+platforms = ["linux/amd64", "linux/arm64"]
+revision = 1
+patches = ["0001-test.patch", "0002-fix.patch"]
+test_packages = ["./pkg/openstack/"]
+"#;
+
+    fn parse_str(s: &str) -> Result<Config, ConfigError> {
+        parse(Path::new("/x/images.toml"), s)
+    }
+
+    #[test]
+    fn parses_and_resolves_paths() {
+        let c = parse_str(GOOD).unwrap();
+        assert_eq!(c.digest_manifest, Path::new("/x/images.lock.yaml"));
+        assert_eq!(c.patches_dir, Path::new("/x/patches"));
+        assert_eq!(c.upstream, DEFAULT_UPSTREAM);
+        let m = c.minor("1.34".parse().unwrap()).unwrap();
+        assert_eq!(m.platforms[1].variant(), Some("v8"));
+    }
+
+    #[test]
+    fn misspelt_key_names_line_and_column() {
+        let bad = GOOD.replace("platforms = [", "platfroms = [");
+        let e = parse_str(&bad).unwrap_err().to_string();
+        assert!(
+            e.starts_with("/x/images.toml:13:1: unknown field `platfroms`"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn bad_commit_is_located() {
+        let bad = GOOD.replace("63ec67a04b40fee4ff43fec11c3d31f2a90c9ad2", "63ec67a");
+        let e = parse_str(&bad).unwrap_err().to_string();
+        assert!(e.starts_with("/x/images.toml:10:10: "), "{e}");
+        assert!(e.contains("not a 40-character"), "{e}");
+    }
+
+    #[test]
+    fn tag_scheme_must_differ_from_upstream() {
+        let bad = GOOD.replace("repository =", "tag = \"{upstream_tag}\"\nrepository =");
+        let e = parse_str(&bad).unwrap_err().to_string();
+        assert!(
+            e.contains("must contain {upstream_tag} and {revision} or {series}"),
+            "{e}"
+        );
+        let bad = GOOD.replace(
+            "repository =",
+            "tag = \"{upstream_tag}-{rev}\"\nrepository =",
+        );
+        assert!(
+            parse_str(&bad)
+                .unwrap_err()
+                .to_string()
+                .contains("unknown placeholder `{rev}`")
+        );
+    }
+
+    #[test]
+    fn minor_and_platform_parsing() {
+        assert_eq!("v1.34".parse::<Minor>().unwrap().to_string(), "1.34");
+        assert!("1.34.1".parse::<Minor>().is_err());
+        assert!("1.9".parse::<Minor>().unwrap() < "1.10".parse::<Minor>().unwrap());
+        assert!("linux/mips".parse::<Platform>().is_err());
+        assert_eq!(
+            "linux/arm/v7".parse::<Platform>().unwrap().goarm(),
+            Some("7")
+        );
+        assert!("windows/amd64".parse::<Platform>().is_err());
+    }
+
+    #[test]
+    fn unknown_minor_lists_known() {
+        let c = parse_str(GOOD).unwrap();
+        let e = c.minor("1.99".parse().unwrap()).unwrap_err().to_string();
+        assert!(
+            e.ends_with("unknown Kubernetes minor 1.99; images.toml has 1.34"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn render_tag_fills_placeholders() {
+        let t = render_tag(
+            "{upstream_tag}-occmforge.{revision}.{series}",
+            &TagInputs {
+                upstream_tag: "v1.34.1",
+                revision: 2,
+                minor: "1.34".parse().unwrap(),
+                series_sha256: "abcdef0123456789",
+            },
+        );
+        assert_eq!(t, "v1.34.1-occmforge.2.abcdef012345");
+    }
+}

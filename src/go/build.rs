@@ -1,0 +1,97 @@
+//! Build stage: `CGO_ENABLED=0 go build -trimpath` of OCCM per platform, with upstream's
+//! ldflags (upstream `Makefile` L39: `-w -s -X k8s.io/component-base/version.gitVersion=$(VERSION)
+//! -X k8s.io/cloud-provider-openstack/pkg/version.Version=$(VERSION)`).
+
+use std::path::{Path, PathBuf};
+
+use super::{Toolchain, tail_lines};
+use crate::config::Platform;
+
+/// The main package built into the image.
+pub const MAIN_PACKAGE: &str = "./cmd/openstack-cloud-controller-manager";
+
+/// What to build.
+#[derive(Debug, Clone)]
+pub struct BuildRequest<'a> {
+    /// Work tree (module root).
+    pub dir: &'a Path,
+    /// Toolchain and caches.
+    pub toolchain: &'a Toolchain,
+    /// Version stamped into both ldflags variables (the image tag).
+    pub version: &'a str,
+    /// Target platforms.
+    pub platforms: &'a [Platform],
+    /// Directory for the binaries; each lands at `<out_dir>/<os>-<arch>[-<variant>]/openstack-cloud-controller-manager`.
+    pub out_dir: &'a Path,
+}
+
+/// One built binary.
+#[derive(Debug, Clone)]
+pub struct Binary {
+    /// Its platform.
+    pub platform: Platform,
+    /// Where it was written.
+    pub path: PathBuf,
+}
+
+/// Build failures.
+#[derive(Debug, thiserror::Error)]
+#[error("go build for {platform}: {message}")]
+pub struct BuildError {
+    /// The platform that failed.
+    pub platform: String,
+    /// The tail of the compiler output.
+    pub message: String,
+}
+
+/// The `-ldflags` value for `version`.
+pub fn ldflags(version: &str) -> String {
+    format!(
+        "-s -w -X k8s.io/component-base/version.gitVersion={version} -X k8s.io/cloud-provider-openstack/pkg/version.Version={version}"
+    )
+}
+
+/// Cross-compiles OCCM for every platform, one after another (the Go build cache makes the second
+/// platform share all platform-independent work).
+pub fn build(req: &BuildRequest<'_>) -> Result<Vec<Binary>, BuildError> {
+    let mut out = Vec::new();
+    for p in req.platforms {
+        let dir = req.out_dir.join(p.to_string().replace('/', "-"));
+        let err = |message: String| BuildError {
+            platform: p.to_string(),
+            message,
+        };
+        std::fs::create_dir_all(&dir).map_err(|e| err(format!("{}: {e}", dir.display())))?;
+        let path = dir.join("openstack-cloud-controller-manager");
+        let mut cmd = req.toolchain.command(req.dir);
+        cmd.env("GOOS", &p.os).env("GOARCH", &p.arch);
+        if let Some(arm) = p.goarm() {
+            cmd.env("GOARM", arm);
+        }
+        let output = cmd
+            .args([
+                "build",
+                "-trimpath",
+                "-buildvcs=false",
+                "-ldflags",
+                &ldflags(req.version),
+                "-o",
+            ])
+            .arg(&path)
+            .arg(MAIN_PACKAGE)
+            .output()
+            .map_err(|e| err(format!("cannot run go: {e}")))?;
+        if !output.status.success() {
+            return Err(err(format!(
+                "{}: {}",
+                output.status,
+                tail_lines(&String::from_utf8_lossy(&output.stderr), 8)
+            )));
+        }
+        out.push(Binary {
+            platform: p.clone(),
+            path,
+        });
+    }
+    Ok(out)
+}

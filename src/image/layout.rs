@@ -1,0 +1,71 @@
+//! OCI image layout on disk (image-spec `image-layout.md`): `oci-layout`, `index.json` and
+//! `blobs/sha256/<hex>`. Blobs are content-addressed and written through a temporary file and a
+//! rename, so a layout is never left with a torn blob; `index.json` is rewritten the same way.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use super::spec::{self, Descriptor, Index};
+
+/// `<layout>/blobs/sha256/<hex>` for `digest`.
+pub fn blob_path(layout: &Path, digest: &str) -> PathBuf {
+    let (alg, hex) = digest.split_once(':').unwrap_or(("sha256", digest));
+    layout.join("blobs").join(alg).join(hex)
+}
+
+/// Writes `data` to `path` via a temporary file in the same directory and a rename.
+pub fn write_file_atomically(path: &Path, data: &[u8]) -> std::io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir)?;
+    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
+    tmp.write_all(data)?;
+    tmp.as_file().sync_all()?;
+    tmp.persist(path).map_err(|e| e.error)?;
+    Ok(())
+}
+
+/// Stores a blob under its digest unless it is already there.
+pub fn write_blob(layout: &Path, digest: &str, data: &[u8]) -> std::io::Result<()> {
+    let path = blob_path(layout, digest);
+    if path.exists() {
+        return Ok(());
+    }
+    write_file_atomically(&path, data)
+}
+
+/// Reads a blob.
+pub fn read_blob(layout: &Path, digest: &str) -> std::io::Result<Vec<u8>> {
+    std::fs::read(blob_path(layout, digest))
+}
+
+/// Points the layout's `index.json` entry named `ref_name` at `top` (replacing an older entry of
+/// that name, keeping the others) and writes `oci-layout`.
+pub fn set_ref(layout: &Path, top: &Descriptor, ref_name: &str) -> std::io::Result<()> {
+    std::fs::create_dir_all(layout)?;
+    write_file_atomically(
+        &layout.join("oci-layout"),
+        br#"{"imageLayoutVersion":"1.0.0"}"#,
+    )?;
+    let index_path = layout.join("index.json");
+    let mut index = match std::fs::read(&index_path) {
+        Ok(b) => serde_json::from_slice::<Index>(&b)
+            .map_err(|e| std::io::Error::other(format!("{}: {e}", index_path.display())))?,
+        Err(_) => Index {
+            schema_version: 2,
+            media_type: spec::OCI_INDEX.to_string(),
+            artifact_type: None,
+            manifests: Vec::new(),
+            subject: None,
+            annotations: Default::default(),
+        },
+    };
+    index
+        .manifests
+        .retain(|m| m.annotations.get(spec::keys::REF_NAME).map(String::as_str) != Some(ref_name));
+    let mut entry = top.clone();
+    entry
+        .annotations
+        .insert(spec::keys::REF_NAME.to_string(), ref_name.to_string());
+    index.manifests.push(entry);
+    write_file_atomically(&index_path, &spec::to_bytes(&index))
+}

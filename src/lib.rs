@@ -1,0 +1,72 @@
+//! occm-forge: turns an upstream release of kubernetes/cloud-provider-openstack into a patched,
+//! tested, published and digest-pinned openstack-cloud-controller-manager (OCCM) image, one per
+//! Kubernetes minor.
+//!
+//! Stages, one module each, data flowing one way: [`config`] → [`source`] → [`patches`] →
+//! [`go`] (test, build) → [`image`] → [`registry`] (publish) → [`lockfile`]. [`pipeline`]
+//! sequences them; the binary only parses arguments and wires.
+
+#![warn(missing_docs)]
+
+pub mod config;
+pub mod go;
+pub mod image;
+pub mod lockfile;
+pub mod patches;
+pub mod pipeline;
+pub mod registry;
+pub mod source;
+
+/// Any failure of occm-forge, by stage. `Display` is one line; [`Error::exit_code`] maps the
+/// stage to the process exit status documented in README.md.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Invalid command-line use or a value that does not fit.
+    #[error("{0}")]
+    Usage(String),
+    /// images.toml is invalid or lacks the minor.
+    #[error(transparent)]
+    Config(#[from] config::ConfigError),
+    /// Fetching or checking out upstream failed, or the tag moved.
+    #[error("source: {0}")]
+    Source(#[from] source::SourceError),
+    /// A patch does not apply.
+    #[error("patches: {0}")]
+    Patch(#[from] patches::PatchError),
+    /// Go tests failed or required tests did not pass.
+    #[error("test: {0}")]
+    Test(#[from] go::test::TestError),
+    /// Cross-compiling failed.
+    #[error("build: {0}")]
+    Build(#[from] go::build::BuildError),
+    /// The base image or the layout failed.
+    #[error("image: {0}")]
+    Image(#[from] image::ImageError),
+    /// The registry refused or could not be reached.
+    #[error("publish: {0}")]
+    Registry(#[from] registry::RegistryError),
+    /// The digest manifest could not be read or written, or a tag would be reused.
+    #[error("record: {0}")]
+    Lock(#[from] lockfile::LockError),
+    /// A local file-system failure outside the stages.
+    #[error("{0}")]
+    Io(String),
+}
+
+impl Error {
+    /// Exit status: 2 usage/config, 3 source, 4 patches, 5 tests, 6 build, 7 image, 8 registry,
+    /// 9 digest manifest, 1 anything else.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            Error::Usage(_) | Error::Config(_) => 2,
+            Error::Source(_) => 3,
+            Error::Patch(_) => 4,
+            Error::Test(_) => 5,
+            Error::Build(_) => 6,
+            Error::Image(_) => 7,
+            Error::Registry(_) => 8,
+            Error::Lock(_) => 9,
+            Error::Io(_) => 1,
+        }
+    }
+}

@@ -1,0 +1,194 @@
+//! `occm-forge` command line: parses arguments, wires the stages, maps errors to exit codes.
+//! stdout carries results only; logs and progress go to stderr.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Args, Parser, Subcommand};
+use occm_forge::config::{self, Minor};
+use occm_forge::pipeline::{self, BuildOptions};
+use occm_forge::registry::oci::{OciRegistry, OciRegistryConfig};
+
+#[derive(Parser)]
+#[command(
+    name = "occm-forge",
+    version,
+    about = "Patched, tested, digest-pinned OCCM images, one per Kubernetes minor"
+)]
+struct Cli {
+    /// Cache directory (git objects, Go module and build caches, base blobs).
+    #[arg(long, global = true, env = "OCCM_FORGE_CACHE", value_name = "DIR")]
+    cache_dir: Option<PathBuf>,
+    /// More log output on stderr (-v debug, -vv trace).
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    verbose: u8,
+    /// Only errors on stderr.
+    #[arg(short, long, global = true)]
+    quiet: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Build one Kubernetes minor: source → patches → test → build → image → publish → record.
+    Build(BuildArgs),
+}
+
+#[derive(Args)]
+struct BuildArgs {
+    /// Kubernetes minor to build, e.g. 1.34.
+    #[arg(long = "k8s", value_name = "MINOR")]
+    k8s: Minor,
+    /// images.toml to read.
+    #[arg(long, default_value = "images.toml", value_name = "FILE")]
+    config: PathBuf,
+    /// Fetch upstream from this URL or local path/mirror instead of images.toml `upstream`.
+    #[arg(long, value_name = "URL|PATH")]
+    source: Option<String>,
+    /// Push to the registry and verify the tag.
+    #[arg(long)]
+    push: bool,
+    /// Target repository instead of images.toml `repository` (registry/path, no tag).
+    #[arg(long, value_name = "REPO")]
+    repository: Option<String>,
+    /// Reach this registry (host:port) over plain HTTP; repeatable; adds to images.toml [registry] insecure.
+    #[arg(long = "insecure-registry", value_name = "HOST")]
+    insecure_registry: Vec<String>,
+    /// OCI image layout directory.
+    #[arg(long, default_value = "out", value_name = "DIR")]
+    output: PathBuf,
+    /// Print the result as a JSON object instead of the image reference.
+    #[arg(long)]
+    json: bool,
+    /// Write stage timings as JSON to this file.
+    #[arg(long, value_name = "FILE")]
+    timings: Option<PathBuf>,
+    /// Allow a base image reference without @sha256 digest.
+    #[arg(long)]
+    allow_unpinned_base: bool,
+}
+
+fn default_cache_dir() -> PathBuf {
+    std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .unwrap_or_else(std::env::temp_dir)
+        .join("occm-forge")
+}
+
+fn source_date_epoch() -> anyhow::Result<Option<i64>> {
+    match std::env::var("SOURCE_DATE_EPOCH") {
+        Ok(v) if !v.is_empty() => {
+            Ok(Some(v.trim().parse().with_context(|| {
+                format!("SOURCE_DATE_EPOCH `{v}` is not a number of seconds")
+            })?))
+        }
+        _ => Ok(None),
+    }
+}
+
+async fn build(cli: &Cli, args: &BuildArgs) -> Result<(), occm_forge::Error> {
+    let config = config::load(&args.config)?;
+    let mut insecure = config.insecure_registries.clone();
+    insecure.extend(args.insecure_registry.iter().cloned());
+    let registry = OciRegistry::new(&OciRegistryConfig { insecure });
+    let opts = BuildOptions {
+        config,
+        minor: args.k8s,
+        source: args.source.clone(),
+        push: args.push,
+        repository: args.repository.clone(),
+        output: args.output.clone(),
+        cache_dir: cli.cache_dir.clone().unwrap_or_else(default_cache_dir),
+        allow_unpinned_base: args.allow_unpinned_base,
+        source_date_epoch: source_date_epoch()
+            .map_err(|e| occm_forge::Error::Usage(e.to_string()))?,
+    };
+    let quiet = cli.quiet;
+    let mut on_stage = |r: &pipeline::StageReport| {
+        if !quiet {
+            eprintln!(
+                "occm-forge: {:<8} {:>7.1}s  {}",
+                r.stage, r.seconds, r.detail
+            );
+        }
+    };
+    let outcome = pipeline::build(&opts, &registry, &mut on_stage).await?;
+    if let Some(path) = &args.timings {
+        let json = serde_json::to_vec_pretty(&outcome.timings).expect("timings serialise");
+        std::fs::write(path, json)
+            .map_err(|e| occm_forge::Error::Io(format!("{}: {e}", path.display())))?;
+    }
+    let mut stdout = std::io::stdout().lock();
+    let line = if args.json {
+        serde_json::to_string(&outcome).expect("outcome serialises")
+    } else {
+        outcome.entry.image.clone()
+    };
+    writeln!(stdout, "{line}").map_err(|e| occm_forge::Error::Io(format!("stdout: {e}")))?;
+    Ok(())
+}
+
+fn print_error(e: &occm_forge::Error) {
+    if let occm_forge::Error::Test(occm_forge::go::test::TestError::Failed { failures, .. }) = e {
+        for f in failures {
+            eprintln!("--- FAIL: {}", f.name);
+            for line in f
+                .output
+                .lines()
+                .rev()
+                .take(40)
+                .collect::<Vec<_>>()
+                .into_iter()
+                .rev()
+            {
+                eprintln!("    {line}");
+            }
+        }
+    }
+    eprintln!("occm-forge: error: {e}");
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let level = match (cli.quiet, cli.verbose) {
+        (true, _) => "error",
+        (false, 0) => "info",
+        (false, 1) => "debug",
+        _ => "trace",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_env("OCCM_FORGE_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("warn,occm_forge={level}")));
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(filter)
+        .without_time()
+        .with_target(false)
+        .init();
+
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("occm-forge: error: cannot start the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let result = runtime.block_on(async {
+        match &cli.command {
+            Command::Build(args) => build(&cli, args).await,
+        }
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            print_error(&e);
+            ExitCode::from(e.exit_code())
+        }
+    }
+}

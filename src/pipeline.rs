@@ -1,0 +1,372 @@
+//! The build pipeline: config → source → patches → test → build → image → publish → record.
+//!
+//! Each stage is a module with one entry taking plain data; this module only sequences them,
+//! times them and decides what is recorded. Nothing is recorded unless every stage succeeded,
+//! and all scratch space (work tree, binaries) lives in a temporary directory removed on return.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use serde::Serialize;
+
+use crate::config::{self, Config, Minor, MinorConfig};
+use crate::go::{self, Toolchain};
+use crate::image::{self, base};
+use crate::lockfile::{self, Entry};
+use crate::patches::{self, PatchOutcome};
+use crate::registry::{ImageRef, Registry, RepositoryName, publish, short};
+use crate::{Error, source};
+
+/// Inputs of `occm-forge build`.
+#[derive(Debug, Clone)]
+pub struct BuildOptions {
+    /// The loaded images.toml.
+    pub config: Config,
+    /// The Kubernetes minor to build.
+    pub minor: Minor,
+    /// Where to fetch upstream from (`--source`); defaults to images.toml `upstream`.
+    pub source: Option<String>,
+    /// Push to the registry (`--push`).
+    pub push: bool,
+    /// Target repository override (`--repository`).
+    pub repository: Option<String>,
+    /// OCI layout directory (`--output`).
+    pub output: PathBuf,
+    /// occm-forge's cache directory (git objects, Go caches, base blobs).
+    pub cache_dir: PathBuf,
+    /// Build from a base reference that has no digest.
+    pub allow_unpinned_base: bool,
+    /// `SOURCE_DATE_EPOCH`; the upstream commit time when `None`.
+    pub source_date_epoch: Option<i64>,
+}
+
+/// One finished stage.
+#[derive(Debug, Clone, Serialize)]
+pub struct StageReport {
+    /// Stage name: source, patches, test, build, image, publish, record.
+    pub stage: &'static str,
+    /// Wall time in seconds.
+    pub seconds: f64,
+    /// One line of what it did.
+    pub detail: String,
+}
+
+/// What a successful build produced.
+#[derive(Debug, Clone, Serialize)]
+pub struct BuildOutcome {
+    /// The minor built.
+    pub minor: Minor,
+    /// The recorded entry.
+    #[serde(flatten)]
+    pub entry: Entry,
+    /// The OCI layout written.
+    pub layout: PathBuf,
+    /// The digest manifest updated.
+    pub digest_manifest: PathBuf,
+    /// Stage timings.
+    pub timings: Vec<StageReport>,
+}
+
+struct Stages<'a> {
+    reports: Vec<StageReport>,
+    on_stage: &'a mut dyn FnMut(&StageReport),
+}
+
+impl Stages<'_> {
+    fn done(&mut self, stage: &'static str, started: Instant, detail: String) {
+        let r = StageReport {
+            stage,
+            seconds: started.elapsed().as_secs_f64(),
+            detail,
+        };
+        (self.on_stage)(&r);
+        self.reports.push(r);
+    }
+}
+
+/// Everything derived from images.toml before any work starts.
+struct Plan<'a> {
+    minor_cfg: &'a MinorConfig,
+    series: Vec<patches::PatchFile>,
+    series_sha256: String,
+    tag: String,
+    repository: String,
+    required_tests: Vec<String>,
+}
+
+fn plan<'a>(opts: &'a BuildOptions) -> Result<Plan<'a>, Error> {
+    let cfg = &opts.config;
+    let m = cfg.minor(opts.minor)?;
+    let series = patches::load_series(&cfg.patches_dir, &m.patches)?;
+    let series_sha256 = patches::series_sha256(&series);
+    let tag = config::render_tag(
+        &cfg.tag_scheme,
+        &config::TagInputs {
+            upstream_tag: &m.upstream_tag,
+            revision: m.revision,
+            minor: opts.minor,
+            series_sha256: &series_sha256,
+        },
+    );
+    let repository = opts
+        .repository
+        .clone()
+        .unwrap_or_else(|| cfg.repository.clone());
+    repository
+        .parse::<RepositoryName>()
+        .map_err(|e| Error::Usage(format!("repository: {e}")))?;
+    if !m.is_static_base() {
+        let r: ImageRef = m
+            .base
+            .parse()
+            .map_err(|e: String| Error::Usage(format!("minors.\"{}\".base: {e}", opts.minor)))?;
+        if r.digest.is_none() && !opts.allow_unpinned_base {
+            return Err(Error::Usage(format!(
+                "{}: minors.\"{}\".base `{}` has no @sha256 digest; pin it (or pass --allow-unpinned-base)",
+                cfg.path.display(),
+                opts.minor,
+                m.base
+            )));
+        }
+    }
+    let mut required_tests = m.required_tests.clone();
+    for name in &m.patches {
+        if let Some(info) = cfg.patches.get(name) {
+            for t in &info.guarded_by {
+                if !required_tests.contains(t) {
+                    required_tests.push(t.clone());
+                }
+            }
+        }
+    }
+    Ok(Plan {
+        minor_cfg: m,
+        series,
+        series_sha256,
+        tag,
+        repository,
+        required_tests,
+    })
+}
+
+/// Runs the whole pipeline for one minor. `registry` serves base pulls and the push;
+/// `on_stage` is called after each stage (for the stderr progress lines).
+///
+/// Errors carry the failing stage; on any error the digest manifest is untouched.
+pub async fn build(
+    opts: &BuildOptions,
+    registry: &dyn Registry,
+    on_stage: &mut dyn FnMut(&StageReport),
+) -> Result<BuildOutcome, Error> {
+    let cfg = &opts.config;
+    let p = plan(opts)?;
+    let m = p.minor_cfg;
+    lockfile::check_tag(
+        &cfg.digest_manifest,
+        opts.minor,
+        &p.tag,
+        &m.commit,
+        &p.series_sha256,
+    )?;
+    let mut stages = Stages {
+        reports: Vec::new(),
+        on_stage,
+    };
+
+    let tmp_root = opts.cache_dir.join("tmp");
+    std::fs::create_dir_all(&tmp_root)
+        .map_err(|e| Error::Io(format!("{}: {e}", tmp_root.display())))?;
+    let scratch = tempfile::Builder::new()
+        .prefix(&format!("build-{}-", opts.minor))
+        .tempdir_in(&tmp_root)
+        .map_err(|e| Error::Io(format!("{}: {e}", tmp_root.display())))?;
+
+    // 1. source
+    let t = Instant::now();
+    let url = opts.source.clone().unwrap_or_else(|| cfg.upstream.clone());
+    let tree_dir = scratch.path().join("src");
+    let tree = tokio::task::block_in_place(|| {
+        source::checkout(&source::SourceRequest {
+            url: &url,
+            tag: &m.upstream_tag,
+            pinned_commit: &m.commit,
+            cache_dir: &opts.cache_dir,
+            tree_dir: &tree_dir,
+        })
+    })?;
+    stages.done(
+        "source",
+        t,
+        format!(
+            "{} at {} (matches the pin)",
+            m.upstream_tag,
+            &tree.commit[..12]
+        ),
+    );
+    let epoch = opts.source_date_epoch.unwrap_or(tree.commit_time);
+
+    // 2. patches
+    let t = Instant::now();
+    let applied =
+        tokio::task::block_in_place(|| patches::apply_series(&tree.path, &p.series, epoch))?;
+    let upstreamed: Vec<String> = applied
+        .iter()
+        .filter(|a| a.outcome == PatchOutcome::AlreadyUpstream)
+        .map(|a| a.name.clone())
+        .collect();
+    for name in &upstreamed {
+        tracing::warn!(
+            "patch {name}: already upstream in {} — drop it from the series",
+            m.upstream_tag
+        );
+    }
+    stages.done(
+        "patches",
+        t,
+        format!(
+            "{} applied, {} already upstream (series {})",
+            applied.len() - upstreamed.len(),
+            upstreamed.len(),
+            &p.series_sha256[..12]
+        ),
+    );
+
+    // 3. test
+    let t = Instant::now();
+    let toolchain = Toolchain::new(&m.go, &opts.cache_dir);
+    let summary = tokio::task::block_in_place(|| {
+        go::test::run(&tree.path, &toolchain, &m.test_packages, &p.required_tests)
+    })?;
+    let (passed, failed, skipped) = summary.counts();
+    stages.done(
+        "test",
+        t,
+        format!(
+            "go{}: {passed} passed, {failed} failed, {skipped} skipped; required: {}",
+            m.go,
+            p.required_tests.len()
+        ),
+    );
+
+    // 4. build
+    let t = Instant::now();
+    let bin_dir = scratch.path().join("bin");
+    let binaries = tokio::task::block_in_place(|| {
+        go::build::build(&go::build::BuildRequest {
+            dir: &tree.path,
+            toolchain: &toolchain,
+            version: &p.tag,
+            platforms: &m.platforms,
+            out_dir: &bin_dir,
+        })
+    })?;
+    stages.done(
+        "build",
+        t,
+        format!(
+            "{} ({})",
+            p.tag,
+            m.platforms
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    );
+
+    // 5. image
+    let t = Instant::now();
+    let resolved = if m.is_static_base() {
+        base::static_base(&m.platforms, epoch)?
+    } else {
+        base::pull_base(
+            registry,
+            &m.base,
+            &m.platforms,
+            &opts.cache_dir.join("blobs"),
+            opts.allow_unpinned_base,
+        )
+        .await?
+    };
+    let bins: Vec<(config::Platform, PathBuf)> =
+        binaries.into_iter().map(|b| (b.platform, b.path)).collect();
+    let built = tokio::task::block_in_place(|| {
+        image::assemble(&image::ImageRequest {
+            binaries: &bins,
+            base: &resolved,
+            tag: &p.tag,
+            epoch,
+            source: &cfg.upstream,
+            revision: &tree.commit,
+            layout_dir: &opts.output,
+        })
+    })?;
+    stages.done(
+        "image",
+        t,
+        format!("{} in {}", built.index.digest, opts.output.display()),
+    );
+
+    // 6. publish
+    let repo: RepositoryName = p.repository.parse().map_err(Error::Usage)?;
+    if opts.push {
+        let t = Instant::now();
+        let published = publish::publish(registry, &repo, &built).await?;
+        stages.done(
+            "publish",
+            t,
+            format!(
+                "{} ({} blobs uploaded, {} already present)",
+                published.reference, published.uploaded, published.skipped
+            ),
+        );
+    }
+
+    // 7. record
+    let t = Instant::now();
+    let entry = Entry {
+        image: format!("{}:{}@{}", p.repository, p.tag, built.index.digest),
+        repository: p.repository.clone(),
+        tag: p.tag.clone(),
+        digest: built.index.digest.clone(),
+        published: opts.push,
+        upstream_tag: m.upstream_tag.clone(),
+        upstream_commit: tree.commit.clone(),
+        patch_series_sha256: p.series_sha256.clone(),
+        patches: m.patches.clone(),
+        already_upstream: upstreamed,
+        platforms: m.platforms.iter().map(ToString::to_string).collect(),
+        manifests: built
+            .platforms
+            .iter()
+            .map(|pi| (pi.platform.to_string(), pi.manifest.digest.clone()))
+            .collect(),
+        go_version: m.go.clone(),
+        base_image: m.base.clone(),
+        base_digest: resolved.digest.clone(),
+        source_date_epoch: epoch,
+        built_at: image::spec::rfc3339(time::OffsetDateTime::now_utc().unix_timestamp()),
+    };
+    lockfile::record(&cfg.digest_manifest, opts.minor, entry.clone())?;
+    stages.done(
+        "record",
+        t,
+        format!("{} in {}", opts.minor, display_rel(&cfg.digest_manifest)),
+    );
+    drop(scratch);
+    tracing::debug!("image {} ({})", entry.image, short(&entry.digest));
+    Ok(BuildOutcome {
+        minor: opts.minor,
+        entry,
+        layout: opts.output.clone(),
+        digest_manifest: cfg.digest_manifest.clone(),
+        timings: stages.reports,
+    })
+}
+
+fn display_rel(p: &Path) -> String {
+    std::env::current_dir()
+        .ok()
+        .and_then(|d| p.strip_prefix(d).ok().map(|r| r.display().to_string()))
+        .unwrap_or_else(|| p.display().to_string())
+}

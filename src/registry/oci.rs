@@ -1,0 +1,300 @@
+//! [`Registry`] over the `oci-client` crate.
+//!
+//! Manifests are pushed with `push_manifest_raw`, so the registry stores exactly the bytes whose
+//! sha256 occm-forge records. Blobs use a monolithic upload (`POST` then one `PUT`), which is
+//! what a retry can restart from scratch.
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use oci_client::client::{ClientConfig, ClientProtocol};
+use oci_client::errors::{OciDistributionError, OciErrorCode};
+use oci_client::secrets::RegistryAuth;
+use oci_client::{Client, Reference};
+
+use super::{ErrorKind, Registry, RegistryError, RepositoryName, short};
+use crate::image::spec::MANIFEST_MEDIA_TYPES;
+
+/// Connection settings.
+#[derive(Debug, Clone, Default)]
+pub struct OciRegistryConfig {
+    /// Registries (`host[:port]`) reached over plain HTTP; every other one uses HTTPS.
+    pub insecure: Vec<String>,
+}
+
+/// The `oci-client` implementation of [`Registry`]; anonymous unless credentials are stored.
+pub struct OciRegistry {
+    client: Client,
+    auth: RegistryAuth,
+}
+
+impl OciRegistry {
+    /// A client for every registry, plain HTTP for those listed in `config.insecure`.
+    pub fn new(config: &OciRegistryConfig) -> Self {
+        let protocol = if config.insecure.is_empty() {
+            ClientProtocol::Https
+        } else {
+            ClientProtocol::HttpsExcept(config.insecure.clone())
+        };
+        let client = Client::new(ClientConfig {
+            protocol,
+            use_monolithic_push: true,
+            connect_timeout: Some(std::time::Duration::from_secs(30)),
+            read_timeout: Some(std::time::Duration::from_secs(300)),
+            user_agent: concat!("occm-forge/", env!("CARGO_PKG_VERSION")),
+            ..Default::default()
+        });
+        OciRegistry {
+            client,
+            auth: RegistryAuth::Anonymous,
+        }
+    }
+
+    async fn reference(&self, repo: &RepositoryName, reference: &str) -> Reference {
+        self.client
+            .store_auth_if_needed(&repo.registry, &self.auth)
+            .await;
+        if reference.starts_with("sha256:") {
+            Reference::with_digest(
+                repo.registry.clone(),
+                repo.path.clone(),
+                reference.to_string(),
+            )
+        } else {
+            Reference::with_tag(
+                repo.registry.clone(),
+                repo.path.clone(),
+                reference.to_string(),
+            )
+        }
+    }
+}
+
+fn error(repo: &RepositoryName, operation: String, e: OciDistributionError) -> RegistryError {
+    let kind = classify(&e);
+    let mut message = match &e {
+        OciDistributionError::RegistryError { envelope, .. } => envelope
+            .errors
+            .iter()
+            .map(|e| format!("{:?}: {}", e.code, e.message).to_uppercase_code())
+            .collect::<Vec<_>>()
+            .join("; "),
+        OciDistributionError::ServerError { code, message, .. } => {
+            let m = message.trim();
+            if m.is_empty() {
+                format!("HTTP {code}")
+            } else {
+                format!("HTTP {code}: {}", m.lines().next().unwrap_or(m))
+            }
+        }
+        OciDistributionError::UnauthorizedError { .. } => "HTTP 401 unauthorized".to_string(),
+        _ => error_chain(&e),
+    };
+    if kind == ErrorKind::Transient
+        && matches!(e, OciDistributionError::RequestError(_))
+        && message.contains("onnect")
+    {
+        message = format!("unreachable: {message}");
+    }
+    RegistryError {
+        registry: repo.registry.clone(),
+        operation,
+        message,
+        kind,
+    }
+}
+
+trait UpperCode {
+    fn to_uppercase_code(self) -> String;
+}
+
+impl UpperCode for String {
+    /// `ManifestBlobUnknown: x` → `MANIFEST_BLOB_UNKNOWN: x`, the distribution-spec spelling.
+    fn to_uppercase_code(self) -> String {
+        let (code, rest) = self.split_once(':').unwrap_or((&self, ""));
+        let mut out = String::new();
+        for (i, c) in code.chars().enumerate() {
+            if c.is_ascii_uppercase() && i > 0 {
+                out.push('_');
+            }
+            out.push(c.to_ascii_uppercase());
+        }
+        format!("{out}:{rest}")
+    }
+}
+
+/// `a: b: c` from an error and its sources, without repeated parts.
+pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut parts: Vec<String> = vec![e.to_string()];
+    let mut src = e.source();
+    while let Some(s) = src {
+        let t = s.to_string();
+        if !parts.iter().any(|p| p.contains(&t)) {
+            parts.push(t);
+        }
+        src = s.source();
+    }
+    parts.join(": ")
+}
+
+fn classify(e: &OciDistributionError) -> ErrorKind {
+    let by_status = |code: u16| match code {
+        401 | 403 => ErrorKind::Auth,
+        404 => ErrorKind::NotFound,
+        408 | 429 | 500..=599 => ErrorKind::Transient,
+        _ => ErrorKind::Other,
+    };
+    match e {
+        OciDistributionError::RequestError(r) => {
+            if r.is_connect() || r.is_timeout() || r.is_request() && r.status().is_none() {
+                ErrorKind::Transient
+            } else {
+                r.status()
+                    .map_or(ErrorKind::Other, |s| by_status(s.as_u16()))
+            }
+        }
+        OciDistributionError::ServerError { code, .. } => by_status(*code),
+        OciDistributionError::UnauthorizedError { .. }
+        | OciDistributionError::AuthenticationFailure(_) => ErrorKind::Auth,
+        OciDistributionError::ImageManifestNotFoundError(_) => ErrorKind::NotFound,
+        OciDistributionError::RegistryError { envelope, .. } => {
+            let codes: Vec<&OciErrorCode> = envelope.errors.iter().map(|e| &e.code).collect();
+            if codes
+                .iter()
+                .any(|c| matches!(c, OciErrorCode::Toomanyrequests))
+            {
+                ErrorKind::Transient
+            } else if codes
+                .iter()
+                .any(|c| matches!(c, OciErrorCode::Unauthorized | OciErrorCode::Denied))
+            {
+                ErrorKind::Auth
+            } else if codes.iter().all(|c| {
+                matches!(
+                    c,
+                    OciErrorCode::BlobUnknown
+                        | OciErrorCode::ManifestUnknown
+                        | OciErrorCode::NameUnknown
+                        | OciErrorCode::NotFound
+                )
+            }) && !codes.is_empty()
+            {
+                ErrorKind::NotFound
+            } else {
+                ErrorKind::Other
+            }
+        }
+        OciDistributionError::IoError(_) => ErrorKind::Transient,
+        _ => ErrorKind::Other,
+    }
+}
+
+#[async_trait]
+impl Registry for OciRegistry {
+    async fn blob_exists(
+        &self,
+        repo: &RepositoryName,
+        digest: &str,
+    ) -> Result<bool, RegistryError> {
+        let r = self.reference(repo, digest).await;
+        self.client
+            .blob_exists(&r, digest)
+            .await
+            .map_err(|e| error(repo, format!("check blob {}", short(digest)), e))
+    }
+
+    async fn push_blob(
+        &self,
+        repo: &RepositoryName,
+        digest: &str,
+        data: Bytes,
+    ) -> Result<(), RegistryError> {
+        let r = self.reference(repo, digest).await;
+        self.client
+            .auth(&r, &self.auth, oci_client::RegistryOperation::Push)
+            .await
+            .map_err(|e| error(repo, format!("authenticate to push {}", repo.path), e))?;
+        self.client
+            .push_blob(&r, data, digest)
+            .await
+            .map(|_| ())
+            .map_err(|e| error(repo, format!("push blob {}", short(digest)), e))
+    }
+
+    async fn pull_blob(&self, repo: &RepositoryName, digest: &str) -> Result<Bytes, RegistryError> {
+        let r = self.reference(repo, digest).await;
+        let mut out: Vec<u8> = Vec::new();
+        self.client
+            .pull_blob(&r, digest, &mut out)
+            .await
+            .map_err(|e| error(repo, format!("pull blob {}", short(digest)), e))?;
+        Ok(Bytes::from(out))
+    }
+
+    async fn push_manifest(
+        &self,
+        repo: &RepositoryName,
+        reference: &str,
+        media_type: &str,
+        body: Bytes,
+    ) -> Result<(), RegistryError> {
+        let r = self.reference(repo, reference).await;
+        let op = || format!("push manifest {}:{}", repo.path, short(reference));
+        self.client
+            .auth(&r, &self.auth, oci_client::RegistryOperation::Push)
+            .await
+            .map_err(|e| error(repo, op(), e))?;
+        let content_type = media_type.parse().map_err(|_| RegistryError {
+            registry: repo.registry.clone(),
+            operation: op(),
+            message: format!("invalid media type {media_type}"),
+            kind: ErrorKind::Other,
+        })?;
+        self.client
+            .push_manifest_raw(&r, body, content_type)
+            .await
+            .map(|_| ())
+            .map_err(|e| error(repo, op(), e))
+    }
+
+    async fn pull_manifest(
+        &self,
+        repo: &RepositoryName,
+        reference: &str,
+    ) -> Result<Bytes, RegistryError> {
+        let r = self.reference(repo, reference).await;
+        self.client
+            .pull_manifest_raw(&r, &self.auth, MANIFEST_MEDIA_TYPES)
+            .await
+            .map(|(b, _)| b)
+            .map_err(|e| {
+                error(
+                    repo,
+                    format!("pull manifest {}:{}", repo.path, short(reference)),
+                    e,
+                )
+            })
+    }
+
+    async fn manifest_digest(
+        &self,
+        repo: &RepositoryName,
+        reference: &str,
+    ) -> Result<Option<String>, RegistryError> {
+        let r = self.reference(repo, reference).await;
+        match self.client.fetch_manifest_digest(&r, &self.auth).await {
+            Ok(d) => Ok(Some(d)),
+            Err(e) => {
+                let e = error(
+                    repo,
+                    format!("check manifest {}:{}", repo.path, short(reference)),
+                    e,
+                );
+                if e.kind == ErrorKind::NotFound {
+                    Ok(None)
+                } else {
+                    Err(e)
+                }
+            }
+        }
+    }
+}

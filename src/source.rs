@@ -1,0 +1,191 @@
+//! Source stage: fetch the upstream tag into a shared object store, check the tag still points at
+//! the pinned commit, and check out a work tree at that commit.
+//!
+//! One bare repository under `<cache>/git/objects.git` holds the objects of every minor and every
+//! run; a work tree is a tiny repository whose `objects/info/alternates` points at that store, so
+//! a checkout copies no objects. Fetched tags live under
+//! `refs/occm-forge/<sha256(url)[..16]>/tags/<tag>` so that two sources never overwrite each
+//! other's refs. Access to the store is serialised with a file lock.
+
+use std::fs::{self, File};
+use std::path::{Path, PathBuf};
+
+use git2::{FetchOptions, Oid, Repository};
+use sha2::{Digest, Sha256};
+
+/// What the source stage needs.
+#[derive(Debug, Clone)]
+pub struct SourceRequest<'a> {
+    /// Git URL (`https://…`, `file://…`) or a local path to a repository or bare mirror.
+    pub url: &'a str,
+    /// Upstream tag to fetch, e.g. `v1.34.1`.
+    pub tag: &'a str,
+    /// The 40-hex commit the tag must point at (from images.toml).
+    pub pinned_commit: &'a str,
+    /// occm-forge cache directory; the object store lives in `<cache>/git`.
+    pub cache_dir: &'a Path,
+    /// Directory to create the work tree in; must not exist or be empty.
+    pub tree_dir: &'a Path,
+}
+
+/// A checked-out upstream tree at the pinned commit.
+#[derive(Debug, Clone)]
+pub struct SourceTree {
+    /// Work-tree root (also a git repository, for the patch commits).
+    pub path: PathBuf,
+    /// The commit checked out (40 hex), equal to the pin.
+    pub commit: String,
+    /// The commit's committer time, seconds since the Unix epoch (fallback for SOURCE_DATE_EPOCH).
+    pub commit_time: i64,
+}
+
+/// Source-stage failures.
+#[derive(Debug, thiserror::Error)]
+pub enum SourceError {
+    /// The tag could not be fetched from the source.
+    #[error("cannot fetch tag {tag} from {url}: {message}")]
+    Fetch {
+        /// Upstream tag.
+        tag: String,
+        /// Source URL or path.
+        url: String,
+        /// libgit2's message.
+        message: String,
+    },
+    /// The tag points at another commit than the pin: upstream moved it, or the pin is wrong.
+    #[error(
+        "tag {tag} in {url} points at {actual}, but images.toml pins {expected}; refusing to build a moved tag"
+    )]
+    TagMoved {
+        /// Upstream tag.
+        tag: String,
+        /// Source URL or path.
+        url: String,
+        /// The pinned commit.
+        expected: String,
+        /// The commit the tag points at now.
+        actual: String,
+    },
+    /// Local git or filesystem failure in the cache or the work tree.
+    #[error("git cache {path}: {message}")]
+    Cache {
+        /// The path involved.
+        path: PathBuf,
+        /// What failed.
+        message: String,
+    },
+}
+
+fn cache_err(path: &Path) -> impl FnOnce(git2::Error) -> SourceError + '_ {
+    move |e| SourceError::Cache {
+        path: path.to_path_buf(),
+        message: e.message().to_string(),
+    }
+}
+
+fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> SourceError + '_ {
+    move |e| SourceError::Cache {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    }
+}
+
+/// Fetches `req.tag` into the shared store, checks it against the pin and checks out a work tree.
+///
+/// Errors: [`SourceError::Fetch`] when the source is unreachable or has no such tag,
+/// [`SourceError::TagMoved`] when the tag's commit differs from the pin (naming both), and
+/// [`SourceError::Cache`] for local failures.
+pub fn checkout(req: &SourceRequest<'_>) -> Result<SourceTree, SourceError> {
+    let store_dir = req.cache_dir.join("git");
+    fs::create_dir_all(&store_dir).map_err(io_err(&store_dir))?;
+    let lock_path = store_dir.join("lock");
+    let lock = File::create(&lock_path).map_err(io_err(&lock_path))?;
+    lock.lock().map_err(io_err(&lock_path))?;
+
+    let store_path = store_dir.join("objects.git");
+    let store = match Repository::open_bare(&store_path) {
+        Ok(r) => r,
+        Err(_) => Repository::init_bare(&store_path).map_err(cache_err(&store_path))?,
+    };
+
+    let url = normalise_url(req.url);
+    let key = hex::encode(Sha256::digest(url.as_bytes()));
+    let local_ref = format!("refs/occm-forge/{}/tags/{}", &key[..16], req.tag);
+    let refspec = format!("+refs/tags/{}:{local_ref}", req.tag);
+    let fetch_err = |message: String| SourceError::Fetch {
+        tag: req.tag.to_string(),
+        url: req.url.to_string(),
+        message,
+    };
+    {
+        let mut remote = store
+            .remote_anonymous(&url)
+            .map_err(|e| fetch_err(e.message().to_string()))?;
+        let mut opts = FetchOptions::new();
+        opts.download_tags(git2::AutotagOption::None);
+        remote
+            .fetch(&[&refspec], Some(&mut opts), None)
+            .map_err(|e| fetch_err(e.message().to_string()))?;
+    }
+    let reference = store
+        .find_reference(&local_ref)
+        .map_err(|_| fetch_err(format!("no tag {} there", req.tag)))?;
+    let commit = reference
+        .peel_to_commit()
+        .map_err(|e| fetch_err(format!("tag does not point at a commit: {}", e.message())))?;
+    let actual = commit.id().to_string();
+    if actual != req.pinned_commit {
+        return Err(SourceError::TagMoved {
+            tag: req.tag.to_string(),
+            url: req.url.to_string(),
+            expected: req.pinned_commit.to_string(),
+            actual,
+        });
+    }
+    let commit_time = commit.committer().when().seconds();
+    drop(commit);
+    drop(reference);
+    drop(store);
+    drop(lock);
+
+    let tree = create_tree(
+        &store_path,
+        req.tree_dir,
+        Oid::from_str(&actual).map_err(cache_err(req.tree_dir))?,
+    )?;
+    Ok(SourceTree {
+        path: tree,
+        commit: actual,
+        commit_time,
+    })
+}
+
+/// A local path becomes an absolute path (so that relative paths keep working from any
+/// directory); URLs are left as they are.
+fn normalise_url(url: &str) -> String {
+    if url.contains("://") || url.starts_with("git@") {
+        return url.to_string();
+    }
+    fs::canonicalize(url)
+        .map(|p| p.to_string_lossy().into_owned())
+        .unwrap_or_else(|_| url.to_string())
+}
+
+fn create_tree(store_path: &Path, tree_dir: &Path, commit: Oid) -> Result<PathBuf, SourceError> {
+    fs::create_dir_all(tree_dir).map_err(io_err(tree_dir))?;
+    let repo = Repository::init(tree_dir).map_err(cache_err(tree_dir))?;
+    let alternates = repo.path().join("objects/info/alternates");
+    fs::create_dir_all(alternates.parent().expect("alternates has a parent"))
+        .map_err(io_err(&alternates))?;
+    let objects = store_path.join("objects");
+    fs::write(&alternates, format!("{}\n", objects.display())).map_err(io_err(&alternates))?;
+    drop(repo);
+    let repo = Repository::open(tree_dir).map_err(cache_err(tree_dir))?;
+    repo.set_head_detached(commit)
+        .map_err(cache_err(tree_dir))?;
+    let mut co = git2::build::CheckoutBuilder::new();
+    co.force();
+    repo.checkout_head(Some(&mut co))
+        .map_err(cache_err(tree_dir))?;
+    Ok(tree_dir.to_path_buf())
+}
