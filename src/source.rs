@@ -111,21 +111,25 @@ pub fn checkout(req: &SourceRequest<'_>) -> Result<SourceTree, SourceError> {
     let url = normalise_url(req.url);
     let key = hex::encode(Sha256::digest(url.as_bytes()));
     let local_ref = format!("refs/occm-forge/{}/tags/{}", &key[..16], req.tag);
-    let refspec = format!("+refs/tags/{}:{local_ref}", req.tag);
     let fetch_err = |message: String| SourceError::Fetch {
         tag: req.tag.to_string(),
         url: req.url.to_string(),
         message,
     };
-    {
-        let mut remote = store
-            .remote_anonymous(&url)
-            .map_err(|e| fetch_err(e.message().to_string()))?;
-        let mut opts = FetchOptions::new();
-        opts.download_tags(git2::AutotagOption::None);
-        remote
-            .fetch(&[&refspec], Some(&mut opts), None)
-            .map_err(|e| fetch_err(e.message().to_string()))?;
+    match local_repository(&url) {
+        Some(src) => copy_tag(&src, &store, req.tag, &local_ref)
+            .map_err(|e| fetch_err(e.message().to_string()))?,
+        None => {
+            let refspec = format!("+refs/tags/{}:{local_ref}", req.tag);
+            let mut remote = store
+                .remote_anonymous(&url)
+                .map_err(|e| fetch_err(e.message().to_string()))?;
+            let mut opts = FetchOptions::new();
+            opts.download_tags(git2::AutotagOption::None);
+            remote
+                .fetch(&[&refspec], Some(&mut opts), None)
+                .map_err(|e| fetch_err(e.message().to_string()))?;
+        }
     }
     let reference = store
         .find_reference(&local_ref)
@@ -158,6 +162,64 @@ pub fn checkout(req: &SourceRequest<'_>) -> Result<SourceTree, SourceError> {
         commit: actual,
         commit_time,
     })
+}
+
+/// The source as a repository on this machine, if it is one (a path or a `file://` URL).
+fn local_repository(url: &str) -> Option<Repository> {
+    let path = url.strip_prefix("file://").unwrap_or(url);
+    if path.contains("://") || path.starts_with("git@") {
+        return None;
+    }
+    Repository::open(path).ok()
+}
+
+/// Copies the history of `tag` from a local repository into the store and points `local_ref` at
+/// its commit. The repository is read directly rather than through libgit2's local transport,
+/// which peels every tag of the source and so fails on partial mirrors whose unrelated tags
+/// point at absent objects. Commits the store already has are not copied again.
+fn copy_tag(
+    src: &Repository,
+    store: &Repository,
+    tag: &str,
+    local_ref: &str,
+) -> Result<(), git2::Error> {
+    let target = src
+        .find_reference(&format!("refs/tags/{tag}"))
+        .map_err(|_| git2::Error::from_str(&format!("no tag {tag} there")))?
+        .peel_to_commit()?
+        .id();
+    if store.find_commit(target).is_err() {
+        let mut walk = src.revwalk()?;
+        walk.push(target)?;
+        for r in store.references()?.flatten() {
+            if let Some(oid) = r.target()
+                && src.find_commit(oid).is_ok()
+            {
+                walk.hide(oid)?;
+            }
+        }
+        let mut pack = src.packbuilder()?;
+        pack.set_threads(0);
+        pack.insert_walk(&mut walk)?;
+        let odb = store.odb()?;
+        let mut writer = odb.packwriter()?;
+        let mut io_error = None;
+        pack.foreach(
+            |chunk| match std::io::Write::write_all(&mut writer, chunk) {
+                Ok(()) => true,
+                Err(e) => {
+                    io_error = Some(e);
+                    false
+                }
+            },
+        )?;
+        if let Some(e) = io_error {
+            return Err(git2::Error::from_str(&e.to_string()));
+        }
+        writer.commit()?;
+    }
+    store.reference(local_ref, target, true, "occm-forge: copy tag")?;
+    Ok(())
 }
 
 /// A local path becomes an absolute path (so that relative paths keep working from any

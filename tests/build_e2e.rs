@@ -1,0 +1,355 @@
+//! `occm-forge build` end to end: the real binary, a fixture upstream, the real Go toolchain and a
+//! real docker-registry; skopeo and umoci check what was published.
+
+mod common;
+
+use std::os::unix::fs::PermissionsExt;
+use std::process::Command;
+
+use common::*;
+
+const REPO_PATH: &str = "occm/openstack-cloud-controller-manager";
+
+#[test]
+fn build_push_and_check_with_skopeo_and_umoci() {
+    let reg = TestRegistry::start();
+    let f = fixture(&["linux/amd64", "linux/arm64"]);
+    let repo = reg.repo(REPO_PATH);
+    f.write_config(&repo, &["linux/amd64", "linux/arm64"], "static", &[]);
+    let before = f.seed_lock();
+    let out_dir = f.path().join("out1");
+    let timings = f.path().join("timings.json");
+
+    let o = occm_forge(f.path())
+        .args([
+            "build",
+            "--k8s",
+            "1.34",
+            "--push",
+            "--insecure-registry",
+            &reg.addr,
+            "--source",
+        ])
+        .arg(&f.upstream)
+        .arg("--output")
+        .arg(&out_dir)
+        .arg("--timings")
+        .arg(&timings)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "build failed: {}", stderr(&o));
+
+    // stdout is exactly the image reference; stage lines are on stderr.
+    let lock = read_lock(&f.lock);
+    let entry = &lock["images"]["1.34"];
+    let tag = "v1.34.1-occmforge.1";
+    let digest = entry["digest"].as_str().unwrap().to_string();
+    assert_eq!(stdout(&o), format!("{repo}:{tag}@{digest}\n"));
+    for stage in [
+        "source", "patches", "test", "build", "image", "publish", "record",
+    ] {
+        assert!(
+            stderr(&o).contains(&format!("occm-forge: {stage}")),
+            "no {stage} line in {}",
+            stderr(&o)
+        );
+    }
+    let t: serde_json::Value = serde_json::from_slice(&std::fs::read(&timings).unwrap()).unwrap();
+    assert_eq!(t.as_array().unwrap().len(), 7);
+
+    // The digest manifest: the new entry, and the other minor's entry byte-for-byte as before.
+    assert_eq!(
+        entry["image"].as_str().unwrap(),
+        format!("{repo}:{tag}@{digest}")
+    );
+    assert_eq!(entry["upstream_commit"].as_str().unwrap(), f.commits.v1_34);
+    assert_eq!(entry["published"].as_bool(), Some(true));
+    let before: serde_norway::Value = serde_norway::from_slice(&before).unwrap();
+    assert_eq!(
+        lock["images"]["1.33"], before["images"]["1.33"],
+        "the 1.33 entry changed"
+    );
+
+    // skopeo sees the same digest, the labels and the Cmd.
+    let docker_ref = format!("docker://{repo}:{tag}");
+    let raw = skopeo(&["inspect", "--tls-verify=false", "--raw", &docker_ref]);
+    assert_eq!(format!("sha256:{}", sha256_hex(raw.as_bytes())), digest);
+    let index: serde_json::Value = serde_json::from_str(&raw).unwrap();
+    assert_eq!(
+        index["mediaType"],
+        "application/vnd.oci.image.index.v1+json"
+    );
+    let arches: Vec<&str> = index["manifests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["platform"]["architecture"].as_str().unwrap())
+        .collect();
+    assert_eq!(arches, ["amd64", "arm64"]);
+    let inspect: serde_json::Value =
+        serde_json::from_str(&skopeo(&["inspect", "--tls-verify=false", &docker_ref])).unwrap();
+    assert_eq!(inspect["Digest"].as_str().unwrap(), digest);
+    let labels = &inspect["Labels"];
+    assert_eq!(
+        labels["org.opencontainers.image.source"],
+        "https://github.com/kubernetes/cloud-provider-openstack"
+    );
+    assert_eq!(
+        labels["org.opencontainers.image.revision"]
+            .as_str()
+            .unwrap(),
+        f.commits.v1_34
+    );
+    assert_eq!(labels["org.opencontainers.image.version"], tag);
+    let config: serde_json::Value = serde_json::from_str(&skopeo(&[
+        "inspect",
+        "--tls-verify=false",
+        "--config",
+        &docker_ref,
+    ]))
+    .unwrap();
+    assert_eq!(
+        config["config"]["Cmd"],
+        serde_json::json!(["/bin/openstack-cloud-controller-manager"])
+    );
+    assert_eq!(
+        config["created"], "2025-10-15T14:43:36Z",
+        "created must be the commit time, not the wall clock"
+    );
+    let arm: serde_json::Value = serde_json::from_str(&skopeo(&[
+        "inspect",
+        "--tls-verify=false",
+        "--override-arch",
+        "arm64",
+        "--config",
+        &docker_ref,
+    ]))
+    .unwrap();
+    assert_eq!(
+        (arm["architecture"].as_str(), arm["variant"].as_str()),
+        (Some("arm64"), Some("v8"))
+    );
+
+    // umoci unpacks what skopeo pulled: the binary at the right path with the right mode, and it
+    // runs, reporting the version from ldflags and the patched behaviour.
+    require_tool("umoci");
+    let pulled = f.path().join("pulled");
+    skopeo(&[
+        "copy",
+        "--quiet",
+        "--src-tls-verify=false",
+        &docker_ref,
+        &format!("oci:{}:{tag}", pulled.display()),
+    ]);
+    let rootfs = f.path().join("bundle");
+    run(Command::new("umoci")
+        .args(["raw", "unpack", "--rootless", "--image"])
+        .arg(format!("{}:{tag}", pulled.display()))
+        .arg(&rootfs));
+    let bin = rootfs.join("bin/openstack-cloud-controller-manager");
+    let meta = std::fs::metadata(&bin).unwrap();
+    assert_eq!(meta.permissions().mode() & 0o7777, 0o755);
+    assert!(
+        rootfs
+            .join("etc/ssl/certs/ca-certificates.crt")
+            .metadata()
+            .unwrap()
+            .len()
+            > 100_000
+    );
+    assert_eq!(
+        std::fs::metadata(rootfs.join("tmp"))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o7777,
+        0o1777
+    );
+    let version = run(Command::new(&bin).arg("--version"));
+    assert_eq!(
+        version,
+        format!("openstack-cloud-controller-manager version {tag}\n")
+    );
+    let behaviour = run(&mut Command::new(&bin));
+    assert!(
+        behaviour.contains("instance-exists(gone-node): false <nil>"),
+        "patch not in the binary: {behaviour}"
+    );
+
+    // The layout in --output opens in skopeo as oci:DIR and is the same image.
+    let layout_raw = skopeo(&[
+        "inspect",
+        "--raw",
+        &format!("oci:{}:{tag}", out_dir.display()),
+    ]);
+    assert_eq!(layout_raw, raw);
+
+    // A second build of the same inputs into a clean output dir gives the same digest; pushing
+    // again uploads nothing.
+    let out2 = f.path().join("out2");
+    let o2 = occm_forge(f.path())
+        .args([
+            "build",
+            "--k8s",
+            "1.34",
+            "--push",
+            "--json",
+            "--insecure-registry",
+            &reg.addr,
+            "--source",
+        ])
+        .arg(&f.upstream)
+        .arg("--output")
+        .arg(&out2)
+        .output()
+        .unwrap();
+    assert!(o2.status.success(), "second build failed: {}", stderr(&o2));
+    let j: serde_json::Value = serde_json::from_str(&stdout(&o2)).unwrap();
+    assert_eq!(j["digest"].as_str().unwrap(), digest);
+    assert!(stderr(&o2).contains("0 blobs uploaded"), "{}", stderr(&o2));
+}
+
+#[test]
+fn build_on_a_pulled_docker_base_keeps_its_entrypoint_and_media_types() {
+    require_tool("umoci");
+    let reg = TestRegistry::start();
+    let f = fixture(&["linux/amd64"]);
+
+    // A base image made by umoci (OCI), pushed as Docker schema 2 by skopeo.
+    let layout = f.path().join("base-layout");
+    let l = layout.display().to_string();
+    run(Command::new("umoci").args(["init", "--layout", &l]));
+    run(Command::new("umoci").args(["new", "--image", &format!("{l}:v1")]));
+    let content = f.path().join("base-content");
+    std::fs::create_dir_all(content.join("usr/local/bin")).unwrap();
+    std::fs::write(content.join("usr/local/bin/go-runner"), "#!/bin/true\n").unwrap();
+    run(Command::new("umoci")
+        .args(["insert", "--image", &format!("{l}:v1")])
+        .arg(&content)
+        .arg("/"));
+    run(Command::new("umoci").args([
+        "config",
+        "--image",
+        &format!("{l}:v1"),
+        "--config.entrypoint",
+        "/go-runner",
+        "--config.label",
+        "base.label=kept",
+    ]));
+    let base_repo = reg.repo("base/go-runner");
+    skopeo(&[
+        "copy",
+        "--quiet",
+        "--format",
+        "v2s2",
+        "--dest-tls-verify=false",
+        &format!("oci:{l}:v1"),
+        &format!("docker://{base_repo}:v1"),
+    ]);
+    let base_raw = skopeo(&[
+        "inspect",
+        "--tls-verify=false",
+        "--raw",
+        &format!("docker://{base_repo}:v1"),
+    ]);
+    let base_digest = format!("sha256:{}", sha256_hex(base_raw.as_bytes()));
+    let base_ref = format!("{base_repo}:v1@{base_digest}");
+
+    let repo = reg.repo(REPO_PATH);
+    f.write_config(&repo, &["linux/amd64"], &base_ref, &[]);
+    let o = occm_forge(f.path())
+        .args([
+            "build",
+            "--k8s",
+            "1.34",
+            "--push",
+            "--insecure-registry",
+            &reg.addr,
+            "--source",
+        ])
+        .arg(&f.upstream)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "build failed: {}", stderr(&o));
+    let tag_ref = format!("docker://{repo}:v1.34.1-occmforge.1");
+    let raw: serde_json::Value = serde_json::from_str(&skopeo(&[
+        "inspect",
+        "--tls-verify=false",
+        "--raw",
+        &tag_ref,
+    ]))
+    .unwrap();
+    assert_eq!(
+        raw["mediaType"],
+        "application/vnd.docker.distribution.manifest.list.v2+json"
+    );
+    let config: serde_json::Value = serde_json::from_str(&skopeo(&[
+        "inspect",
+        "--tls-verify=false",
+        "--config",
+        &tag_ref,
+    ]))
+    .unwrap();
+    assert_eq!(
+        config["config"]["Entrypoint"],
+        serde_json::json!(["/go-runner"])
+    );
+    assert_eq!(
+        config["config"]["Cmd"],
+        serde_json::json!(["/bin/openstack-cloud-controller-manager"])
+    );
+    let labels = &config["config"]["Labels"];
+    assert_eq!(labels["base.label"], "kept");
+    assert_eq!(
+        labels["org.opencontainers.image.base.name"]
+            .as_str()
+            .unwrap(),
+        format!("{base_repo}:v1")
+    );
+    assert_eq!(
+        labels["org.opencontainers.image.base.digest"]
+            .as_str()
+            .unwrap(),
+        base_digest
+    );
+    let inspect: serde_json::Value =
+        serde_json::from_str(&skopeo(&["inspect", "--tls-verify=false", &tag_ref])).unwrap();
+    let layers = inspect["Layers"].as_array().unwrap();
+    let base_layers: serde_json::Value = serde_json::from_str(&base_raw).unwrap();
+    assert_eq!(
+        layers.len(),
+        base_layers["layers"].as_array().unwrap().len() + 1
+    );
+    assert_eq!(layers[0], base_layers["layers"][0]["digest"]);
+    let platform_digest = raw["manifests"][0]["digest"].as_str().unwrap();
+    let manifest: serde_json::Value = serde_json::from_str(&skopeo(&[
+        "inspect",
+        "--tls-verify=false",
+        "--raw",
+        &format!("docker://{repo}@{platform_digest}"),
+    ]))
+    .unwrap();
+    assert_eq!(
+        manifest["mediaType"],
+        "application/vnd.docker.distribution.manifest.v2+json"
+    );
+    assert_eq!(
+        manifest["config"]["mediaType"],
+        "application/vnd.docker.container.image.v1+json"
+    );
+    for l in manifest["layers"].as_array().unwrap() {
+        assert_eq!(
+            l["mediaType"],
+            "application/vnd.docker.image.rootfs.diff.tar.gzip"
+        );
+    }
+    let lock = read_lock(&f.lock);
+    assert_eq!(
+        lock["images"]["1.34"]["base_digest"].as_str().unwrap(),
+        base_digest
+    );
+    assert_eq!(
+        lock["images"]["1.34"]["base_image"].as_str().unwrap(),
+        base_ref
+    );
+}

@@ -1,0 +1,493 @@
+//! Shared test parts: a fixture upstream (a stdlib-only Go module laid out like
+//! cloud-provider-openstack, in a real git repository with tags), fixture patches made with
+//! `git format-patch`, a fixture images.toml, a real `docker-registry` on loopback, and helpers to
+//! run the real `occm-forge` binary and the independent checkers (skopeo, umoci).
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// Runs a command and panics with its output when it fails.
+pub fn run(cmd: &mut Command) -> String {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed: {}\nstdout: {}\nstderr: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Panics with an actionable message when a tool the tests need is missing.
+pub fn require_tool(name: &str) {
+    let found = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).any(|d| d.join(name).is_file()))
+        .unwrap_or(false);
+    assert!(
+        found,
+        "`{name}` is not installed: run scripts/test, which installs the test dependencies"
+    );
+}
+
+/// `git` in `dir` with a fixed identity and time, so fixture commits are reproducible.
+pub fn git(dir: &Path) -> Command {
+    let mut c = Command::new("git");
+    c.current_dir(dir)
+        .env("GIT_AUTHOR_NAME", "Fixture Author")
+        .env("GIT_AUTHOR_EMAIL", "fixture@example.org")
+        .env("GIT_COMMITTER_NAME", "Fixture Author")
+        .env("GIT_COMMITTER_EMAIL", "fixture@example.org")
+        .env("GIT_AUTHOR_DATE", "2025-10-15T14:43:36Z")
+        .env("GIT_COMMITTER_DATE", "2025-10-15T14:43:36Z")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_CONFIG_NOSYSTEM", "1");
+    c
+}
+
+/// The local Go version without the `go` prefix, e.g. `1.26.8`.
+pub fn local_go_version() -> String {
+    let v = run(Command::new("go")
+        .args(["env", "GOVERSION"])
+        .env("GOTOOLCHAIN", "local"));
+    v.trim().trim_start_matches("go").to_string()
+}
+
+/// The Go module every fixture tree starts from.
+const GO_MOD: &str = "module k8s.io/cloud-provider-openstack\n\ngo 1.22\n";
+const VERSION_GO: &str =
+    "package version\n\n// Version is set with -ldflags -X.\nvar Version string\n";
+/// Upstream's bug, in miniature: a missing server is reported as ErrNotFound, which
+/// InstanceExists does not treat as "gone".
+pub const INSTANCES_GO: &str = r#"package openstack
+
+import "errors"
+
+// ErrNotFound is what a lookup by name returns when nothing matches.
+var ErrNotFound = errors.New("failed to find object")
+
+// InstanceNotFound means the instance is gone.
+var InstanceNotFound = errors.New("instance not found")
+
+func lookup(servers []string, name string) error {
+	for _, s := range servers {
+		if s == name {
+			return nil
+		}
+	}
+	return ErrNotFound
+}
+
+// InstanceExists reports whether a server named name exists.
+func InstanceExists(servers []string, name string) (bool, error) {
+	err := lookup(servers, name)
+	if err == InstanceNotFound {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return true, nil
+}
+"#;
+const INSTANCES_TEST_GO: &str = r#"package openstack
+
+import "testing"
+
+func TestInstanceExistsFound(t *testing.T) {
+	ok, err := InstanceExists([]string{"node-1"}, "node-1")
+	if !ok || err != nil {
+		t.Fatalf("got (%v, %v), want (true, nil)", ok, err)
+	}
+}
+
+func TestNeedsCloud(t *testing.T) {
+	t.Skip("No config found in environment")
+}
+"#;
+const MAIN_GO: &str = r#"package main
+
+import (
+	"fmt"
+	"os"
+
+	"k8s.io/cloud-provider-openstack/pkg/openstack"
+	"k8s.io/cloud-provider-openstack/pkg/version"
+)
+
+func main() {
+	fmt.Printf("openstack-cloud-controller-manager version %s\n", version.Version)
+	if len(os.Args) > 1 && os.Args[1] == "--version" {
+		return
+	}
+	ok, err := openstack.InstanceExists(nil, "gone-node")
+	fmt.Printf("instance-exists(gone-node): %v %v\n", ok, err)
+}
+"#;
+/// The fix: a missing server is InstanceNotFound.
+pub const FIXED_LOOKUP: (&str, &str) = ("\treturn ErrNotFound\n}", "\treturn InstanceNotFound\n}");
+const REGRESSION_TEST_GO: &str = r#"package openstack
+
+import "testing"
+
+func TestInstanceExistsNoServer(t *testing.T) {
+	ok, err := InstanceExists(nil, "gone-node")
+	if ok || err != nil {
+		t.Fatalf("got (%v, %v), want (false, nil)", ok, err)
+	}
+}
+"#;
+
+/// A fixture upstream repository, patches and images.toml in a temporary directory.
+pub struct Fixture {
+    /// Keeps the directory alive.
+    pub dir: tempfile::TempDir,
+    /// The upstream git repository (non-bare).
+    pub upstream: PathBuf,
+    /// images.toml.
+    pub config: PathBuf,
+    /// patches/.
+    pub patches: PathBuf,
+    /// images.lock.yaml (as configured in images.toml).
+    pub lock: PathBuf,
+    /// Commits: v1.33.1, v1.34.1, v1.35.0 (whose tree already has the fix).
+    pub commits: Commits,
+}
+
+/// The fixture's tag commits.
+pub struct Commits {
+    /// v1.33.1.
+    pub v1_33: String,
+    /// v1.34.1.
+    pub v1_34: String,
+    /// v1.35.0: the fix is already upstream.
+    pub v1_35: String,
+}
+
+fn write(path: &Path, text: &str) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, text).unwrap();
+}
+
+fn commit_all(repo: &Path, msg: &str) -> String {
+    run(git(repo).args(["add", "-A"]));
+    run(git(repo).args(["commit", "-q", "-m", msg]));
+    run(git(repo).args(["rev-parse", "HEAD"]))
+        .trim()
+        .to_string()
+}
+
+/// Creates the fixture. `platforms` go into every minor; images.toml pins the real commits.
+pub fn fixture(platforms: &[&str]) -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let up = dir.path().join("upstream");
+    std::fs::create_dir_all(&up).unwrap();
+    run(git(&up).args(["init", "-q", "-b", "master"]));
+    write(&up.join("go.mod"), GO_MOD);
+    write(&up.join("pkg/version/version.go"), VERSION_GO);
+    write(&up.join("pkg/openstack/instances.go"), INSTANCES_GO);
+    write(
+        &up.join("pkg/openstack/instances_test.go"),
+        INSTANCES_TEST_GO,
+    );
+    write(
+        &up.join("cmd/openstack-cloud-controller-manager/main.go"),
+        MAIN_GO,
+    );
+    let v1_33 = commit_all(&up, "fixture v1.33.1");
+    run(git(&up).args(["tag", "v1.33.1"]));
+    write(&up.join("README.md"), "fixture upstream\n");
+    let v1_34 = commit_all(&up, "fixture v1.34.1");
+    run(git(&up).args(["tag", "v1.34.1"]));
+
+    // The patches, made the way maintainers make them: commits + git format-patch.
+    let patches = dir.path().join("patches");
+    run(git(&up).args(["checkout", "-q", "-b", "downstream"]));
+    write(
+        &up.join("pkg/openstack/instances_exists_test.go"),
+        REGRESSION_TEST_GO,
+    );
+    commit_all(&up, "openstack: add InstanceExists regression test");
+    let fixed = INSTANCES_GO.replace(FIXED_LOOKUP.0, FIXED_LOOKUP.1);
+    write(&up.join("pkg/openstack/instances.go"), &fixed);
+    commit_all(
+        &up,
+        "openstack: treat a missing server as InstanceNotFound\n\nFixes the fixture's #3114.",
+    );
+    run(git(&up)
+        .args(["format-patch", "-q", "-2", "-o"])
+        .arg(&patches));
+    run(git(&up).args(["checkout", "-q", "master"]));
+    run(git(&up).args(["branch", "-q", "-D", "downstream"]));
+
+    // v1.35.0 already carries the fix upstream.
+    write(&up.join("pkg/openstack/instances.go"), &fixed);
+    let v1_35 = commit_all(&up, "fixture v1.35.0: upstream fixed it");
+    run(git(&up).args(["tag", "v1.35.0"]));
+
+    let lock = dir.path().join("images.lock.yaml");
+    let config = dir.path().join("images.toml");
+    let commits = Commits {
+        v1_33,
+        v1_34,
+        v1_35,
+    };
+    let f = Fixture {
+        dir,
+        upstream: up,
+        config,
+        patches,
+        lock,
+        commits,
+    };
+    f.write_config(
+        "127.0.0.1:1/occm/openstack-cloud-controller-manager",
+        platforms,
+        "static",
+        &[],
+    );
+    f
+}
+
+/// The two fixture patch file names, in series order.
+pub const PATCH_TEST: &str = "0001-openstack-add-InstanceExists-regression-test.patch";
+/// The fix patch.
+pub const PATCH_FIX: &str = "0002-openstack-treat-a-missing-server-as-InstanceNotFound.patch";
+
+impl Fixture {
+    /// (Re)writes images.toml with the given repository, platforms, base and extra required tests.
+    pub fn write_config(
+        &self,
+        repository: &str,
+        platforms: &[&str],
+        base: &str,
+        required: &[&str],
+    ) {
+        let go = local_go_version();
+        let plats = platforms
+            .iter()
+            .map(|p| format!("\"{p}\""))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let req = required
+            .iter()
+            .map(|p| format!("\"{p}\""))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let minor = |m: &str, tag: &str, commit: &str| {
+            format!(
+                r#"
+[minors."{m}"]
+upstream_tag = "{tag}"
+commit = "{commit}"
+go = "{go}"
+base = "{base}"
+platforms = [{plats}]
+revision = 1
+patches = ["{PATCH_TEST}", "{PATCH_FIX}"]
+test_packages = ["./pkg/..."]
+required_tests = [{req}]
+"#
+            )
+        };
+        let text = format!(
+            r#"# Fixture images.toml
+upstream = "https://github.com/kubernetes/cloud-provider-openstack"
+repository = "{repository}"
+tag = "{{upstream_tag}}-occmforge.{{revision}}"
+digest_manifest = "images.lock.yaml"
+patches_dir = "patches"
+
+[patches."{PATCH_FIX}"]
+fixes = "fixture #3114: a Node without a server is never deleted"
+guarded_by = ["TestInstanceExistsNoServer"]
+{}{}{}"#,
+            minor("1.33", "v1.33.1", &self.commits.v1_33),
+            minor("1.34", "v1.34.1", &self.commits.v1_34),
+            minor("1.35", "v1.35.0", &self.commits.v1_35),
+        );
+        std::fs::write(&self.config, text).unwrap();
+    }
+
+    /// Writes a previous digest manifest (an entry for 1.33 from an earlier build) and returns its bytes.
+    pub fn seed_lock(&self) -> Vec<u8> {
+        let h = "0".repeat(64);
+        let c = &self.commits.v1_33;
+        let text = format!(
+            r#"# Generated by occm-forge: one OCCM image per Kubernetes minor, pinned by digest.
+schema_version: 1
+images:
+  '1.33':
+    image: registry.example.internal/occm/openstack-cloud-controller-manager:v1.33.1-occmforge.1@sha256:{h}
+    repository: registry.example.internal/occm/openstack-cloud-controller-manager
+    tag: v1.33.1-occmforge.1
+    digest: sha256:{h}
+    published: true
+    upstream_tag: v1.33.1
+    upstream_commit: {c}
+    patch_series_sha256: {h}
+    patches: []
+    platforms:
+    - linux/amd64
+    manifests:
+      linux/amd64: sha256:{h}
+    go_version: 1.24.3
+    base_image: static
+    source_date_epoch: 0
+    built_at: '2026-01-01T00:00:00Z'
+"#
+        );
+        std::fs::write(&self.lock, &text).unwrap();
+        text.into_bytes()
+    }
+
+    /// Adds a patch file to patches/ and puts it at the end of `minor`'s series.
+    pub fn add_patch(&self, minor: &str, name: &str, text: &str) {
+        std::fs::write(self.patches.join(name), text).unwrap();
+        let cfg = std::fs::read_to_string(&self.config).unwrap();
+        let header = format!("[minors.\"{minor}\"]");
+        let start = cfg.find(&header).unwrap();
+        let series = format!("patches = [\"{PATCH_TEST}\", \"{PATCH_FIX}\"]");
+        let at = start + cfg[start..].find(&series).unwrap();
+        let new = format!("patches = [\"{PATCH_TEST}\", \"{PATCH_FIX}\", \"{name}\"]");
+        let cfg = format!("{}{}{}", &cfg[..at], new, &cfg[at + series.len()..]);
+        std::fs::write(&self.config, cfg).unwrap();
+    }
+
+    /// The fixture's path as a string.
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+/// A cache directory shared by every test of this run (Go build cache reuse), as users share one.
+pub fn shared_cache() -> PathBuf {
+    let p = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("occm-forge-cache");
+    std::fs::create_dir_all(&p).unwrap();
+    p
+}
+
+/// The real occm-forge binary, offline (GOPROXY=off), with the shared cache and no
+/// SOURCE_DATE_EPOCH from the caller's environment.
+pub fn occm_forge(cwd: &Path) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_occm-forge"));
+    c.current_dir(cwd)
+        .env("OCCM_FORGE_CACHE", shared_cache())
+        .env("GOPROXY", "off")
+        .env("GOFLAGS", "")
+        .env_remove("SOURCE_DATE_EPOCH")
+        .env_remove("OCCM_FORGE_LOG");
+    c
+}
+
+/// Output helpers.
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+/// Output helpers.
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// A free TCP port on 127.0.0.1.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A real Debian `docker-registry` (distribution 2.8) on 127.0.0.1, with a temporary root,
+/// stopped by PID on drop.
+pub struct TestRegistry {
+    child: Child,
+    /// `127.0.0.1:<port>`.
+    pub addr: String,
+    _root: tempfile::TempDir,
+}
+
+impl TestRegistry {
+    /// Starts the registry and waits until `GET /v2/` answers.
+    pub fn start() -> TestRegistry {
+        require_tool("docker-registry");
+        let root = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let addr = format!("127.0.0.1:{port}");
+        let cfg = root.path().join("config.yml");
+        std::fs::write(
+            &cfg,
+            format!(
+                "version: 0.1\nlog: {{level: warn}}\nstorage:\n  filesystem: {{rootdirectory: {}}}\n  delete: {{enabled: true}}\nhttp:\n  addr: {addr}\n  secret: test-only-secret\n",
+                root.path().join("data").display()
+            ),
+        )
+        .unwrap();
+        let log = std::fs::File::create(root.path().join("registry.log")).unwrap();
+        let child = Command::new("docker-registry")
+            .arg("serve")
+            .arg(&cfg)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start docker-registry");
+        let reg = TestRegistry {
+            child,
+            addr,
+            _root: root,
+        };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if reg.get_status("/v2/") == Some(200) {
+                return reg;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("docker-registry on {} did not become ready", reg.addr);
+    }
+
+    /// HTTP status of a GET, or None when the connection fails.
+    pub fn get_status(&self, path: &str) -> Option<u16> {
+        let mut s = TcpStream::connect(&self.addr).ok()?;
+        s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+        write!(s, "GET {path} HTTP/1.0\r\nHost: {}\r\n\r\n", self.addr).ok()?;
+        let mut buf = String::new();
+        s.read_to_string(&mut buf).ok()?;
+        buf.split_whitespace().nth(1)?.parse().ok()
+    }
+
+    /// `127.0.0.1:<port>/<path>`.
+    pub fn repo(&self, path: &str) -> String {
+        format!("{}/{path}", self.addr)
+    }
+}
+
+impl Drop for TestRegistry {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `skopeo` with TLS verification off (the test registry is plain HTTP on loopback).
+pub fn skopeo(args: &[&str]) -> String {
+    require_tool("skopeo");
+    run(Command::new("skopeo").args(args))
+}
+
+/// sha256 hex of bytes.
+pub fn sha256_hex(b: &[u8]) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(b))
+}
+
+/// Reads the digest manifest as YAML.
+pub fn read_lock(path: &Path) -> serde_norway::Value {
+    serde_norway::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
