@@ -1,0 +1,230 @@
+//! Bad inputs: each ends in a one-line cause naming the file, patch, test or registry, a
+//! non-zero exit status, and a digest manifest that is byte-for-byte unchanged.
+
+mod common;
+
+use std::process::Output;
+
+use common::*;
+
+/// Runs `build --k8s <minor>` (offline, fixture source) with extra args.
+fn build(f: &Fixture, minor: &str, extra: &[&str]) -> Output {
+    occm_forge(f.path())
+        .args(["build", "--k8s", minor, "--source"])
+        .arg(&f.upstream)
+        .arg("--output")
+        .arg(f.path().join("out"))
+        .args(extra)
+        .output()
+        .unwrap()
+}
+
+/// The error line: the last stderr line, which must start with `occm-forge: error: `.
+fn error_line(o: &Output) -> String {
+    let err = stderr(o);
+    let last = err.lines().last().unwrap_or_default().to_string();
+    assert!(
+        last.starts_with("occm-forge: error: "),
+        "no error line in: {err}"
+    );
+    last
+}
+
+fn assert_failed(f: &Fixture, o: &Output, code: i32, lock_before: &[u8]) -> String {
+    assert_eq!(o.status.code(), Some(code), "stderr: {}", stderr(o));
+    assert_eq!(stdout(o), "", "stdout must carry results only");
+    assert_eq!(
+        std::fs::read(&f.lock).unwrap(),
+        lock_before,
+        "the digest manifest changed"
+    );
+    assert!(
+        !f.path().join("out/index.json").exists() || code == 8,
+        "an image was written although an earlier stage failed"
+    );
+    error_line(o)
+}
+
+#[test]
+fn moved_tag_is_refused_naming_both_commits() {
+    let f = fixture(&["linux/amd64"]);
+    let lock = f.seed_lock();
+    run(git(&f.upstream).args(["tag", "-f", "v1.34.1", &f.commits.v1_35]));
+    let o = build(&f, "1.34", &[]);
+    let line = assert_failed(&f, &o, 3, &lock);
+    assert_eq!(
+        line,
+        format!(
+            "occm-forge: error: source: tag v1.34.1 in {} points at {}, but images.toml pins {}; refusing to build a moved tag",
+            f.upstream.display(),
+            f.commits.v1_35,
+            f.commits.v1_34
+        )
+    );
+}
+
+#[test]
+fn patch_that_does_not_apply_names_patch_file_and_hunk() {
+    let f = fixture(&["linux/amd64"]);
+    let lock = f.seed_lock();
+    f.add_patch(
+        "1.34",
+        "0003-broken.patch",
+        r#"From: Someone <someone@example.org>
+Subject: [PATCH] broken
+
+---
+diff --git a/pkg/version/version.go b/pkg/version/version.go
+--- a/pkg/version/version.go
++++ b/pkg/version/version.go
+@@ -1,4 +1,4 @@
+ package version
+ 
+-// This line is not in the file.
++// Neither is this one.
+ var Version string
+"#,
+    );
+    let o = build(&f, "1.34", &[]);
+    let line = assert_failed(&f, &o, 4, &lock);
+    assert!(
+        line.starts_with(
+            "occm-forge: error: patches: patch 0003-broken.patch does not apply: pkg/version/version.go, hunk 1 (@@ -1,4 +1,4 @@): "
+        ),
+        "{line}"
+    );
+}
+
+#[test]
+fn failing_go_test_fails_the_build_and_shows_its_output() {
+    let f = fixture(&["linux/amd64"]);
+    let lock = f.seed_lock();
+    f.add_patch(
+        "1.34",
+        "0003-add-a-failing-test.patch",
+        r#"From: Someone <someone@example.org>
+Subject: [PATCH] a failing test
+
+---
+diff --git a/pkg/openstack/broken_test.go b/pkg/openstack/broken_test.go
+new file mode 100644
+--- /dev/null
++++ b/pkg/openstack/broken_test.go
+@@ -0,0 +1,7 @@
++package openstack
++
++import "testing"
++
++func TestBroken(t *testing.T) {
++	t.Fatal("this test always fails")
++}
+"#,
+    );
+    let o = build(&f, "1.34", &[]);
+    let line = assert_failed(&f, &o, 5, &lock);
+    assert!(
+        line.starts_with("occm-forge: error: test: go test: 1 failed (k8s.io/cloud-provider-openstack/pkg/openstack.TestBroken); "),
+        "{line}"
+    );
+    assert!(
+        stderr(&o).contains("this test always fails"),
+        "the failing test's output is not shown"
+    );
+}
+
+#[test]
+fn required_test_that_never_ran_fails_the_build() {
+    let f = fixture(&["linux/amd64"]);
+    f.write_config(
+        "127.0.0.1:1/occm/openstack-cloud-controller-manager",
+        &["linux/amd64"],
+        "static",
+        &["TestDoesNotExist"],
+    );
+    let lock = f.seed_lock();
+    let o = build(&f, "1.34", &[]);
+    let line = assert_failed(&f, &o, 5, &lock);
+    assert_eq!(
+        line,
+        "occm-forge: error: test: go test: required test(s) did not run and pass: TestDoesNotExist (did not run)"
+    );
+}
+
+#[test]
+fn guard_test_of_a_fix_is_required() {
+    // Without the fix patch's guard test in the tree, the build must fail even though every test
+    // that ran passed.
+    let f = fixture(&["linux/amd64"]);
+    let cfg = std::fs::read_to_string(&f.config).unwrap();
+    let cfg = cfg.replacen(
+        &format!("patches = [\"{PATCH_TEST}\", \"{PATCH_FIX}\"]"),
+        &format!("patches = [\"{PATCH_FIX}\"]"),
+        2,
+    );
+    std::fs::write(&f.config, cfg).unwrap();
+    let lock = f.seed_lock();
+    let o = build(&f, "1.34", &[]);
+    let line = assert_failed(&f, &o, 5, &lock);
+    assert!(
+        line.ends_with("TestInstanceExistsNoServer (did not run)"),
+        "{line}"
+    );
+}
+
+#[test]
+fn malformed_images_toml_names_line_and_column() {
+    let f = fixture(&["linux/amd64"]);
+    let lock = f.seed_lock();
+    let cfg = std::fs::read_to_string(&f.config).unwrap();
+    let line_no = cfg
+        .lines()
+        .position(|l| l.starts_with("platforms = "))
+        .unwrap()
+        + 1;
+    std::fs::write(&f.config, cfg.replacen("platforms = ", "platfroms = ", 1)).unwrap();
+    let o = build(&f, "1.34", &[]);
+    let line = assert_failed(&f, &o, 2, &lock);
+    assert!(
+        line.starts_with(&format!(
+            "occm-forge: error: images.toml:{line_no}:1: unknown field `platfroms`"
+        )),
+        "{line}"
+    );
+}
+
+#[test]
+fn unknown_minor_lists_the_known_ones() {
+    let f = fixture(&["linux/amd64"]);
+    let lock = f.seed_lock();
+    let o = build(&f, "1.99", &[]);
+    let line = assert_failed(&f, &o, 2, &lock);
+    assert_eq!(
+        line,
+        "occm-forge: error: images.toml: unknown Kubernetes minor 1.99; images.toml has 1.33, 1.34, 1.35"
+    );
+}
+
+#[test]
+fn unreachable_registry_fails_without_recording() {
+    let f = fixture(&["linux/amd64"]);
+    let lock = f.seed_lock();
+    let addr = format!("127.0.0.1:{}", free_port());
+    let repo = format!("{addr}/occm/openstack-cloud-controller-manager");
+    let o = build(
+        &f,
+        "1.34",
+        &[
+            "--push",
+            "--insecure-registry",
+            &addr,
+            "--repository",
+            &repo,
+        ],
+    );
+    let line = assert_failed(&f, &o, 8, &lock);
+    assert!(
+        line.starts_with(&format!("occm-forge: error: publish: registry {addr}: ")),
+        "{line}"
+    );
+    assert!(line.contains("unreachable"), "{line}");
+}
