@@ -1,0 +1,105 @@
+//! Gated: the real upstream. Set OCCM_FORGE_UPSTREAM_MIRROR to a clone or bare mirror of
+//! kubernetes/cloud-provider-openstack; the run needs the Go module proxy and uses the normal
+//! occm-forge cache (OCCM_FORGE_CACHE or ~/.cache/occm-forge). It builds and pushes v1.34.1 with the
+//! project's images.toml and patches to a loopback registry, then checks the image with skopeo
+//! and umoci and runs the binary.
+
+mod common;
+
+use std::process::Command;
+
+use common::*;
+
+fn mirror() -> Option<String> {
+    let m = std::env::var("OCCM_FORGE_UPSTREAM_MIRROR")
+        .ok()
+        .filter(|m| !m.is_empty());
+    if m.is_none() {
+        eprintln!("skipped: set OCCM_FORGE_UPSTREAM_MIRROR to run the real upstream build");
+    }
+    m
+}
+
+/// The project's images.toml, with the patch directory made absolute and the digest manifest in `dir`.
+fn project_config(dir: &std::path::Path) -> std::path::PathBuf {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let text = std::fs::read_to_string(format!("{root}/images.toml")).unwrap();
+    let text = text.replace(
+        "patches_dir = \"patches\"",
+        &format!("patches_dir = \"{root}/patches\""),
+    );
+    let path = dir.join("images.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+#[test]
+fn real_v1_34_build_push_and_run() {
+    let Some(mirror) = mirror() else { return };
+    let reg = TestRegistry::start();
+    let dir = tempfile::tempdir().unwrap();
+    let config = project_config(dir.path());
+    let repo = reg.repo("occm/openstack-cloud-controller-manager");
+    let timings = dir.path().join("timings.json");
+    let o = Command::new(env!("CARGO_BIN_EXE_occm-forge"))
+        .current_dir(dir.path())
+        .args([
+            "build",
+            "--k8s",
+            "1.34",
+            "--push",
+            "--source",
+            &mirror,
+            "--repository",
+            &repo,
+        ])
+        .args(["--insecure-registry", &reg.addr, "--config"])
+        .arg(&config)
+        .arg("--timings")
+        .arg(&timings)
+        .output()
+        .unwrap();
+    eprintln!("{}", stderr(&o));
+    assert!(o.status.success(), "real build failed");
+    eprintln!("timings: {}", std::fs::read_to_string(&timings).unwrap());
+
+    let lock = read_lock(&dir.path().join("images.lock.yaml"));
+    let entry = &lock["images"]["1.34"];
+    let tag = entry["tag"].as_str().unwrap();
+    let digest = entry["digest"].as_str().unwrap();
+    assert_eq!(
+        entry["upstream_commit"],
+        "63ec67a04b40fee4ff43fec11c3d31f2a90c9ad2"
+    );
+    let docker_ref = format!("docker://{repo}:{tag}");
+    let raw = skopeo(&["inspect", "--tls-verify=false", "--raw", &docker_ref]);
+    assert_eq!(format!("sha256:{}", sha256_hex(raw.as_bytes())), digest);
+    let inspect: serde_json::Value =
+        serde_json::from_str(&skopeo(&["inspect", "--tls-verify=false", &docker_ref])).unwrap();
+    assert_eq!(inspect["Digest"], digest);
+    assert_eq!(inspect["Labels"]["org.opencontainers.image.version"], tag);
+
+    let pulled = dir.path().join("pulled");
+    skopeo(&[
+        "copy",
+        "--quiet",
+        "--src-tls-verify=false",
+        &docker_ref,
+        &format!("oci:{}:{tag}", pulled.display()),
+    ]);
+    let rootfs = dir.path().join("rootfs");
+    run(Command::new("umoci")
+        .args(["raw", "unpack", "--rootless", "--image"])
+        .arg(format!("{}:{tag}", pulled.display()))
+        .arg(&rootfs));
+    let out = Command::new(rootfs.join("bin/openstack-cloud-controller-manager"))
+        .arg("--version")
+        .output()
+        .unwrap();
+    let text = format!("{}{}", stdout(&out), stderr(&out));
+    eprintln!("binary --version: {text}");
+    assert!(
+        text.contains(tag),
+        "the binary does not report {tag}: {text}"
+    );
+}
