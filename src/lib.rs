@@ -16,6 +16,7 @@ pub mod patches;
 pub mod pipeline;
 pub mod registry;
 pub mod source;
+pub mod verify;
 
 /// Any failure of occm-forge, by stage. `Display` is one line; [`Error::exit_code`] maps the
 /// stage to the process exit status documented in README.md.
@@ -48,6 +49,9 @@ pub enum Error {
     /// The digest manifest could not be read or written, or a tag would be reused.
     #[error("record: {0}")]
     Lock(#[from] lockfile::LockError),
+    /// `patches verify`: a fix patch is not guarded, or a guard fails with the fix.
+    #[error("verify: {0}")]
+    Verify(String),
     /// A local file-system failure outside the stages.
     #[error("{0}")]
     Io(String),
@@ -61,7 +65,7 @@ impl Error {
             Error::Usage(_) | Error::Config(_) => 2,
             Error::Source(_) => 3,
             Error::Patch(_) => 4,
-            Error::Test(_) => 5,
+            Error::Test(_) | Error::Verify(_) => 5,
             Error::Build(_) => 6,
             Error::Image(_) => 7,
             Error::Registry(_) => 8,

@@ -10,6 +10,7 @@ use clap::{Args, Parser, Subcommand};
 use occm_forge::config::{self, Minor};
 use occm_forge::pipeline::{self, BuildOptions};
 use occm_forge::registry::oci::{OciRegistry, OciRegistryConfig};
+use occm_forge::verify;
 
 #[derive(Parser)]
 #[command(
@@ -35,6 +36,49 @@ struct Cli {
 enum Command {
     /// Build one Kubernetes minor: source → patches → test → build → image → publish → record.
     Build(BuildArgs),
+    /// Patch series checks on the real upstream tree.
+    #[command(subcommand)]
+    Patches(PatchesCommand),
+}
+
+#[derive(Subcommand)]
+enum PatchesCommand {
+    /// Red/green proof for one minor: guard tests fail without the fix patches and pass with them.
+    Verify(VerifyArgs),
+    /// `verify` for every minor (or those given), as a Markdown table.
+    Matrix(MatrixArgs),
+}
+
+#[derive(Args)]
+struct VerifyArgs {
+    /// Kubernetes minor, e.g. 1.34.
+    #[arg(long = "k8s", value_name = "MINOR")]
+    k8s: Minor,
+    /// images.toml to read.
+    #[arg(long, default_value = "images.toml", value_name = "FILE")]
+    config: PathBuf,
+    /// Fetch upstream from this URL or local path/mirror.
+    #[arg(long, value_name = "URL|PATH")]
+    source: Option<String>,
+    /// Print the report as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+struct MatrixArgs {
+    /// Minors to include (repeatable); all of images.toml by default.
+    #[arg(long = "k8s", value_name = "MINOR")]
+    k8s: Vec<Minor>,
+    /// images.toml to read.
+    #[arg(long, default_value = "images.toml", value_name = "FILE")]
+    config: PathBuf,
+    /// Fetch upstream from this URL or local path/mirror.
+    #[arg(long, value_name = "URL|PATH")]
+    source: Option<String>,
+    /// Also write the Markdown to this file (atomically), e.g. docs/patch-matrix.md.
+    #[arg(long, value_name = "FILE")]
+    output: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -102,7 +146,7 @@ async fn build(cli: &Cli, args: &BuildArgs) -> Result<(), occm_forge::Error> {
         push: args.push,
         repository: args.repository.clone(),
         output: args.output.clone(),
-        cache_dir: cli.cache_dir.clone().unwrap_or_else(default_cache_dir),
+        cache_dir: cache_dir(cli),
         allow_unpinned_base: args.allow_unpinned_base,
         source_date_epoch: source_date_epoch()
             .map_err(|e| occm_forge::Error::Usage(e.to_string()))?,
@@ -130,6 +174,126 @@ async fn build(cli: &Cli, args: &BuildArgs) -> Result<(), occm_forge::Error> {
     };
     writeln!(stdout, "{line}").map_err(|e| occm_forge::Error::Io(format!("stdout: {e}")))?;
     Ok(())
+}
+
+fn cache_dir(cli: &Cli) -> PathBuf {
+    cli.cache_dir.clone().unwrap_or_else(default_cache_dir)
+}
+
+fn patches_verify(cli: &Cli, args: &VerifyArgs) -> Result<(), occm_forge::Error> {
+    let config = config::load(&args.config)?;
+    let cache = cache_dir(cli);
+    let quiet = cli.quiet;
+    let report = verify::verify(
+        &verify::VerifyRequest {
+            config: &config,
+            minor: args.k8s,
+            source: args.source.as_deref(),
+            cache_dir: &cache,
+        },
+        &mut |line| {
+            if !quiet {
+                eprintln!("occm-forge: {line}");
+            }
+        },
+    )?;
+    let text = if args.json {
+        serde_json::to_string(&report).expect("report serialises")
+    } else {
+        verify::render_markdown(std::slice::from_ref(&report))
+    };
+    print_stdout(&text)?;
+    if report.ok() {
+        Ok(())
+    } else {
+        Err(occm_forge::Error::Verify(format!(
+            "{} does not verify; see the table",
+            args.k8s
+        )))
+    }
+}
+
+fn patches_matrix(cli: &Cli, args: &MatrixArgs) -> Result<(), occm_forge::Error> {
+    let config = config::load(&args.config)?;
+    let cache = cache_dir(cli);
+    let minors: Vec<Minor> = if args.k8s.is_empty() {
+        config.minors.keys().copied().collect()
+    } else {
+        args.k8s.clone()
+    };
+    let quiet = cli.quiet;
+    let mut reports = Vec::new();
+    for minor in minors {
+        let req = verify::VerifyRequest {
+            config: &config,
+            minor,
+            source: args.source.as_deref(),
+            cache_dir: &cache,
+        };
+        let report = verify::verify(&req, &mut |line| {
+            if !quiet {
+                eprintln!("occm-forge: {line}");
+            }
+        });
+        match report {
+            Ok(r) => reports.push(r),
+            Err(e) => {
+                let m = config.minor(minor)?;
+                reports.push(verify::MinorReport {
+                    minor,
+                    upstream_tag: m.upstream_tag.clone(),
+                    commit: m.commit.clone(),
+                    go: m.go.clone(),
+                    rows: vec![],
+                    totals: (0, 0, 0),
+                    problems: vec![e.to_string()],
+                })
+            }
+        }
+    }
+    let table = verify::render_markdown(&reports);
+    if let Some(path) = &args.output {
+        let doc = format!(
+            "# Patch matrix\n\nGenerated by `occm-forge patches matrix` on {} from images.toml and the patch series; do not edit by hand.\nEach fix patch's guard tests run on the upstream tree without the fix patches (\"without fix\") and with the whole series (\"with fix\").\n\n{table}",
+            occm_forge::image::spec::rfc3339(time_now())
+        );
+        occm_forge::image::layout::write_file_atomically(path, doc.as_bytes())
+            .map_err(|e| occm_forge::Error::Io(format!("{}: {e}", path.display())))?;
+    }
+    print_stdout(&table)?;
+    let bad: Vec<String> = reports
+        .iter()
+        .filter(|r| !r.ok())
+        .map(|r| r.minor.to_string())
+        .collect();
+    if bad.is_empty() {
+        Ok(())
+    } else {
+        Err(occm_forge::Error::Verify(format!(
+            "{} do not verify; see the table",
+            bad.join(", ")
+        )))
+    }
+}
+
+fn time_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
+}
+
+fn print_stdout(text: &str) -> Result<(), occm_forge::Error> {
+    let mut stdout = std::io::stdout().lock();
+    write!(stdout, "{text}")
+        .and_then(|_| {
+            if text.ends_with('\n') {
+                Ok(())
+            } else {
+                writeln!(stdout)
+            }
+        })
+        .map_err(|e| occm_forge::Error::Io(format!("stdout: {e}")))
 }
 
 fn print_error(e: &occm_forge::Error) {
@@ -182,6 +346,8 @@ fn main() -> ExitCode {
     let result = runtime.block_on(async {
         match &cli.command {
             Command::Build(args) => build(&cli, args).await,
+            Command::Patches(PatchesCommand::Verify(args)) => patches_verify(&cli, args),
+            Command::Patches(PatchesCommand::Matrix(args)) => patches_matrix(&cli, args),
         }
     });
     match result {

@@ -181,55 +181,22 @@ pub async fn build(
         .tempdir_in(&tmp_root)
         .map_err(|e| Error::Io(format!("{}: {e}", tmp_root.display())))?;
 
-    // 1. source
-    let t = Instant::now();
+    // 1. source, 2. patches
     let url = opts.source.clone().unwrap_or_else(|| cfg.upstream.clone());
-    let tree_dir = scratch.path().join("src");
-    let tree = tokio::task::block_in_place(|| {
-        source::checkout(&source::SourceRequest {
-            url: &url,
-            tag: &m.upstream_tag,
-            pinned_commit: &m.commit,
-            cache_dir: &opts.cache_dir,
-            tree_dir: &tree_dir,
-        })
-    })?;
-    stages.done(
-        "source",
-        t,
-        format!(
-            "{} at {} (matches the pin)",
-            m.upstream_tag,
-            &tree.commit[..12]
-        ),
-    );
+    let PatchedTree { tree, applied } = patched_tree(
+        &url,
+        m,
+        &opts.cache_dir,
+        &scratch.path().join("src"),
+        &p.series,
+        &mut |stage, t, detail| stages.done(stage, t, detail),
+    )?;
     let epoch = opts.source_date_epoch.unwrap_or(tree.commit_time);
-
-    // 2. patches
-    let t = Instant::now();
-    let applied =
-        tokio::task::block_in_place(|| patches::apply_series(&tree.path, &p.series, epoch))?;
     let upstreamed: Vec<String> = applied
         .iter()
         .filter(|a| a.outcome == PatchOutcome::AlreadyUpstream)
         .map(|a| a.name.clone())
         .collect();
-    for name in &upstreamed {
-        tracing::warn!(
-            "patch {name}: already upstream in {} — drop it from the series",
-            m.upstream_tag
-        );
-    }
-    stages.done(
-        "patches",
-        t,
-        format!(
-            "{} applied, {} already upstream (series {})",
-            applied.len() - upstreamed.len(),
-            upstreamed.len(),
-            &p.series_sha256[..12]
-        ),
-    );
 
     // 3. test
     let t = Instant::now();
@@ -362,6 +329,70 @@ pub async fn build(
         digest_manifest: cfg.digest_manifest.clone(),
         timings: stages.reports,
     })
+}
+
+/// A work tree at the pinned commit with a patch series applied.
+pub(crate) struct PatchedTree {
+    pub(crate) tree: source::SourceTree,
+    pub(crate) applied: Vec<patches::AppliedPatch>,
+}
+
+/// The source and patches stages: checks out `m`'s pinned tag from `url` into `tree_dir` and
+/// applies `series`, reporting each stage through `done(stage, started, detail)`. Patches already
+/// upstream are logged as a warning and skipped.
+pub(crate) fn patched_tree(
+    url: &str,
+    m: &MinorConfig,
+    cache_dir: &Path,
+    tree_dir: &Path,
+    series: &[patches::PatchFile],
+    done: &mut dyn FnMut(&'static str, Instant, String),
+) -> Result<PatchedTree, Error> {
+    let t = Instant::now();
+    let tree = tokio::task::block_in_place(|| {
+        source::checkout(&source::SourceRequest {
+            url,
+            tag: &m.upstream_tag,
+            pinned_commit: &m.commit,
+            cache_dir,
+            tree_dir,
+        })
+    })?;
+    done(
+        "source",
+        t,
+        format!(
+            "{} at {} (matches the pin)",
+            m.upstream_tag,
+            &tree.commit[..12]
+        ),
+    );
+    let t = Instant::now();
+    let applied = tokio::task::block_in_place(|| {
+        patches::apply_series(&tree.path, series, tree.commit_time)
+    })?;
+    let upstreamed: Vec<&str> = applied
+        .iter()
+        .filter(|a| a.outcome == PatchOutcome::AlreadyUpstream)
+        .map(|a| a.name.as_str())
+        .collect();
+    for name in &upstreamed {
+        tracing::warn!(
+            "patch {name}: already upstream in {} — drop it from the series",
+            m.upstream_tag
+        );
+    }
+    done(
+        "patches",
+        t,
+        format!(
+            "{} applied, {} already upstream (series {})",
+            applied.len() - upstreamed.len(),
+            upstreamed.len(),
+            &patches::series_sha256(series)[..12]
+        ),
+    );
+    Ok(PatchedTree { tree, applied })
 }
 
 fn display_rel(p: &Path) -> String {

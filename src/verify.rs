@@ -1,0 +1,357 @@
+//! `patches verify` / `patches matrix`: red/green proof that each fix patch is guarded by its
+//! regression tests on the real upstream tree.
+//!
+//! For a minor, two work trees are tested: the series without its fix patches (every patch with
+//! a `[patches."…"]` entry in images.toml), where each fix's guard tests must FAIL, and the whole
+//! series, where they must PASS along with every other test. A fix whose change is already in the
+//! tree (it applies in reverse) is reported as "already upstream — drop it from the series"; a
+//! catalogued fix that a minor does not carry is reported when its guard tests pass there anyway
+//! (the bug is absent in that minor).
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use serde::Serialize;
+
+use crate::Error;
+use crate::config::{Config, Minor};
+use crate::go::Toolchain;
+use crate::go::test::{self, Outcome, TestSummary};
+use crate::patches::{self, PatchOutcome};
+use crate::pipeline::{PatchedTree, patched_tree};
+
+/// What to verify.
+#[derive(Debug, Clone)]
+pub struct VerifyRequest<'a> {
+    /// The loaded images.toml.
+    pub config: &'a Config,
+    /// The minor.
+    pub minor: Minor,
+    /// Where to fetch upstream from; images.toml `upstream` when `None`.
+    pub source: Option<&'a str>,
+    /// occm-forge's cache directory.
+    pub cache_dir: &'a std::path::Path,
+}
+
+/// The verdict for one patch in one minor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Verdict {
+    /// A support or test patch that applies.
+    Applies,
+    /// A fix whose guards fail without it and pass with it.
+    RedGreen,
+    /// A fix found already in the tree: drop it from the series.
+    AlreadyUpstream,
+    /// A catalogued fix this minor does not carry, whose guards pass anyway: the bug is absent.
+    BugAbsent,
+    /// A catalogued fix this minor does not carry and whose guards did not run.
+    NotCarried,
+    /// A guard passes without the fix: it does not guard anything.
+    NotGuarding,
+    /// A guard does not pass with the fix (or, for an uncarried fix, fails).
+    Broken,
+}
+
+impl Verdict {
+    /// Whether this verdict is acceptable.
+    pub fn ok(self) -> bool {
+        !matches!(self, Verdict::NotGuarding | Verdict::Broken)
+    }
+
+    /// Human wording for tables.
+    pub fn text(self) -> &'static str {
+        match self {
+            Verdict::Applies => "applies",
+            Verdict::RedGreen => "ok: red without the fix, green with it",
+            Verdict::AlreadyUpstream => "already upstream — drop it from the series",
+            Verdict::BugAbsent => {
+                "not carried: the guard passes unpatched (bug absent in this release)"
+            }
+            Verdict::NotCarried => "not carried",
+            Verdict::NotGuarding => "FAILED: the guard passes without the fix",
+            Verdict::Broken => "FAILED: the guard does not pass with the fix",
+        }
+    }
+}
+
+/// One guard test's outcomes.
+#[derive(Debug, Clone, Serialize)]
+pub struct GuardResult {
+    /// Test name.
+    pub test: String,
+    /// Outcome without the fix patches (`None`: did not run).
+    pub without_fix: Option<String>,
+    /// Outcome with the whole series.
+    pub with_fix: Option<String>,
+}
+
+/// One row: a patch in one minor.
+#[derive(Debug, Clone, Serialize)]
+pub struct PatchRow {
+    /// Patch file name.
+    pub patch: String,
+    /// Whether the minor's series carries it.
+    pub in_series: bool,
+    /// `applied`, `already upstream` or `not in series`.
+    pub applies: String,
+    /// Guard tests (fix patches only).
+    pub guards: Vec<GuardResult>,
+    /// The verdict.
+    pub verdict: Verdict,
+}
+
+/// The result for one minor.
+#[derive(Debug, Clone, Serialize)]
+pub struct MinorReport {
+    /// The minor.
+    pub minor: Minor,
+    /// Upstream tag.
+    pub upstream_tag: String,
+    /// Pinned commit.
+    pub commit: String,
+    /// Go version.
+    pub go: String,
+    /// Rows in series order, then uncarried catalogued fixes.
+    pub rows: Vec<PatchRow>,
+    /// (passed, failed, skipped) with the whole series.
+    pub totals: (usize, usize, usize),
+    /// Failures of the whole-series test run (tests or required tests), one line each.
+    pub problems: Vec<String>,
+}
+
+impl MinorReport {
+    /// Every row acceptable and the whole-series run clean.
+    pub fn ok(&self) -> bool {
+        self.problems.is_empty() && self.rows.iter().all(|r| r.verdict.ok())
+    }
+}
+
+fn outcome_text(o: Option<Outcome>) -> Option<String> {
+    o.map(|o| match o {
+        Outcome::Pass => "PASS",
+        Outcome::Fail => "FAIL",
+        Outcome::Skip => "SKIP",
+    })
+    .map(str::to_string)
+}
+
+/// Runs the red and the green test run for `req.minor` and judges every patch.
+///
+/// Errors: images.toml, source and patch failures as in `build` (a patch that does not apply
+/// ends the verification); Go failing to produce any test events.
+pub fn verify(
+    req: &VerifyRequest<'_>,
+    on_step: &mut dyn FnMut(&str),
+) -> Result<MinorReport, Error> {
+    let cfg = req.config;
+    let m = cfg.minor(req.minor)?;
+    let series = patches::load_series(&cfg.patches_dir, &m.patches)?;
+    let url = req
+        .source
+        .map(str::to_string)
+        .unwrap_or_else(|| cfg.upstream.clone());
+    let toolchain = Toolchain::new(&m.go, req.cache_dir);
+    let tmp_root = req.cache_dir.join("tmp");
+    std::fs::create_dir_all(&tmp_root)
+        .map_err(|e| Error::Io(format!("{}: {e}", tmp_root.display())))?;
+    let scratch = tempfile::Builder::new()
+        .prefix(&format!("verify-{}-", req.minor))
+        .tempdir_in(&tmp_root)
+        .map_err(|e| Error::Io(format!("{}: {e}", tmp_root.display())))?;
+
+    let is_fix = |name: &str| cfg.patches.contains_key(name);
+    let mut run = |label: &str,
+                   series: &[patches::PatchFile],
+                   dir: PathBuf|
+     -> Result<(PatchedTree, TestSummary), Error> {
+        let started = Instant::now();
+        let mut note = |stage: &'static str, t: Instant, detail: String| {
+            on_step(&format!(
+                "{} {label}: {stage} {:.1}s {detail}",
+                req.minor,
+                t.elapsed().as_secs_f64()
+            ))
+        };
+        let patched = patched_tree(&url, m, req.cache_dir, &dir, series, &mut note)?;
+        let summary = tokio::task::block_in_place(|| {
+            test::run_raw(&patched.tree.path, &toolchain, &m.test_packages)
+        })?;
+        let (p, f, s) = summary.counts();
+        on_step(&format!(
+            "{} {label}: test {:.1}s go{}: {p} passed, {f} failed, {s} skipped",
+            req.minor,
+            started.elapsed().as_secs_f64(),
+            m.go
+        ));
+        Ok((patched, summary))
+    };
+
+    let without: Vec<patches::PatchFile> = series
+        .iter()
+        .filter(|p| !is_fix(&p.name))
+        .cloned()
+        .collect();
+    let (_, red) = run("without fixes", &without, scratch.path().join("red"))?;
+    let (green_tree, green) = run("whole series", &series, scratch.path().join("green"))?;
+
+    let mut rows = Vec::new();
+    for applied in &green_tree.applied {
+        let applies = match applied.outcome {
+            PatchOutcome::Applied(_) => "applied",
+            PatchOutcome::AlreadyUpstream => "already upstream",
+        };
+        let Some(info) = cfg.patches.get(&applied.name) else {
+            rows.push(PatchRow {
+                patch: applied.name.clone(),
+                in_series: true,
+                applies: applies.into(),
+                guards: vec![],
+                verdict: Verdict::Applies,
+            });
+            continue;
+        };
+        let guards: Vec<GuardResult> = info
+            .guarded_by
+            .iter()
+            .map(|t| GuardResult {
+                test: t.clone(),
+                without_fix: outcome_text(red.outcome_of(t)),
+                with_fix: outcome_text(green.outcome_of(t)),
+            })
+            .collect();
+        let all = |v: &dyn Fn(&GuardResult) -> bool| guards.iter().all(v);
+        let verdict = if applied.outcome == PatchOutcome::AlreadyUpstream {
+            Verdict::AlreadyUpstream
+        } else if !all(&|g| g.with_fix.as_deref() == Some("PASS")) {
+            Verdict::Broken
+        } else if !all(&|g| g.without_fix.as_deref() == Some("FAIL")) {
+            Verdict::NotGuarding
+        } else {
+            Verdict::RedGreen
+        };
+        rows.push(PatchRow {
+            patch: applied.name.clone(),
+            in_series: true,
+            applies: applies.into(),
+            guards,
+            verdict,
+        });
+    }
+    for (name, info) in &cfg.patches {
+        if m.patches.contains(name) {
+            continue;
+        }
+        let guards: Vec<GuardResult> = info
+            .guarded_by
+            .iter()
+            .map(|t| GuardResult {
+                test: t.clone(),
+                without_fix: outcome_text(green.outcome_of(t)),
+                with_fix: None,
+            })
+            .collect();
+        let verdict = if guards
+            .iter()
+            .all(|g| g.without_fix.as_deref() == Some("PASS"))
+        {
+            Verdict::BugAbsent
+        } else if guards.iter().all(|g| g.without_fix.is_none()) {
+            Verdict::NotCarried
+        } else {
+            Verdict::Broken
+        };
+        rows.push(PatchRow {
+            patch: name.clone(),
+            in_series: false,
+            applies: "not in series".into(),
+            guards,
+            verdict,
+        });
+    }
+
+    let mut required = m.required_tests.clone();
+    for name in &m.patches {
+        if let Some(info) = cfg.patches.get(name) {
+            required.extend(info.guarded_by.iter().cloned());
+        }
+    }
+    let totals = green.counts();
+    let problems = match test::check(green, &required) {
+        Ok(_) => vec![],
+        Err(e) => vec![e.to_string()],
+    };
+    Ok(MinorReport {
+        minor: req.minor,
+        upstream_tag: m.upstream_tag.clone(),
+        commit: green_tree.tree.commit.clone(),
+        go: m.go.clone(),
+        rows,
+        totals,
+        problems,
+    })
+}
+
+/// A Markdown table of reports: minor × patch × applies / without fix / with fix / verdict.
+pub fn render_markdown(reports: &[MinorReport]) -> String {
+    let mut out = String::from(
+        "| minor | upstream | patch | applies | guard test | without fix | with fix | verdict |\n|---|---|---|---|---|---|---|---|\n",
+    );
+    let dash = |o: &Option<String>| o.clone().unwrap_or_else(|| "—".into());
+    for r in reports {
+        for row in &r.rows {
+            let (tests, without, with) = if row.guards.is_empty() {
+                ("—".to_string(), "—".to_string(), "—".to_string())
+            } else {
+                (
+                    row.guards
+                        .iter()
+                        .map(|g| format!("`{}`", g.test))
+                        .collect::<Vec<_>>()
+                        .join("<br>"),
+                    row.guards
+                        .iter()
+                        .map(|g| dash(&g.without_fix))
+                        .collect::<Vec<_>>()
+                        .join("<br>"),
+                    row.guards
+                        .iter()
+                        .map(|g| dash(&g.with_fix))
+                        .collect::<Vec<_>>()
+                        .join("<br>"),
+                )
+            };
+            out.push_str(&format!(
+                "| {} | {} | `{}` | {} | {} | {} | {} | {} |\n",
+                r.minor,
+                r.upstream_tag,
+                row.patch,
+                row.applies,
+                tests,
+                without,
+                with,
+                row.verdict.text()
+            ));
+        }
+    }
+    out.push('\n');
+    out.push_str("| minor | upstream | commit | go | whole series: passed / failed / skipped | result |\n|---|---|---|---|---|---|\n");
+    for r in reports {
+        let (p, f, s) = r.totals;
+        let result = if r.ok() {
+            "ok".to_string()
+        } else if r.problems.is_empty() {
+            "FAILED".into()
+        } else {
+            format!("FAILED: {}", r.problems.join("; "))
+        };
+        out.push_str(&format!(
+            "| {} | {} | `{}` | {} | {p} / {f} / {s} | {result} |\n",
+            r.minor,
+            r.upstream_tag,
+            &r.commit[..12],
+            r.go
+        ));
+    }
+    out
+}
