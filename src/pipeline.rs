@@ -172,6 +172,17 @@ pub async fn build(
         reports: Vec::new(),
         on_stage,
     };
+    let repo: RepositoryName = p.repository.parse().map_err(Error::Usage)?;
+    if opts.push {
+        // Fail before minutes of Go work when the registry cannot be reached.
+        if let Some(d) = registry.manifest_digest(&repo, &p.tag).await? {
+            tracing::info!(
+                "{repo}:{} exists ({}); it will be replaced if the digest differs",
+                p.tag,
+                short(&d)
+            );
+        }
+    }
 
     let tmp_root = opts.cache_dir.join("tmp");
     std::fs::create_dir_all(&tmp_root)
@@ -275,7 +286,6 @@ pub async fn build(
     );
 
     // 6. publish
-    let repo: RepositoryName = p.repository.parse().map_err(Error::Usage)?;
     if opts.push {
         let t = Instant::now();
         let published = publish::publish(registry, &repo, &built).await?;
