@@ -54,12 +54,8 @@ struct VerifyArgs {
     /// Kubernetes minor, e.g. 1.34.
     #[arg(long = "k8s", value_name = "MINOR")]
     k8s: Minor,
-    /// images.toml to read.
-    #[arg(long, default_value = "images.toml", value_name = "FILE")]
-    config: PathBuf,
-    /// Fetch upstream from this URL or local path/mirror.
-    #[arg(long, value_name = "URL|PATH")]
-    source: Option<String>,
+    #[command(flatten)]
+    inputs: Inputs,
     /// Print the report as JSON.
     #[arg(long)]
     json: bool,
@@ -70,15 +66,22 @@ struct MatrixArgs {
     /// Minors to include (repeatable); all of images.toml by default.
     #[arg(long = "k8s", value_name = "MINOR")]
     k8s: Vec<Minor>,
-    /// images.toml to read.
-    #[arg(long, default_value = "images.toml", value_name = "FILE")]
-    config: PathBuf,
-    /// Fetch upstream from this URL or local path/mirror.
-    #[arg(long, value_name = "URL|PATH")]
-    source: Option<String>,
+    #[command(flatten)]
+    inputs: Inputs,
     /// Also write the Markdown to this file (atomically), e.g. docs/patch-matrix.md.
     #[arg(long, value_name = "FILE")]
     output: Option<PathBuf>,
+}
+
+/// Where the inputs come from.
+#[derive(Args)]
+struct Inputs {
+    /// images.toml to read.
+    #[arg(long, default_value = "images.toml", value_name = "FILE")]
+    config: PathBuf,
+    /// Fetch upstream from this URL or local path/mirror instead of images.toml `upstream`.
+    #[arg(long, value_name = "URL|PATH")]
+    source: Option<String>,
 }
 
 #[derive(Args)]
@@ -86,12 +89,8 @@ struct BuildArgs {
     /// Kubernetes minor to build, e.g. 1.34.
     #[arg(long = "k8s", value_name = "MINOR")]
     k8s: Minor,
-    /// images.toml to read.
-    #[arg(long, default_value = "images.toml", value_name = "FILE")]
-    config: PathBuf,
-    /// Fetch upstream from this URL or local path/mirror instead of images.toml `upstream`.
-    #[arg(long, value_name = "URL|PATH")]
-    source: Option<String>,
+    #[command(flatten)]
+    inputs: Inputs,
     /// Push to the registry and verify the tag.
     #[arg(long)]
     push: bool,
@@ -135,14 +134,14 @@ fn source_date_epoch() -> anyhow::Result<Option<i64>> {
 }
 
 async fn build(cli: &Cli, args: &BuildArgs) -> Result<(), occm_forge::Error> {
-    let config = config::load(&args.config)?;
+    let config = config::load(&args.inputs.config)?;
     let mut insecure = config.insecure_registries.clone();
     insecure.extend(args.insecure_registry.iter().cloned());
     let registry = OciRegistry::new(&OciRegistryConfig { insecure });
     let opts = BuildOptions {
         config,
         minor: args.k8s,
-        source: args.source.clone(),
+        source: args.inputs.source.clone(),
         push: args.push,
         repository: args.repository.clone(),
         output: args.output.clone(),
@@ -181,14 +180,14 @@ fn cache_dir(cli: &Cli) -> PathBuf {
 }
 
 fn patches_verify(cli: &Cli, args: &VerifyArgs) -> Result<(), occm_forge::Error> {
-    let config = config::load(&args.config)?;
+    let config = config::load(&args.inputs.config)?;
     let cache = cache_dir(cli);
     let quiet = cli.quiet;
     let report = verify::verify(
         &verify::VerifyRequest {
             config: &config,
             minor: args.k8s,
-            source: args.source.as_deref(),
+            source: args.inputs.source.as_deref(),
             cache_dir: &cache,
         },
         &mut |line| {
@@ -214,7 +213,7 @@ fn patches_verify(cli: &Cli, args: &VerifyArgs) -> Result<(), occm_forge::Error>
 }
 
 fn patches_matrix(cli: &Cli, args: &MatrixArgs) -> Result<(), occm_forge::Error> {
-    let config = config::load(&args.config)?;
+    let config = config::load(&args.inputs.config)?;
     let cache = cache_dir(cli);
     let minors: Vec<Minor> = if args.k8s.is_empty() {
         config.minors.keys().copied().collect()
@@ -227,7 +226,7 @@ fn patches_matrix(cli: &Cli, args: &MatrixArgs) -> Result<(), occm_forge::Error>
         let req = verify::VerifyRequest {
             config: &config,
             minor,
-            source: args.source.as_deref(),
+            source: args.inputs.source.as_deref(),
             cache_dir: &cache,
         };
         let report = verify::verify(&req, &mut |line| {

@@ -184,13 +184,7 @@ pub async fn build(
         }
     }
 
-    let tmp_root = opts.cache_dir.join("tmp");
-    std::fs::create_dir_all(&tmp_root)
-        .map_err(|e| Error::Io(format!("{}: {e}", tmp_root.display())))?;
-    let scratch = tempfile::Builder::new()
-        .prefix(&format!("build-{}-", opts.minor))
-        .tempdir_in(&tmp_root)
-        .map_err(|e| Error::Io(format!("{}: {e}", tmp_root.display())))?;
+    let scratch = scratch_dir(&opts.cache_dir, &format!("build-{}-", opts.minor))?;
 
     // 1. source, 2. patches
     let url = opts.source.clone().unwrap_or_else(|| cfg.upstream.clone());
@@ -339,6 +333,18 @@ pub async fn build(
         digest_manifest: cfg.digest_manifest.clone(),
         timings: stages.reports,
     })
+}
+
+/// A fresh scratch directory under `<cache>/tmp`, removed when dropped.
+pub(crate) fn scratch_dir(cache_dir: &Path, prefix: &str) -> Result<tempfile::TempDir, Error> {
+    let tmp_root = cache_dir.join("tmp");
+    std::fs::create_dir_all(&tmp_root)
+        .and_then(|_| {
+            tempfile::Builder::new()
+                .prefix(prefix)
+                .tempdir_in(&tmp_root)
+        })
+        .map_err(|e| Error::Io(format!("{}: {e}", tmp_root.display())))
 }
 
 /// A work tree at the pinned commit with a patch series applied.

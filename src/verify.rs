@@ -18,7 +18,7 @@ use crate::config::{Config, Minor};
 use crate::go::Toolchain;
 use crate::go::test::{self, Outcome, TestSummary};
 use crate::patches::{self, PatchOutcome};
-use crate::pipeline::{PatchedTree, patched_tree};
+use crate::pipeline::{PatchedTree, patched_tree, scratch_dir};
 
 /// What to verify.
 #[derive(Debug, Clone)]
@@ -152,13 +152,7 @@ pub fn verify(
         .map(str::to_string)
         .unwrap_or_else(|| cfg.upstream.clone());
     let toolchain = Toolchain::new(&m.go, req.cache_dir);
-    let tmp_root = req.cache_dir.join("tmp");
-    std::fs::create_dir_all(&tmp_root)
-        .map_err(|e| Error::Io(format!("{}: {e}", tmp_root.display())))?;
-    let scratch = tempfile::Builder::new()
-        .prefix(&format!("verify-{}-", req.minor))
-        .tempdir_in(&tmp_root)
-        .map_err(|e| Error::Io(format!("{}: {e}", tmp_root.display())))?;
+    let scratch = scratch_dir(req.cache_dir, &format!("verify-{}-", req.minor))?;
 
     let is_fix = |name: &str| cfg.patches.contains_key(name);
     let mut run = |label: &str,

@@ -132,20 +132,7 @@ fn build_push_and_check_with_skopeo_and_umoci() {
 
     // umoci unpacks what skopeo pulled: the binary at the right path with the right mode, and it
     // runs, reporting the version from ldflags and the patched behaviour.
-    require_tool("umoci");
-    let pulled = f.path().join("pulled");
-    skopeo(&[
-        "copy",
-        "--quiet",
-        "--src-tls-verify=false",
-        &docker_ref,
-        &format!("oci:{}:{tag}", pulled.display()),
-    ]);
-    let rootfs = f.path().join("bundle");
-    run(Command::new("umoci")
-        .args(["raw", "unpack", "--rootless", "--image"])
-        .arg(format!("{}:{tag}", pulled.display()))
-        .arg(&rootfs));
+    let rootfs = pull_and_unpack(&repo, tag, f.path());
     let bin = rootfs.join("bin/openstack-cloud-controller-manager");
     let meta = std::fs::metadata(&bin).unwrap();
     assert_eq!(meta.permissions().mode() & 0o7777, 0o755);

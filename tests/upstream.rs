@@ -79,19 +79,7 @@ fn real_v1_34_build_push_and_run() {
     assert_eq!(inspect["Digest"], digest);
     assert_eq!(inspect["Labels"]["org.opencontainers.image.version"], tag);
 
-    let pulled = dir.path().join("pulled");
-    skopeo(&[
-        "copy",
-        "--quiet",
-        "--src-tls-verify=false",
-        &docker_ref,
-        &format!("oci:{}:{tag}", pulled.display()),
-    ]);
-    let rootfs = dir.path().join("rootfs");
-    run(Command::new("umoci")
-        .args(["raw", "unpack", "--rootless", "--image"])
-        .arg(format!("{}:{tag}", pulled.display()))
-        .arg(&rootfs));
+    let rootfs = pull_and_unpack(&repo, tag, dir.path());
     let out = Command::new(rootfs.join("bin/openstack-cloud-controller-manager"))
         .arg("--version")
         .output()

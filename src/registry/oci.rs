@@ -75,7 +75,17 @@ fn error(repo: &RepositoryName, operation: String, e: OciDistributionError) -> R
         OciDistributionError::RegistryError { envelope, .. } => envelope
             .errors
             .iter()
-            .map(|e| format!("{:?}: {}", e.code, e.message).to_uppercase_code())
+            .map(|e| {
+                // The distribution-spec spelling, e.g. MANIFEST_BLOB_UNKNOWN.
+                let code = serde_json::to_value(&e.code)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_string));
+                format!(
+                    "{}: {}",
+                    code.unwrap_or_else(|| format!("{:?}", e.code)),
+                    e.message
+                )
+            })
             .collect::<Vec<_>>()
             .join("; "),
         OciDistributionError::ServerError { code, message, .. } => {
@@ -100,25 +110,6 @@ fn error(repo: &RepositoryName, operation: String, e: OciDistributionError) -> R
         operation,
         message,
         kind,
-    }
-}
-
-trait UpperCode {
-    fn to_uppercase_code(self) -> String;
-}
-
-impl UpperCode for String {
-    /// `ManifestBlobUnknown: x` → `MANIFEST_BLOB_UNKNOWN: x`, the distribution-spec spelling.
-    fn to_uppercase_code(self) -> String {
-        let (code, rest) = self.split_once(':').unwrap_or((&self, ""));
-        let mut out = String::new();
-        for (i, c) in code.chars().enumerate() {
-            if c.is_ascii_uppercase() && i > 0 {
-                out.push('_');
-            }
-            out.push(c.to_ascii_uppercase());
-        }
-        format!("{out}:{rest}")
     }
 }
 

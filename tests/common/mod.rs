@@ -491,3 +491,23 @@ pub fn sha256_hex(b: &[u8]) -> String {
 pub fn read_lock(path: &Path) -> serde_norway::Value {
     serde_norway::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
+
+/// Copies `repo:tag` from the loopback registry into an OCI layout with skopeo (host platform),
+/// unpacks it with umoci into `<dir>/rootfs` and returns that path.
+pub fn pull_and_unpack(repo: &str, tag: &str, dir: &Path) -> PathBuf {
+    require_tool("umoci");
+    let pulled = dir.join("pulled");
+    skopeo(&[
+        "copy",
+        "--quiet",
+        "--src-tls-verify=false",
+        &format!("docker://{repo}:{tag}"),
+        &format!("oci:{}:{tag}", pulled.display()),
+    ]);
+    let rootfs = dir.join("rootfs");
+    run(Command::new("umoci")
+        .args(["raw", "unpack", "--rootless", "--image"])
+        .arg(format!("{}:{tag}", pulled.display()))
+        .arg(&rootfs));
+    rootfs
+}
