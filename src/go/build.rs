@@ -51,47 +51,58 @@ pub fn ldflags(version: &str) -> String {
     )
 }
 
-/// Cross-compiles OCCM for every platform, one after another (the Go build cache makes the second
-/// platform share all platform-independent work).
+/// Cross-compiles OCCM for every platform, the platforms concurrently (Go's build cache is safe
+/// for concurrent use and shares the platform-independent work). Binaries come back in platform
+/// order; the first failing platform's error is returned.
 pub fn build(req: &BuildRequest<'_>) -> Result<Vec<Binary>, BuildError> {
-    let mut out = Vec::new();
-    for p in req.platforms {
-        let dir = req.out_dir.join(p.to_string().replace('/', "-"));
-        let err = |message: String| BuildError {
-            platform: p.to_string(),
-            message,
-        };
-        std::fs::create_dir_all(&dir).map_err(|e| err(format!("{}: {e}", dir.display())))?;
-        let path = dir.join("openstack-cloud-controller-manager");
-        let mut cmd = req.toolchain.command(req.dir);
-        cmd.env("GOOS", &p.os).env("GOARCH", &p.arch);
-        if let Some(arm) = p.goarm() {
-            cmd.env("GOARM", arm);
-        }
-        let output = cmd
-            .args([
-                "build",
-                "-trimpath",
-                "-buildvcs=false",
-                "-ldflags",
-                &ldflags(req.version),
-                "-o",
-            ])
-            .arg(&path)
-            .arg(MAIN_PACKAGE)
-            .output()
-            .map_err(|e| err(format!("cannot run go: {e}")))?;
-        if !output.status.success() {
-            return Err(err(format!(
-                "{}: {}",
-                output.status,
-                tail_lines(&String::from_utf8_lossy(&output.stderr), 8)
-            )));
-        }
-        out.push(Binary {
-            platform: p.clone(),
-            path,
-        });
+    std::thread::scope(|s| {
+        let handles: Vec<_> = req
+            .platforms
+            .iter()
+            .map(|p| s.spawn(move || build_one(req, p)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("a build thread panicked"))
+            .collect()
+    })
+}
+
+fn build_one(req: &BuildRequest<'_>, p: &Platform) -> Result<Binary, BuildError> {
+    let dir = req.out_dir.join(p.to_string().replace('/', "-"));
+    let err = |message: String| BuildError {
+        platform: p.to_string(),
+        message,
+    };
+    std::fs::create_dir_all(&dir).map_err(|e| err(format!("{}: {e}", dir.display())))?;
+    let path = dir.join("openstack-cloud-controller-manager");
+    let mut cmd = req.toolchain.command(req.dir);
+    cmd.env("GOOS", &p.os).env("GOARCH", &p.arch);
+    if let Some(arm) = p.goarm() {
+        cmd.env("GOARM", arm);
     }
-    Ok(out)
+    let output = cmd
+        .args([
+            "build",
+            "-trimpath",
+            "-buildvcs=false",
+            "-ldflags",
+            &ldflags(req.version),
+            "-o",
+        ])
+        .arg(&path)
+        .arg(MAIN_PACKAGE)
+        .output()
+        .map_err(|e| err(format!("cannot run go: {e}")))?;
+    if !output.status.success() {
+        return Err(err(format!(
+            "{}: {}",
+            output.status,
+            tail_lines(&String::from_utf8_lossy(&output.stderr), 8)
+        )));
+    }
+    Ok(Binary {
+        platform: p.clone(),
+        path,
+    })
 }

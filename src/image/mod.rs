@@ -126,7 +126,26 @@ pub fn assemble(req: &ImageRequest<'_>) -> Result<BuiltImage, ImageError> {
     let created = spec::rfc3339(req.epoch);
     let mut family = None;
     let mut platforms = Vec::new();
-    for (platform, binary) in req.binaries {
+    // Compressing the binaries is the expensive part: one thread per platform.
+    let bin_layers: Vec<Result<layer::Layer, ImageError>> = std::thread::scope(|s| {
+        let handles: Vec<_> = req
+            .binaries
+            .iter()
+            .map(|(_, binary)| {
+                s.spawn(move || {
+                    let data = std::fs::read(binary).map_err(|e| io(binary, e))?;
+                    let entry =
+                        layer::Entry::file(BINARY_PATH.trim_start_matches('/'), 0o755, data);
+                    layer::build(&[entry], req.epoch).map_err(|e| io(binary, e))
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("a layer thread panicked"))
+            .collect()
+    });
+    for ((platform, _), bin) in req.binaries.iter().zip(bin_layers) {
         let base = req.base.platforms.get(platform).ok_or_else(|| {
             ImageError::Base(format!(
                 "base {} has no {platform} image",
@@ -167,16 +186,7 @@ pub fn assemble(req: &ImageRequest<'_>) -> Result<BuiltImage, ImageError> {
         }
 
         // The binary layer.
-        let data = std::fs::read(binary).map_err(|e| io(binary, e))?;
-        let bin = layer::build(
-            &[layer::Entry::file(
-                BINARY_PATH.trim_start_matches('/'),
-                0o755,
-                data,
-            )],
-            req.epoch,
-        )
-        .map_err(|e| io(binary, e))?;
+        let bin = bin?;
         layout::write_blob(req.layout_dir, &bin.digest, &bin.blob)
             .map_err(|e| io(req.layout_dir, e))?;
         let mut bin_desc = Descriptor::of(f.layer_gzip(), &[]);
