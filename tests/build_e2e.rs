@@ -340,3 +340,38 @@ fn build_on_a_pulled_docker_base_keeps_its_entrypoint_and_media_types() {
         base_ref
     );
 }
+
+#[test]
+fn rebuilds_are_bit_identical_across_caches_directories_home_and_umask() {
+    let f = fixture(&["linux/amd64"]);
+    let mut digests = Vec::new();
+    for (i, umask) in ["022", "077"].iter().enumerate() {
+        let run_dir = tempfile::tempdir().unwrap();
+        let cwd = run_dir.path().join(format!("cwd-{i}/nested"));
+        let home = run_dir.path().join("home");
+        std::fs::create_dir_all(&cwd).unwrap();
+        std::fs::create_dir_all(&home).unwrap();
+        let script = format!("umask {umask} && exec \"$0\" \"$@\"");
+        let o = Command::new("sh")
+            .current_dir(&cwd)
+            .args(["-c", &script, env!("CARGO_BIN_EXE_occm-forge")])
+            .args(["build", "--k8s", "1.34", "--json", "--config"])
+            .arg(&f.config)
+            .arg("--source")
+            .arg(&f.upstream)
+            .arg("--output")
+            .arg(run_dir.path().join("out"))
+            .arg("--cache-dir")
+            .arg(run_dir.path().join("cache"))
+            .env("HOME", &home)
+            .env("GOPROXY", "off")
+            .env_remove("SOURCE_DATE_EPOCH")
+            .env_remove("OCCM_FORGE_CACHE")
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "build {i} failed: {}", stderr(&o));
+        let j: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+        digests.push(j["digest"].as_str().unwrap().to_string());
+    }
+    assert_eq!(digests[0], digests[1]);
+}
