@@ -163,6 +163,30 @@ fn build_push_and_check_with_skopeo_and_umoci() {
         "patch not in the binary: {behaviour}"
     );
 
+    // oci-image-tool validates the index, each manifest and each config against the image-spec schemas.
+    let blob = |d: &str| {
+        out_dir
+            .join("blobs/sha256")
+            .join(d.trim_start_matches("sha256:"))
+    };
+    let mut checks = vec![("imageIndex", blob(&digest))];
+    for m in index["manifests"].as_array().unwrap() {
+        let manifest_path = blob(m["digest"].as_str().unwrap());
+        let manifest: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&manifest_path).unwrap()).unwrap();
+        checks.push((
+            "config",
+            blob(manifest["config"]["digest"].as_str().unwrap()),
+        ));
+        checks.push(("manifest", manifest_path));
+    }
+    for (kind, path) in checks {
+        require_tool("oci-image-tool");
+        run(Command::new("oci-image-tool")
+            .args(["validate", "--type", kind])
+            .arg(&path));
+    }
+
     // The layout in --output opens in skopeo as oci:DIR and is the same image.
     let layout_raw = skopeo(&[
         "inspect",
