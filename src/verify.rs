@@ -51,12 +51,17 @@ pub enum Verdict {
     NotGuarding,
     /// A guard does not pass with the fix (or, for an uncarried fix, fails).
     Broken,
+    /// The tests could not run (see the minor's problems).
+    NotRun,
 }
 
 impl Verdict {
     /// Whether this verdict is acceptable.
     pub fn ok(self) -> bool {
-        !matches!(self, Verdict::NotGuarding | Verdict::Broken)
+        !matches!(
+            self,
+            Verdict::NotGuarding | Verdict::Broken | Verdict::NotRun
+        )
     }
 
     /// Human wording for tables.
@@ -71,6 +76,7 @@ impl Verdict {
             Verdict::NotCarried => "not carried",
             Verdict::NotGuarding => "FAILED: the guard passes without the fix",
             Verdict::Broken => "FAILED: the guard does not pass with the fix",
+            Verdict::NotRun => "NOT VERIFIED: the tests could not run",
         }
     }
 }
@@ -158,7 +164,7 @@ pub fn verify(
     let mut run = |label: &str,
                    series: &[patches::PatchFile],
                    dir: PathBuf|
-     -> Result<(PatchedTree, TestSummary), Error> {
+     -> Result<(PatchedTree, TestSummary, Option<String>), Error> {
         let started = Instant::now();
         let mut note = |stage: &'static str, t: Instant, detail: String| {
             on_step(&format!(
@@ -168,9 +174,14 @@ pub fn verify(
             ))
         };
         let patched = patched_tree(&url, m, req.cache_dir, &dir, series, &mut note)?;
-        let summary = tokio::task::block_in_place(|| {
+        // A run that produced no test events (e.g. modules the proxy will not serve) is a
+        // problem of this minor, not the end of a matrix: the rows still show what applied.
+        let (summary, problem) = match tokio::task::block_in_place(|| {
             test::run_raw(&patched.tree.path, &toolchain, &m.test_packages)
-        })?;
+        }) {
+            Ok(s) => (s, None),
+            Err(e) => (TestSummary::default(), Some(format!("{label}: {e}"))),
+        };
         let (p, f, s) = summary.counts();
         on_step(&format!(
             "{} {label}: test {:.1}s go{}: {p} passed, {f} failed, {s} skipped",
@@ -178,7 +189,7 @@ pub fn verify(
             started.elapsed().as_secs_f64(),
             m.go
         ));
-        Ok((patched, summary))
+        Ok((patched, summary, problem))
     };
 
     let without: Vec<patches::PatchFile> = series
@@ -186,8 +197,10 @@ pub fn verify(
         .filter(|p| !is_fix(&p.name))
         .cloned()
         .collect();
-    let (_, red) = run("without fixes", &without, scratch.path().join("red"))?;
-    let (green_tree, green) = run("whole series", &series, scratch.path().join("green"))?;
+    let (_, red, red_problem) = run("without fixes", &without, scratch.path().join("red"))?;
+    let (green_tree, green, green_problem) =
+        run("whole series", &series, scratch.path().join("green"))?;
+    let ran = red_problem.is_none() && green_problem.is_none();
 
     let mut rows = Vec::new();
     for applied in &green_tree.applied {
@@ -217,6 +230,8 @@ pub fn verify(
         let all = |v: &dyn Fn(&GuardResult) -> bool| guards.iter().all(v);
         let verdict = if applied.outcome == PatchOutcome::AlreadyUpstream {
             Verdict::AlreadyUpstream
+        } else if !ran {
+            Verdict::NotRun
         } else if !all(&|g| g.with_fix.as_deref() == Some("PASS")) {
             Verdict::Broken
         } else if !all(&|g| g.without_fix.as_deref() == Some("FAIL")) {
@@ -245,7 +260,9 @@ pub fn verify(
                 with_fix: None,
             })
             .collect();
-        let verdict = if guards
+        let verdict = if !ran {
+            Verdict::NotRun
+        } else if guards
             .iter()
             .all(|g| g.without_fix.as_deref() == Some("PASS"))
         {
@@ -271,10 +288,10 @@ pub fn verify(
         }
     }
     let totals = green.counts();
-    let problems = match test::check(green, &required) {
-        Ok(_) => vec![],
-        Err(e) => vec![e.to_string()],
-    };
+    let mut problems: Vec<String> = red_problem.into_iter().chain(green_problem).collect();
+    if ran && let Err(e) = test::check(green, &required) {
+        problems.push(e.to_string());
+    }
     Ok(MinorReport {
         minor: req.minor,
         upstream_tag: m.upstream_tag.clone(),

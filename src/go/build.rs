@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::{Toolchain, tail_lines};
+use super::{Toolchain, summarize_stderr};
 use crate::config::Platform;
 
 /// The main package built into the image.
@@ -98,7 +98,7 @@ fn build_one(req: &BuildRequest<'_>, p: &Platform) -> Result<Binary, BuildError>
         return Err(err(format!(
             "{}: {}",
             output.status,
-            tail_lines(&String::from_utf8_lossy(&output.stderr), 8)
+            summarize_stderr(&String::from_utf8_lossy(&output.stderr), 8)
         )));
     }
     Ok(Binary {

@@ -50,8 +50,43 @@ impl Toolchain {
     }
 }
 
-/// The last `n` lines of `text`, joined with ` | ` so an error stays on one line.
-pub(crate) fn tail_lines(text: &str, n: usize) -> String {
-    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+/// One line from a `go` command's stderr: the modules the proxy would not serve when that is
+/// the cause (`module downloads failed: k8s.io/kubernetes@v1.31.11 (403 Forbidden), …`), else
+/// the last `n` non-empty lines joined with ` | `.
+pub(crate) fn summarize_stderr(text: &str, n: usize) -> String {
+    let mut failed: Vec<String> = Vec::new();
+    for line in text.lines() {
+        // e.g. "main.go:30:2: k8s.io/x@v1.2.3: reading https://proxy.golang.org/…: 403 Forbidden"
+        let Some((before, after)) = line.split_once(": reading ") else {
+            continue;
+        };
+        let module = before.rsplit(": ").next().unwrap_or(before).trim();
+        let status = after.rsplit(": ").next().unwrap_or("").trim();
+        let entry = format!("{module} ({status})");
+        if module.contains('@') && !failed.contains(&entry) {
+            failed.push(entry);
+        }
+    }
+    if !failed.is_empty() {
+        return format!("module downloads failed: {}", failed.join(", "));
+    }
+    let lines: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
     lines[lines.len().saturating_sub(n)..].join(" | ")
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn module_download_failures_are_named_once() {
+        let stderr = "main.go:30:2: k8s.io/cloud-provider@v0.31.11: reading https://proxy.golang.org/k8s.io/cloud-provider/@v/v0.31.11.zip: 403 Forbidden\n\tserver response: This module version is not available.\nmain.go:31:2: k8s.io/cloud-provider@v0.31.11: reading https://proxy.golang.org/k8s.io/cloud-provider/@v/v0.31.11.zip: 403 Forbidden\nmain.go:37:2: k8s.io/kubernetes@v1.31.11: reading https://proxy.golang.org/k8s.io/kubernetes/@v/v1.31.11.zip: 403 Forbidden\n";
+        assert_eq!(
+            super::summarize_stderr(stderr, 6),
+            "module downloads failed: k8s.io/cloud-provider@v0.31.11 (403 Forbidden), k8s.io/kubernetes@v1.31.11 (403 Forbidden)"
+        );
+        assert_eq!(super::summarize_stderr("a\n\n  b\nc\n", 2), "b | c");
+    }
 }

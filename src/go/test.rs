@@ -9,7 +9,7 @@ use std::process::Stdio;
 
 use serde::Deserialize;
 
-use super::{Toolchain, tail_lines};
+use super::{Toolchain, summarize_stderr};
 
 /// One test's end state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,11 +72,9 @@ impl TestSummary {
 #[derive(Debug, thiserror::Error)]
 pub enum TestError {
     /// `go` could not be started or ended without a usable event stream.
-    #[error("go test in {dir}: {message}")]
+    #[error("go test: {message}")]
     Go {
-        /// Work tree.
-        dir: String,
-        /// What happened, with the tail of stderr.
+        /// What happened: the modules that could not be downloaded, or the tail of stderr.
         message: String,
     },
     /// Tests or packages failed.
@@ -211,10 +209,7 @@ pub fn run_raw(
     toolchain: &Toolchain,
     packages: &[String],
 ) -> Result<TestSummary, TestError> {
-    let go_err = |message: String| TestError::Go {
-        dir: dir.display().to_string(),
-        message,
-    };
+    let go_err = |message: String| TestError::Go { message };
     let mut child = toolchain
         .command(dir)
         .arg("test")
@@ -234,7 +229,10 @@ pub fn run_raw(
     let status = child.wait().map_err(|e| go_err(e.to_string()))?;
     let err_text = err_thread.join().unwrap_or_default();
     if summary.results.is_empty() && summary.failures.is_empty() && !status.success() {
-        return Err(go_err(format!("{status}: {}", tail_lines(&err_text, 6))));
+        return Err(go_err(format!(
+            "{status}: {}",
+            summarize_stderr(&err_text, 6)
+        )));
     }
     let mut summary = summary;
     if !status.success() && summary.failures.is_empty() {
