@@ -269,8 +269,9 @@ fn patches_matrix(cli: &Cli, args: &MatrixArgs) -> Result<(), occm_forge::Error>
         Ok(())
     } else {
         Err(occm_forge::Error::Verify(format!(
-            "{} do not verify; see the table",
-            bad.join(", ")
+            "{} {} not verify; see the table",
+            bad.join(", "),
+            if bad.len() == 1 { "does" } else { "do" }
         )))
     }
 }

@@ -91,3 +91,54 @@ fn real_v1_34_build_push_and_run() {
         "the binary does not report {tag}: {text}"
     );
 }
+
+/// Upstream PR #3083 carries the same change as patch 0002: on its tree the fix must be reported
+/// as already upstream while the other patches still apply (no Go needed).
+#[test]
+fn real_pr_3083_tree_reports_patch_0002_as_already_upstream() {
+    use occm_forge::patches::{self, PatchOutcome};
+    use occm_forge::source;
+    let Some(mirror) = mirror() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let clone = dir.path().join("clone");
+    run(Command::new("git")
+        .args(["clone", "-q", "--shared", "--no-checkout", &mirror])
+        .arg(&clone));
+    let pr_head =
+        run(Command::new("git").args(["-C", &mirror, "rev-parse", "refs/pull/3083/head"]))
+            .trim()
+            .to_string();
+    run(git(&clone).args(["tag", "v1.36.99", &pr_head]));
+
+    let tree = source::checkout(&source::SourceRequest {
+        url: clone.to_str().unwrap(),
+        tag: "v1.36.99",
+        pinned_commit: &pr_head,
+        cache_dir: &dir.path().join("cache"),
+        tree_dir: &dir.path().join("tree"),
+    })
+    .unwrap();
+    let root = env!("CARGO_MANIFEST_DIR");
+    let names: Vec<String> = std::fs::read_dir(format!("{root}/patches"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let series =
+        patches::load_series(std::path::Path::new(&format!("{root}/patches")), &names).unwrap();
+    let applied = patches::apply_series(&tree.path, &series, tree.commit_time).unwrap();
+    let outcomes: Vec<(&str, bool)> = applied
+        .iter()
+        .map(|a| (&a.name[..4], a.outcome == PatchOutcome::AlreadyUpstream))
+        .collect();
+    assert_eq!(
+        outcomes,
+        [
+            ("0001", false),
+            ("0002", true),
+            ("0003", false),
+            ("0004", false)
+        ]
+    );
+}
