@@ -9,6 +9,7 @@
 #![warn(missing_docs)]
 
 pub mod config;
+pub mod describe;
 pub mod go;
 pub mod image;
 pub mod lockfile;

@@ -45,6 +45,12 @@ pub struct Entry {
     pub platforms: Vec<String>,
     /// Platform → digest of that platform's image manifest.
     pub manifests: BTreeMap<String, String>,
+    /// Platform → digest of the referrer manifest carrying that image's SPDX SBOM.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub sbom: BTreeMap<String, String>,
+    /// Digest of the referrer manifest carrying the build's SLSA provenance (subject: the index).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provenance: Option<String>,
     /// Go toolchain version used.
     pub go_version: String,
     /// Base image as configured (`static` or a reference).

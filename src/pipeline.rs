@@ -4,6 +4,7 @@
 //! times them and decides what is recorded. Nothing is recorded unless every stage succeeded,
 //! and all scratch space (work tree, binaries) lives in a temporary directory removed on return.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -15,7 +16,7 @@ use crate::image::{self, base};
 use crate::lockfile::{self, Entry};
 use crate::patches::{self, PatchOutcome};
 use crate::registry::{ImageRef, Registry, RepositoryName, publish, short};
-use crate::{Error, source};
+use crate::{Error, describe, source};
 
 /// Inputs of `occm-forge build`.
 #[derive(Debug, Clone)]
@@ -43,7 +44,7 @@ pub struct BuildOptions {
 /// One finished stage.
 #[derive(Debug, Clone, Serialize)]
 pub struct StageReport {
-    /// Stage name: source, patches, test, build, image, publish, record.
+    /// Stage name: source, patches, test, build, image, describe, publish, record.
     pub stage: &'static str,
     /// Wall time in seconds.
     pub seconds: f64,
@@ -159,6 +160,7 @@ pub async fn build(
     on_stage: &mut dyn FnMut(&StageReport),
 ) -> Result<BuildOutcome, Error> {
     let cfg = &opts.config;
+    let started_on = time::OffsetDateTime::now_utc().unix_timestamp();
     let p = plan(opts)?;
     let m = p.minor_cfg;
     lockfile::check_tag(
@@ -279,21 +281,126 @@ pub async fn build(
         format!("{} in {}", built.index.digest, opts.output.display()),
     );
 
-    // 6. publish
+    // 6. describe
+    let t = Instant::now();
+    let attest_dir = opts.output.join("attestations").join(&p.tag);
+    let io = |e: std::io::Error| {
+        Error::Image(image::ImageError::Io(format!(
+            "{}: {e}",
+            attest_dir.display()
+        )))
+    };
+    let mut attachments = Vec::new();
+    let mut sboms = BTreeMap::new();
+    for (pi, (_, bin)) in built.platforms.iter().zip(&bins) {
+        let info = tokio::task::block_in_place(|| {
+            go::build::read_build_info(&toolchain, &tree.path, bin)
+        })?;
+        let base_manifest = resolved
+            .platforms
+            .get(&pi.platform)
+            .and_then(|b| b.manifest_digest.as_deref());
+        let platform = pi.platform.to_string();
+        let doc = describe::spdx_sbom(&describe::SbomInput {
+            repository: &p.repository,
+            tag: &p.tag,
+            platform: &platform,
+            arch: &pi.platform.arch,
+            manifest_digest: &pi.manifest.digest,
+            build_info: &info,
+            upstream_tag: &m.upstream_tag,
+            upstream_commit: &tree.commit,
+            upstream_url: &cfg.upstream,
+            base: resolved.name.as_deref().zip(base_manifest),
+            epoch,
+        });
+        let file = attest_dir.join(format!("sbom.{}.spdx.json", platform.replace('/', "-")));
+        image::layout::write_file_atomically(&file, &doc).map_err(io)?;
+        let a = image::referrer::attach(
+            &opts.output,
+            &pi.manifest,
+            describe::SPDX_MEDIA_TYPE,
+            &doc,
+            epoch,
+        )
+        .map_err(io)?;
+        sboms.insert(platform, a.manifest.digest.clone());
+        attachments.push(a);
+    }
+    let manifests: BTreeMap<String, String> = built
+        .platforms
+        .iter()
+        .map(|pi| (pi.platform.to_string(), pi.manifest.digest.clone()))
+        .collect();
+    let platforms: Vec<String> = m.platforms.iter().map(ToString::to_string).collect();
+    let patch_refs: Vec<(String, String)> = p
+        .series
+        .iter()
+        .map(|f| (f.name.clone(), f.sha256()))
+        .collect();
+    let patch_refs: Vec<describe::PatchRef<'_>> = patch_refs
+        .iter()
+        .map(|(n, h)| describe::PatchRef { name: n, sha256: h })
+        .collect();
+    let minor = opts.minor.to_string();
+    let ldflags = go::build::ldflags(&p.tag);
+    let provenance = describe::slsa_provenance(&describe::ProvenanceInput {
+        repository: &p.repository,
+        tag: &p.tag,
+        index_digest: &built.index.digest,
+        minor: &minor,
+        upstream_url: &cfg.upstream,
+        upstream_tag: &m.upstream_tag,
+        upstream_commit: &tree.commit,
+        patches: &patch_refs,
+        series_sha256: &p.series_sha256,
+        platforms: &platforms,
+        manifests: &manifests,
+        go_version: &m.go,
+        ldflags: &ldflags,
+        base: (&m.base, resolved.digest.as_deref()),
+        epoch,
+        started_on,
+        finished_on: time::OffsetDateTime::now_utc().unix_timestamp(),
+    });
+    image::layout::write_file_atomically(&attest_dir.join("provenance.intoto.json"), &provenance)
+        .map_err(io)?;
+    let a = image::referrer::attach(
+        &opts.output,
+        &built.index,
+        describe::IN_TOTO_MEDIA_TYPE,
+        &provenance,
+        epoch,
+    )
+    .map_err(io)?;
+    let provenance_digest = a.manifest.digest.clone();
+    attachments.push(a);
+    stages.done(
+        "describe",
+        t,
+        format!(
+            "SPDX SBOM per platform, SLSA provenance {}",
+            short(&provenance_digest)
+        ),
+    );
+
+    // 7. publish
     if opts.push {
         let t = Instant::now();
         let published = publish::publish(registry, &repo, &built).await?;
+        let attached =
+            publish::publish_attachments(registry, &repo, &opts.output, &attachments).await?;
         stages.done(
             "publish",
             t,
             format!(
-                "{} ({} blobs uploaded, {} already present)",
+                "{} ({} blobs uploaded, {} already present; {attached} referrers)",
                 published.reference, published.uploaded, published.skipped
             ),
         );
     }
 
-    // 7. record
+    // 8. record
     let t = Instant::now();
     let entry = Entry {
         image: format!("{}:{}@{}", p.repository, p.tag, built.index.digest),
@@ -306,12 +413,10 @@ pub async fn build(
         patch_series_sha256: p.series_sha256.clone(),
         patches: m.patches.clone(),
         already_upstream: upstreamed,
-        platforms: m.platforms.iter().map(ToString::to_string).collect(),
-        manifests: built
-            .platforms
-            .iter()
-            .map(|pi| (pi.platform.to_string(), pi.manifest.digest.clone()))
-            .collect(),
+        platforms,
+        manifests,
+        sbom: sboms,
+        provenance: Some(provenance_digest),
         go_version: m.go.clone(),
         base_image: m.base.clone(),
         base_digest: resolved.digest.clone(),

@@ -46,7 +46,7 @@ fn build_push_and_check_with_skopeo_and_umoci() {
     let digest = entry["digest"].as_str().unwrap().to_string();
     assert_eq!(stdout(&o), format!("{repo}:{tag}@{digest}\n"));
     for stage in [
-        "source", "patches", "test", "build", "image", "publish", "record",
+        "source", "patches", "test", "build", "image", "describe", "publish", "record",
     ] {
         assert!(
             stderr(&o).contains(&format!("occm-forge: {stage}")),
@@ -55,7 +55,7 @@ fn build_push_and_check_with_skopeo_and_umoci() {
         );
     }
     let t: serde_json::Value = serde_json::from_slice(&std::fs::read(&timings).unwrap()).unwrap();
-    assert_eq!(t.as_array().unwrap().len(), 7);
+    assert_eq!(t.as_array().unwrap().len(), 8);
 
     // The digest manifest: the new entry, and the other minor's entry byte-for-byte as before.
     assert_eq!(
@@ -161,6 +161,84 @@ fn build_push_and_check_with_skopeo_and_umoci() {
     assert!(
         behaviour.contains("instance-exists(gone-node): false <nil>"),
         "patch not in the binary: {behaviour}"
+    );
+
+    // SBOM per platform and provenance per build: files next to the layout, referrers in the
+    // registry (artifact manifests whose subject is the image), listed under the tag-schema
+    // fallback tag sha256-<hex> because docker-registry 2.8 has no referrers API.
+    let attest = out_dir.join("attestations").join(tag);
+    for (platform, m) in index["manifests"].as_array().unwrap().iter().map(|m| {
+        (
+            format!("linux/{}", m["platform"]["architecture"].as_str().unwrap()),
+            m,
+        )
+    }) {
+        let sbom_ref = entry["sbom"][platform.as_str()].as_str().unwrap();
+        let referrer: serde_json::Value = serde_json::from_str(&skopeo(&[
+            "inspect",
+            "--tls-verify=false",
+            "--raw",
+            &format!("docker://{repo}@{sbom_ref}"),
+        ]))
+        .unwrap();
+        assert_eq!(referrer["artifactType"], "application/spdx+json");
+        assert_eq!(referrer["subject"]["digest"], m["digest"]);
+        let fallback = format!(
+            "docker://{repo}:{}",
+            m["digest"].as_str().unwrap().replace(':', "-")
+        );
+        let listed = skopeo(&["inspect", "--tls-verify=false", "--raw", &fallback]);
+        assert!(listed.contains(sbom_ref), "{listed}");
+        let file = attest.join(format!("sbom.{}.spdx.json", platform.replace('/', "-")));
+        let doc: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+        assert_eq!(doc["spdxVersion"], "SPDX-2.3");
+        assert_eq!(
+            referrer["layers"][0]["digest"].as_str().unwrap(),
+            format!("sha256:{}", sha256_hex(&std::fs::read(&file).unwrap()))
+        );
+        let names: Vec<&str> = doc["packages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["name"].as_str().unwrap())
+            .collect();
+        assert!(
+            names.contains(&"k8s.io/cloud-provider-openstack") && names.contains(&"stdlib"),
+            "{names:?}"
+        );
+    }
+    let provenance_ref = entry["provenance"].as_str().unwrap();
+    let referrer: serde_json::Value = serde_json::from_str(&skopeo(&[
+        "inspect",
+        "--tls-verify=false",
+        "--raw",
+        &format!("docker://{repo}@{provenance_ref}"),
+    ]))
+    .unwrap();
+    assert_eq!(referrer["artifactType"], "application/vnd.in-toto+json");
+    assert_eq!(referrer["subject"]["digest"].as_str().unwrap(), digest);
+    let statement: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(attest.join("provenance.intoto.json")).unwrap())
+            .unwrap();
+    assert_eq!(statement["predicateType"], "https://slsa.dev/provenance/v1");
+    assert_eq!(
+        statement["subject"][0]["digest"]["sha256"]
+            .as_str()
+            .unwrap(),
+        digest.trim_start_matches("sha256:")
+    );
+    let deps = statement["predicate"]["buildDefinition"]["resolvedDependencies"]
+        .as_array()
+        .unwrap();
+    assert_eq!(
+        deps[0]["digest"]["gitCommit"].as_str().unwrap(),
+        f.commits.v1_34
+    );
+    let fix = std::fs::read(f.patches.join(PATCH_FIX)).unwrap();
+    assert!(
+        deps.iter()
+            .any(|d| d["name"] == PATCH_FIX && d["digest"]["sha256"] == sha256_hex(&fix))
     );
 
     // oci-image-tool validates the index, each manifest and each config against the image-spec schemas.

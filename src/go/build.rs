@@ -106,3 +106,61 @@ fn build_one(req: &BuildRequest<'_>, p: &Platform) -> Result<Binary, BuildError>
         path,
     })
 }
+
+/// One module from a binary's embedded build information.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct Module {
+    /// Module path, e.g. `k8s.io/client-go`.
+    pub path: String,
+    /// Version, e.g. `v0.34.1`; `(devel)` for the main module.
+    #[serde(default)]
+    pub version: String,
+    /// go.sum hash (`h1:` + base64 sha256 of the module tree), when known.
+    #[serde(default)]
+    pub sum: String,
+    /// The replacement, when the module is replaced.
+    #[serde(default)]
+    pub replace: Option<Box<Module>>,
+}
+
+/// The build information Go embeds in a binary (`go version -m -json`; `runtime/debug.BuildInfo`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct BuildInfo {
+    /// Toolchain that built it, e.g. `go1.25.1`.
+    pub go_version: String,
+    /// Main package path.
+    pub path: String,
+    /// Main module.
+    pub main: Module,
+    /// Dependency modules linked in.
+    #[serde(default)]
+    pub deps: Vec<Module>,
+}
+
+/// Reads a binary's embedded module list with `go version -m -json` (any Go ≥ 1.22 reads any
+/// binary's build information; the minor's toolchain is used for consistency).
+pub fn read_build_info(
+    toolchain: &Toolchain,
+    dir: &Path,
+    binary: &Path,
+) -> Result<BuildInfo, BuildError> {
+    let err = |message: String| BuildError {
+        platform: binary.display().to_string(),
+        message,
+    };
+    let output = toolchain
+        .command(dir)
+        .args(["version", "-m", "-json"])
+        .arg(binary)
+        .output()
+        .map_err(|e| err(format!("cannot run go version -m: {e}")))?;
+    if !output.status.success() {
+        return Err(err(summarize_stderr(
+            &String::from_utf8_lossy(&output.stderr),
+            4,
+        )));
+    }
+    serde_json::from_slice(&output.stdout).map_err(|e| err(format!("go version -m -json: {e}")))
+}

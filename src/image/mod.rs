@@ -10,6 +10,7 @@
 pub mod base;
 pub mod layer;
 pub mod layout;
+pub mod referrer;
 pub mod spec;
 
 use std::collections::BTreeMap;

@@ -6,6 +6,10 @@
 use bytes::Bytes;
 
 use super::{ErrorKind, Registry, RegistryError, RepositoryName, short};
+use std::collections::BTreeMap;
+
+use crate::image::referrer::{self, Attachment};
+use crate::image::spec::{self, Descriptor, Index};
 use crate::image::{BuiltImage, layout};
 
 /// The result of a push.
@@ -103,4 +107,77 @@ pub async fn publish(
         uploaded,
         skipped,
     })
+}
+
+/// Pushes attachments (SBOM, provenance) after their subjects: the empty config and the document
+/// blobs (skipping those present), the referrer manifest by digest, then — for registries without
+/// the referrers API, such as distribution 2.8 — the tag-schema fallback index `sha256-<hex>` of
+/// each subject, read, merged (other referrers kept) and written back.
+pub async fn publish_attachments(
+    registry: &dyn Registry,
+    repo: &RepositoryName,
+    layout_dir: &std::path::Path,
+    attachments: &[Attachment],
+) -> Result<usize, RegistryError> {
+    for a in attachments {
+        for blob in [&a.config, &a.document] {
+            if registry.blob_exists(repo, &blob.digest).await? {
+                continue;
+            }
+            let data = layout::read_blob(layout_dir, &blob.digest)
+                .map_err(|e| local_err(repo, format!("read blob {}", short(&blob.digest)), e))?;
+            registry
+                .push_blob(repo, &blob.digest, Bytes::from(data))
+                .await?;
+        }
+        let body = layout::read_blob(layout_dir, &a.manifest.digest).map_err(|e| {
+            local_err(
+                repo,
+                format!("read manifest {}", short(&a.manifest.digest)),
+                e,
+            )
+        })?;
+        registry
+            .push_manifest(
+                repo,
+                &a.manifest.digest,
+                &a.manifest.media_type,
+                Bytes::from(body),
+            )
+            .await?;
+    }
+    let mut by_subject: BTreeMap<&str, Vec<Descriptor>> = BTreeMap::new();
+    for a in attachments {
+        by_subject
+            .entry(&a.subject.digest)
+            .or_default()
+            .push(a.manifest.clone());
+    }
+    for (subject, referrers) in by_subject {
+        let tag = referrer::fallback_tag(subject);
+        let existing = match registry.pull_manifest(repo, &tag).await {
+            Ok(bytes) => {
+                Some(
+                    serde_json::from_slice::<Index>(&bytes).map_err(|e| RegistryError {
+                        registry: repo.registry.clone(),
+                        operation: format!("read referrers index {tag}"),
+                        message: e.to_string(),
+                        kind: ErrorKind::Other,
+                    })?,
+                )
+            }
+            Err(e) if e.kind == ErrorKind::NotFound => None,
+            Err(e) => return Err(e),
+        };
+        let index = referrer::merge_referrers(existing, &referrers);
+        registry
+            .push_manifest(
+                repo,
+                &tag,
+                &index.media_type,
+                Bytes::from(spec::to_bytes(&index)),
+            )
+            .await?;
+    }
+    Ok(attachments.len())
 }

@@ -1,0 +1,413 @@
+//! Describe stage: an SPDX 2.3 SBOM per platform image and a SLSA provenance v1 statement per
+//! build, as deterministic JSON bytes from plain data.
+//!
+//! - SBOM: SPDX 2.3 JSON (spdx.github.io/spdx-spec/v2.3), modelled on ko's `internal/sbom/spdx.go`:
+//!   the image (`pkg:oci/…@sha256:…`), OCCM's main module, the Go standard library, every module
+//!   linked in (`pkg:golang/<path>@<version>`, from `go version -m -json`) and the base image.
+//!   `created` is the image's epoch, so the same image always gets the same SBOM bytes.
+//! - Provenance: an in-toto Statement v1 (`https://in-toto.io/Statement/v1`) with predicate
+//!   `https://slsa.dev/provenance/v1` naming the upstream commit, each patch with its sha256, the
+//!   base digest, the Go version and the platforms. Only `runDetails.metadata` carries
+//!   wall-clock times; the statement lives outside the image.
+
+use std::collections::BTreeMap;
+
+use serde_json::{Value, json};
+
+use crate::go::build::BuildInfo;
+use crate::image::spec::rfc3339;
+
+/// SPDX JSON media type (and referrer artifact type).
+pub const SPDX_MEDIA_TYPE: &str = "application/spdx+json";
+/// in-toto statement media type (and referrer artifact type).
+pub const IN_TOTO_MEDIA_TYPE: &str = "application/vnd.in-toto+json";
+/// The SLSA `buildType` of an occm-forge build.
+pub const BUILD_TYPE: &str = "urn:occm-forge:build:v1";
+
+/// What an image's SBOM is made from.
+#[derive(Debug, Clone)]
+pub struct SbomInput<'a> {
+    /// Target repository (`registry/path`).
+    pub repository: &'a str,
+    /// Image tag.
+    pub tag: &'a str,
+    /// Platform, e.g. `linux/arm64`.
+    pub platform: &'a str,
+    /// GOARCH, for the purl `arch` qualifier.
+    pub arch: &'a str,
+    /// Digest of the platform image manifest this SBOM describes.
+    pub manifest_digest: &'a str,
+    /// The binary's embedded build information.
+    pub build_info: &'a BuildInfo,
+    /// Upstream tag and commit (the main module's version and source).
+    pub upstream_tag: &'a str,
+    /// Upstream commit.
+    pub upstream_commit: &'a str,
+    /// Upstream URL.
+    pub upstream_url: &'a str,
+    /// Pulled base: (name, platform manifest digest); `None` for the static base.
+    pub base: Option<(&'a str, &'a str)>,
+    /// Seconds since the epoch for `created`.
+    pub epoch: i64,
+}
+
+fn spdx_id(kind: &str, name: &str, version: &str) -> String {
+    let clean = |s: &str| {
+        s.chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '.' {
+                    c
+                } else {
+                    '-'
+                }
+            })
+            .collect::<String>()
+    };
+    format!("SPDXRef-{kind}-{}-{}", clean(name), clean(version))
+}
+
+fn oci_purl(repository: &str, digest: &str, arch: Option<&str>, tag: Option<&str>) -> String {
+    let (repo_url, name) = match repository.rsplit_once('/') {
+        Some((_, n)) => (repository, n),
+        None => (repository, repository),
+    };
+    let mut q = Vec::new();
+    if let Some(a) = arch {
+        q.push(format!("arch={a}"));
+    }
+    q.push(format!("repository_url={repo_url}"));
+    if let Some(t) = tag {
+        q.push(format!("tag={t}"));
+    }
+    format!(
+        "pkg:oci/{}@{}?{}",
+        name.to_lowercase(),
+        digest.replace(':', "%3A"),
+        q.join("&")
+    )
+}
+
+fn package(id: &str, name: &str, version: &str, purl: Option<String>, purpose: &str) -> Value {
+    let mut p = json!({
+        "SPDXID": id,
+        "name": name,
+        "versionInfo": version,
+        "downloadLocation": "NOASSERTION",
+        "filesAnalyzed": false,
+        "primaryPackagePurpose": purpose,
+    });
+    if let Some(purl) = purl {
+        p["externalRefs"] = json!([{
+            "referenceCategory": "PACKAGE-MANAGER",
+            "referenceType": "purl",
+            "referenceLocator": purl,
+        }]);
+    }
+    p
+}
+
+fn rel(a: &str, kind: &str, b: &str) -> Value {
+    json!({"spdxElementId": a, "relationshipType": kind, "relatedSpdxElement": b})
+}
+
+/// The SPDX 2.3 JSON SBOM of one platform image. Deterministic: same input, same bytes.
+pub fn spdx_sbom(i: &SbomInput<'_>) -> Vec<u8> {
+    let hex = i.manifest_digest.trim_start_matches("sha256:");
+    let image_id = "SPDXRef-Image".to_string();
+    let mut image = package(
+        &image_id,
+        i.repository,
+        i.tag,
+        Some(oci_purl(
+            i.repository,
+            i.manifest_digest,
+            Some(i.arch),
+            Some(i.tag),
+        )),
+        "CONTAINER",
+    );
+    image["checksums"] = json!([{"algorithm": "SHA256", "checksumValue": hex}]);
+    let main = &i.build_info.main;
+    let main_id = spdx_id("Package", &main.path, i.upstream_tag);
+    let mut main_pkg = package(
+        &main_id,
+        &main.path,
+        i.upstream_tag,
+        Some(format!("pkg:golang/{}@{}", main.path, i.upstream_tag)),
+        "APPLICATION",
+    );
+    main_pkg["downloadLocation"] = json!(format!("git+{}@{}", i.upstream_url, i.upstream_commit));
+    let go = i.build_info.go_version.trim_start_matches("go");
+    let std_id = spdx_id("Package", "stdlib", go);
+    let mut packages = vec![
+        image,
+        main_pkg,
+        package(
+            &std_id,
+            "stdlib",
+            &format!("go{go}"),
+            Some(format!("pkg:golang/stdlib@go{go}")),
+            "LIBRARY",
+        ),
+    ];
+    let mut relationships = vec![
+        rel("SPDXRef-DOCUMENT", "DESCRIBES", &image_id),
+        rel(&image_id, "CONTAINS", &main_id),
+        rel(&main_id, "DEPENDS_ON", &std_id),
+    ];
+    let mut deps: BTreeMap<String, Value> = BTreeMap::new();
+    for d in &i.build_info.deps {
+        let m = d.replace.as_deref().unwrap_or(d);
+        let id = spdx_id("Package", &m.path, &m.version);
+        let mut p = package(
+            &id,
+            &m.path,
+            &m.version,
+            Some(format!("pkg:golang/{}@{}", m.path, m.version)),
+            "LIBRARY",
+        );
+        if !m.sum.is_empty() {
+            p["comment"] = json!(format!("go.sum {}", m.sum));
+        }
+        deps.insert(id, p);
+    }
+    for (id, p) in deps {
+        relationships.push(rel(&main_id, "DEPENDS_ON", &id));
+        packages.push(p);
+    }
+    match i.base {
+        Some((name, digest)) => {
+            let id = "SPDXRef-BaseImage";
+            let mut p = package(
+                id,
+                name,
+                digest,
+                Some(oci_purl(name, digest, Some(i.arch), None)),
+                "CONTAINER",
+            );
+            p["checksums"] = json!([{"algorithm": "SHA256", "checksumValue": digest.trim_start_matches("sha256:")}]);
+            packages.push(p);
+            relationships.push(rel(&image_id, "DESCENDANT_OF", id));
+        }
+        None => {
+            let id = "SPDXRef-StaticBase";
+            let mut p = package(
+                id,
+                "occm-forge static base",
+                env!("CARGO_PKG_VERSION"),
+                None,
+                "OPERATING-SYSTEM",
+            );
+            p["comment"] = json!(crate::image::base::STATIC_HISTORY);
+            packages.push(p);
+            relationships.push(rel(&image_id, "CONTAINS", id));
+        }
+    }
+    let doc = json!({
+        "spdxVersion": "SPDX-2.3",
+        "dataLicense": "CC0-1.0",
+        "SPDXID": "SPDXRef-DOCUMENT",
+        "name": format!("{}:{} {}", i.repository, i.tag, i.platform),
+        "documentNamespace": format!("https://spdx.org/spdxdocs/occm-forge/{hex}"),
+        "creationInfo": {
+            "created": rfc3339(i.epoch),
+            "creators": [format!("Tool: occm-forge-{}", env!("CARGO_PKG_VERSION"))],
+        },
+        "packages": packages,
+        "relationships": relationships,
+    });
+    serde_json::to_vec(&doc).expect("JSON values serialise")
+}
+
+/// One patch of the series, for provenance.
+#[derive(Debug, Clone)]
+pub struct PatchRef<'a> {
+    /// File name.
+    pub name: &'a str,
+    /// sha256 hex of the file.
+    pub sha256: &'a str,
+}
+
+/// What a build's provenance is made from.
+#[derive(Debug, Clone)]
+pub struct ProvenanceInput<'a> {
+    /// Target repository.
+    pub repository: &'a str,
+    /// Image tag.
+    pub tag: &'a str,
+    /// The image index digest (the subject).
+    pub index_digest: &'a str,
+    /// Kubernetes minor.
+    pub minor: &'a str,
+    /// Upstream URL (images.toml `upstream`).
+    pub upstream_url: &'a str,
+    /// Upstream tag.
+    pub upstream_tag: &'a str,
+    /// Upstream commit.
+    pub upstream_commit: &'a str,
+    /// The patch series in order.
+    pub patches: &'a [PatchRef<'a>],
+    /// sha256 of the series.
+    pub series_sha256: &'a str,
+    /// Platforms.
+    pub platforms: &'a [String],
+    /// Platform → image manifest digest.
+    pub manifests: &'a BTreeMap<String, String>,
+    /// Go version.
+    pub go_version: &'a str,
+    /// `-ldflags` used.
+    pub ldflags: &'a str,
+    /// Base reference as configured and its digest (`None` for static).
+    pub base: (&'a str, Option<&'a str>),
+    /// The epoch used inside the image.
+    pub epoch: i64,
+    /// Build start and end (seconds since the epoch, wall clock).
+    pub started_on: i64,
+    /// Build end.
+    pub finished_on: i64,
+}
+
+/// The SLSA provenance v1 in-toto statement of a build.
+pub fn slsa_provenance(i: &ProvenanceInput<'_>) -> Vec<u8> {
+    let mut deps = vec![json!({
+        "uri": format!("git+{}@refs/tags/{}", i.upstream_url, i.upstream_tag),
+        "digest": {"gitCommit": i.upstream_commit},
+    })];
+    for p in i.patches {
+        deps.push(json!({"name": p.name, "uri": format!("patches/{}", p.name), "digest": {"sha256": p.sha256}}));
+    }
+    match i.base {
+        (name, Some(digest)) => deps.push(json!({
+            "name": "base image",
+            "uri": format!("oci://{}", name.split('@').next().unwrap_or(name)),
+            "digest": {"sha256": digest.trim_start_matches("sha256:")},
+        })),
+        (name, None) => {
+            deps.push(json!({"name": "base image", "uri": format!("occm-forge:{name}")}))
+        }
+    }
+    let subjects: Vec<Value> = std::iter::once(json!({
+        "name": format!("{}:{}", i.repository, i.tag),
+        "digest": {"sha256": i.index_digest.trim_start_matches("sha256:")},
+    }))
+    .chain(i.manifests.iter().map(|(p, d)| {
+        json!({"name": format!("{}:{} {p}", i.repository, i.tag), "digest": {"sha256": d.trim_start_matches("sha256:")}})
+    }))
+    .collect();
+    let statement = json!({
+        "_type": "https://in-toto.io/Statement/v1",
+        "subject": subjects,
+        "predicateType": "https://slsa.dev/provenance/v1",
+        "predicate": {
+            "buildDefinition": {
+                "buildType": BUILD_TYPE,
+                "externalParameters": {
+                    "minor": i.minor,
+                    "upstream": {"url": i.upstream_url, "tag": i.upstream_tag},
+                    "patches": i.patches.iter().map(|p| p.name).collect::<Vec<_>>(),
+                    "patchSeriesSha256": i.series_sha256,
+                    "platforms": i.platforms,
+                    "repository": i.repository,
+                    "tag": i.tag,
+                    "base": i.base.0,
+                },
+                "internalParameters": {
+                    "goVersion": i.go_version,
+                    "env": {"CGO_ENABLED": "0", "GOFLAGS": "-mod=mod"},
+                    "buildFlags": ["-trimpath", "-buildvcs=false"],
+                    "ldflags": i.ldflags,
+                    "sourceDateEpoch": i.epoch,
+                },
+                "resolvedDependencies": deps,
+            },
+            "runDetails": {
+                "builder": {"id": BUILD_TYPE.replace(":build:", ":builder:"), "version": {"occm-forge": env!("CARGO_PKG_VERSION")}},
+                "metadata": {"startedOn": rfc3339(i.started_on), "finishedOn": rfc3339(i.finished_on)},
+            },
+        },
+    });
+    serde_json::to_vec(&statement).expect("JSON values serialise")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::go::build::Module;
+
+    fn info() -> BuildInfo {
+        BuildInfo {
+            go_version: "go1.25.1".into(),
+            path: "k8s.io/cloud-provider-openstack/cmd/openstack-cloud-controller-manager".into(),
+            main: Module {
+                path: "k8s.io/cloud-provider-openstack".into(),
+                version: "(devel)".into(),
+                sum: String::new(),
+                replace: None,
+            },
+            deps: vec![
+                Module {
+                    path: "k8s.io/client-go".into(),
+                    version: "v0.34.1".into(),
+                    sum: "h1:x=".into(),
+                    replace: None,
+                },
+                Module {
+                    path: "github.com/a/b".into(),
+                    version: "v1.0.0".into(),
+                    sum: String::new(),
+                    replace: None,
+                },
+            ],
+        }
+    }
+
+    #[test]
+    fn sbom_is_deterministic_and_lists_modules() {
+        let bi = info();
+        let d = format!("sha256:{}", "a".repeat(64));
+        let input = SbomInput {
+            repository: "r.example/occm/openstack-cloud-controller-manager",
+            tag: "v1.34.1-occmforge.1",
+            platform: "linux/arm64",
+            arch: "arm64",
+            manifest_digest: &d,
+            build_info: &bi,
+            upstream_tag: "v1.34.1",
+            upstream_commit: "63ec67a04b40fee4ff43fec11c3d31f2a90c9ad2",
+            upstream_url: "https://github.com/kubernetes/cloud-provider-openstack",
+            base: None,
+            epoch: 0,
+        };
+        let a = spdx_sbom(&input);
+        assert_eq!(a, spdx_sbom(&input));
+        let v: Value = serde_json::from_slice(&a).unwrap();
+        assert_eq!(v["spdxVersion"], "SPDX-2.3");
+        assert_eq!(v["creationInfo"]["created"], "1970-01-01T00:00:00Z");
+        let purls: Vec<&str> = v["packages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|p| p["externalRefs"][0]["referenceLocator"].as_str())
+            .collect();
+        assert!(
+            purls.contains(&"pkg:golang/k8s.io/client-go@v0.34.1"),
+            "{purls:?}"
+        );
+        assert!(
+            purls[0].starts_with("pkg:oci/openstack-cloud-controller-manager@sha256%3Aaaaa"),
+            "{purls:?}"
+        );
+        assert!(purls[0].contains("arch=arm64"));
+        // Every relationship points at a package that exists.
+        let ids: Vec<&str> = v["packages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["SPDXID"].as_str().unwrap())
+            .collect();
+        for r in v["relationships"].as_array().unwrap() {
+            let b = r["relatedSpdxElement"].as_str().unwrap();
+            assert!(ids.contains(&b), "dangling {b}");
+        }
+    }
+}
