@@ -223,6 +223,8 @@ mod tests {
                 "linux/amd64".into(),
                 format!("sha256:{}", "b".repeat(64)),
             )]),
+            sbom: BTreeMap::new(),
+            provenance: None,
             go_version: "1.22.2".into(),
             base_image: "static".into(),
             base_digest: None,
