@@ -8,6 +8,7 @@
 
 #![warn(missing_docs)]
 
+pub mod audit;
 pub mod config;
 pub mod describe;
 pub mod go;
@@ -53,6 +54,9 @@ pub enum Error {
     /// `patches verify`: a fix patch is not guarded, or a guard fails with the fix.
     #[error("verify: {0}")]
     Verify(String),
+    /// `verify`: the registry does not serve what the digest manifest records.
+    #[error("verify: {0}")]
+    Mismatch(String),
     /// A local file-system failure outside the stages.
     #[error("{0}")]
     Io(String),
@@ -60,7 +64,7 @@ pub enum Error {
 
 impl Error {
     /// Exit status: 2 usage/config, 3 source, 4 patches, 5 tests, 6 build, 7 image, 8 registry,
-    /// 9 digest manifest, 1 anything else.
+    /// 9 digest manifest, 10 registry does not match the digest manifest (`verify`), 1 anything else.
     pub fn exit_code(&self) -> u8 {
         match self {
             Error::Usage(_) | Error::Config(_) => 2,
@@ -71,6 +75,7 @@ impl Error {
             Error::Image(_) => 7,
             Error::Registry(_) => 8,
             Error::Lock(_) => 9,
+            Error::Mismatch(_) => 10,
             Error::Io(_) => 1,
         }
     }

@@ -36,6 +36,9 @@ struct Cli {
 enum Command {
     /// Build one Kubernetes minor: source → patches → test → build → image → publish → record.
     Build(BuildArgs),
+    /// Check that the registry serves what the digest manifest records (and, with --rebuild, that
+    /// the pins rebuild to the same digest).
+    Verify(AuditArgs),
     /// Patch series checks on the real upstream tree.
     #[command(subcommand)]
     Patches(PatchesCommand),
@@ -71,6 +74,21 @@ struct MatrixArgs {
     /// Also write the Markdown to this file (atomically), e.g. docs/patch-matrix.md.
     #[arg(long, value_name = "FILE")]
     output: Option<PathBuf>,
+}
+
+#[derive(Args)]
+struct AuditArgs {
+    /// Minors to check (repeatable); every entry of the digest manifest by default.
+    #[arg(long = "k8s", value_name = "MINOR")]
+    k8s: Vec<Minor>,
+    #[command(flatten)]
+    inputs: Inputs,
+    /// Reach this registry (host:port) over plain HTTP; repeatable.
+    #[arg(long = "insecure-registry", value_name = "HOST")]
+    insecure_registry: Vec<String>,
+    /// Also rebuild each entry from images.toml (no push, nothing recorded) and compare digests.
+    #[arg(long)]
+    rebuild: bool,
 }
 
 /// Where the inputs come from.
@@ -135,9 +153,7 @@ fn source_date_epoch() -> anyhow::Result<Option<i64>> {
 
 async fn build(cli: &Cli, args: &BuildArgs) -> Result<(), occm_forge::Error> {
     let config = config::load(&args.inputs.config)?;
-    let mut insecure = config.insecure_registries.clone();
-    insecure.extend(args.insecure_registry.iter().cloned());
-    let registry = OciRegistry::new(&OciRegistryConfig { insecure });
+    let registry = registry_client(&config, &args.insecure_registry);
     let opts = BuildOptions {
         config,
         minor: args.k8s,
@@ -173,6 +189,107 @@ async fn build(cli: &Cli, args: &BuildArgs) -> Result<(), occm_forge::Error> {
     };
     writeln!(stdout, "{line}").map_err(|e| occm_forge::Error::Io(format!("stdout: {e}")))?;
     Ok(())
+}
+
+fn registry_client(config: &config::Config, extra_insecure: &[String]) -> OciRegistry {
+    let mut insecure = config.insecure_registries.clone();
+    insecure.extend(extra_insecure.iter().cloned());
+    OciRegistry::new(&OciRegistryConfig { insecure })
+}
+
+async fn verify_registry(cli: &Cli, args: &AuditArgs) -> Result<(), occm_forge::Error> {
+    use occm_forge::audit::{self, Finding};
+    let config = config::load(&args.inputs.config)?;
+    let manifest = occm_forge::lockfile::read(&config.digest_manifest)?;
+    let registry = registry_client(&config, &args.insecure_registry);
+    let minors: Vec<Minor> = if args.k8s.is_empty() {
+        manifest.images.keys().copied().collect()
+    } else {
+        args.k8s.clone()
+    };
+    let mut findings = Vec::new();
+    for minor in &minors {
+        let Some(entry) = manifest.images.get(minor) else {
+            findings.push(Finding {
+                minor: *minor,
+                field: "entry".into(),
+                message: format!("no entry in {}", config.digest_manifest.display()),
+            });
+            continue;
+        };
+        if !entry.published {
+            findings.push(Finding {
+                minor: *minor,
+                field: "published".into(),
+                message: "the entry was recorded without --push; nothing in the registry to check"
+                    .into(),
+            });
+            continue;
+        }
+        let found = audit::check_entry(&registry, &config, *minor, entry).await?;
+        if !cli.quiet && found.is_empty() {
+            eprintln!(
+                "occm-forge: verify {minor}: {} matches the digest manifest",
+                entry.image
+            );
+        }
+        findings.extend(found);
+        if args.rebuild {
+            let scratch = tempfile::tempdir().map_err(|e| occm_forge::Error::Io(e.to_string()))?;
+            let mut cfg = config.clone();
+            cfg.digest_manifest = scratch.path().join("images.lock.yaml");
+            let opts = BuildOptions {
+                config: cfg,
+                minor: *minor,
+                source: args.inputs.source.clone(),
+                push: false,
+                repository: Some(entry.repository.clone()),
+                output: scratch.path().join("out"),
+                cache_dir: cache_dir(cli),
+                allow_unpinned_base: false,
+                source_date_epoch: Some(entry.source_date_epoch),
+            };
+            let quiet = cli.quiet;
+            let mut on_stage = |r: &pipeline::StageReport| {
+                if !quiet {
+                    eprintln!(
+                        "occm-forge: rebuild {minor}: {:<8} {:>7.1}s  {}",
+                        r.stage, r.seconds, r.detail
+                    );
+                }
+            };
+            let rebuilt = pipeline::build(&opts, &registry, &mut on_stage).await?;
+            if rebuilt.entry.digest != entry.digest {
+                findings.push(Finding {
+                    minor: *minor,
+                    field: "rebuild".into(),
+                    message: format!(
+                        "rebuilding from images.toml gives {}, the digest manifest records {}",
+                        rebuilt.entry.digest, entry.digest
+                    ),
+                });
+            } else if !quiet {
+                eprintln!(
+                    "occm-forge: verify {minor}: the rebuild gives the same digest {}",
+                    entry.digest
+                );
+            }
+        }
+    }
+    let text: String = findings.iter().map(|f| format!("{f}\n")).collect();
+    if !text.is_empty() {
+        print_stdout(&text)?;
+    }
+    if findings.is_empty() {
+        Ok(())
+    } else {
+        Err(occm_forge::Error::Mismatch(format!(
+            "{} mismatch{} between the registry and {}",
+            findings.len(),
+            if findings.len() == 1 { "" } else { "es" },
+            config.digest_manifest.display()
+        )))
+    }
 }
 
 fn cache_dir(cli: &Cli) -> PathBuf {
@@ -346,6 +463,7 @@ fn main() -> ExitCode {
     let result = runtime.block_on(async {
         match &cli.command {
             Command::Build(args) => build(&cli, args).await,
+            Command::Verify(args) => verify_registry(&cli, args).await,
             Command::Patches(PatchesCommand::Verify(args)) => patches_verify(&cli, args),
             Command::Patches(PatchesCommand::Matrix(args)) => patches_matrix(&cli, args),
         }

@@ -1,0 +1,286 @@
+//! `occm-forge verify`: checks that what the registry serves is what the digest manifest records.
+//!
+//! Per entry: the tag still serves the recorded digest; the image index lists every recorded
+//! platform with the recorded manifest digest; each platform's config carries the
+//! `org.opencontainers.image.{source,revision,version}` labels of the entry; the SBOM and
+//! provenance referrers exist, have the right artifact type and point at the recorded subject,
+//! and are listed in the subject's referrers (tag-schema fallback `sha256-<hex>`). Every mismatch
+//! is one [`Finding`].
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::config::{Config, Minor};
+use crate::describe::{IN_TOTO_MEDIA_TYPE, SPDX_MEDIA_TYPE};
+use crate::image::referrer::fallback_tag;
+use crate::image::spec::{Index, Manifest, keys};
+use crate::lockfile::Entry;
+use crate::registry::{ErrorKind, Registry, RegistryError, RepositoryName, sha256_digest, short};
+
+/// One mismatch between the registry and the digest manifest.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Finding {
+    /// The minor whose entry does not match.
+    pub minor: Minor,
+    /// What was checked, e.g. `tag`, `platforms`, `label org.opencontainers.image.revision`, `sbom linux/amd64`.
+    pub field: String,
+    /// What is wrong, in one line.
+    pub message: String,
+}
+
+impl std::fmt::Display for Finding {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}: {}", self.minor, self.field, self.message)
+    }
+}
+
+struct Checker<'a> {
+    registry: &'a dyn Registry,
+    repo: RepositoryName,
+    minor: Minor,
+    findings: Vec<Finding>,
+}
+
+impl Checker<'_> {
+    fn find(&mut self, field: impl Into<String>, message: impl Into<String>) {
+        self.findings.push(Finding {
+            minor: self.minor,
+            field: field.into(),
+            message: message.into(),
+        });
+    }
+
+    /// Pulls a manifest by digest and checks its bytes; a missing one is a finding, not an error.
+    async fn manifest(
+        &mut self,
+        field: &str,
+        digest: &str,
+    ) -> Result<Option<Vec<u8>>, RegistryError> {
+        match self.registry.pull_manifest(&self.repo, digest).await {
+            Ok(b) if sha256_digest(&b) == digest => Ok(Some(b.to_vec())),
+            Ok(b) => {
+                self.find(
+                    field,
+                    format!(
+                        "{} serves content with digest {}",
+                        short(digest),
+                        sha256_digest(&b)
+                    ),
+                );
+                Ok(None)
+            }
+            Err(e) if e.kind == ErrorKind::NotFound => {
+                self.find(field, format!("{digest} is not in {}", self.repo));
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Checks a referrer manifest: present, of `artifact_type`, about `subject`, and listed in the
+    /// subject's referrers index.
+    async fn referrer(
+        &mut self,
+        field: &str,
+        digest: &str,
+        artifact_type: &str,
+        subject: &str,
+    ) -> Result<(), RegistryError> {
+        let Some(bytes) = self.manifest(field, digest).await? else {
+            return Ok(());
+        };
+        let Ok(m) = serde_json::from_slice::<Manifest>(&bytes) else {
+            self.find(
+                field,
+                format!("{} is not an artifact manifest", short(digest)),
+            );
+            return Ok(());
+        };
+        if m.artifact_type.as_deref() != Some(artifact_type) {
+            self.find(
+                field,
+                format!(
+                    "artifactType is {:?}, expected {artifact_type}",
+                    m.artifact_type
+                ),
+            );
+        }
+        match m.subject.as_ref().map(|s| s.digest.as_str()) {
+            Some(s) if s == subject => {}
+            other => self.find(
+                field,
+                format!(
+                    "subject is {}, expected {subject}",
+                    other.unwrap_or("missing")
+                ),
+            ),
+        }
+        let listed = match self
+            .registry
+            .pull_manifest(&self.repo, &fallback_tag(subject))
+            .await
+        {
+            Ok(b) => serde_json::from_slice::<Index>(&b)
+                .map(|i| i.manifests.iter().any(|d| d.digest == digest))
+                .unwrap_or(false),
+            Err(e) if e.kind == ErrorKind::NotFound => false,
+            Err(e) => return Err(e),
+        };
+        if !listed {
+            self.find(
+                field,
+                format!(
+                    "{} is not listed among the referrers of {}",
+                    short(digest),
+                    short(subject)
+                ),
+            );
+        }
+        Ok(())
+    }
+}
+
+/// Checks one digest-manifest entry against the registry; see the module documentation.
+///
+/// Returns the findings (empty when everything matches). Errors only when the registry cannot be
+/// asked (unreachable, unauthorised); absent content is a finding.
+pub async fn check_entry(
+    registry: &dyn Registry,
+    config: &Config,
+    minor: Minor,
+    entry: &Entry,
+) -> Result<Vec<Finding>, RegistryError> {
+    let repo: RepositoryName = entry
+        .repository
+        .parse()
+        .map_err(|e: String| RegistryError {
+            registry: entry.repository.clone(),
+            operation: "parse repository".into(),
+            message: e,
+            kind: ErrorKind::Other,
+        })?;
+    let mut c = Checker {
+        registry,
+        repo: repo.clone(),
+        minor,
+        findings: Vec::new(),
+    };
+
+    match registry.manifest_digest(&repo, &entry.tag).await? {
+        None => c.find("tag", format!("{repo}:{} does not exist", entry.tag)),
+        Some(d) if d != entry.digest => c.find(
+            "tag",
+            format!(
+                "{repo}:{} serves {d}, the digest manifest records {}",
+                entry.tag, entry.digest
+            ),
+        ),
+        Some(_) => {}
+    }
+
+    if let Some(bytes) = c.manifest("digest", &entry.digest).await? {
+        let index: Index = match serde_json::from_slice(&bytes) {
+            Ok(i) => i,
+            Err(e) => {
+                c.find(
+                    "digest",
+                    format!("{} is not an image index: {e}", short(&entry.digest)),
+                );
+                return Ok(c.findings);
+            }
+        };
+        let listed: BTreeMap<String, String> = index
+            .manifests
+            .iter()
+            .filter_map(|m| {
+                m.platform.as_ref().map(|p| {
+                    let mut name = format!("{}/{}", p.os, p.architecture);
+                    if let Some(v) = p
+                        .variant
+                        .as_deref()
+                        .filter(|v| !(p.architecture == "arm64" && *v == "v8"))
+                    {
+                        name.push('/');
+                        name.push_str(v);
+                    }
+                    (name, m.digest.clone())
+                })
+            })
+            .collect();
+        for platform in &entry.platforms {
+            match (listed.get(platform), entry.manifests.get(platform)) {
+                (None, _) => c.find("platforms", format!("{platform} is missing from the index")),
+                (Some(got), Some(want)) if got != want => c.find(
+                    format!("manifest {platform}"),
+                    format!("index lists {got}, the digest manifest records {want}"),
+                ),
+                _ => {}
+            }
+        }
+        for (platform, digest) in &listed {
+            if !entry.platforms.contains(platform) {
+                c.find(
+                    "platforms",
+                    format!("{platform} is in the index but not in the digest manifest"),
+                );
+            }
+            let Some(bytes) = c.manifest(&format!("manifest {platform}"), digest).await? else {
+                continue;
+            };
+            let Ok(m) = serde_json::from_slice::<Manifest>(&bytes) else {
+                c.find(format!("manifest {platform}"), "is not an image manifest");
+                continue;
+            };
+            let config_bytes = match registry.pull_blob(&repo, &m.config.digest).await {
+                Ok(b) => b,
+                Err(e) if e.kind == ErrorKind::NotFound => {
+                    c.find(
+                        format!("config {platform}"),
+                        format!("{} is missing", m.config.digest),
+                    );
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            let cfg: Value = serde_json::from_slice(&config_bytes).unwrap_or(Value::Null);
+            let labels = &cfg["config"]["Labels"];
+            for (key, want) in [
+                (keys::SOURCE, config.upstream.as_str()),
+                (keys::REVISION, entry.upstream_commit.as_str()),
+                (keys::VERSION, entry.tag.as_str()),
+            ] {
+                let got = labels[key].as_str().unwrap_or("");
+                if got != want {
+                    c.find(
+                        format!("label {key} ({platform})"),
+                        format!("is {got:?}, expected {want:?}"),
+                    );
+                }
+            }
+        }
+    }
+
+    for platform in &entry.platforms {
+        match (entry.sbom.get(platform), entry.manifests.get(platform)) {
+            (Some(sbom), Some(subject)) => {
+                c.referrer(&format!("sbom {platform}"), sbom, SPDX_MEDIA_TYPE, subject)
+                    .await?
+            }
+            (None, _) => c.find(
+                format!("sbom {platform}"),
+                "the digest manifest records no SBOM",
+            ),
+            _ => {}
+        }
+    }
+    match &entry.provenance {
+        Some(p) => {
+            c.referrer("provenance", p, IN_TOTO_MEDIA_TYPE, &entry.digest)
+                .await?
+        }
+        None => c.find("provenance", "the digest manifest records no provenance"),
+    }
+    Ok(c.findings)
+}
