@@ -15,6 +15,7 @@ pub mod go;
 pub mod image;
 pub mod lockfile;
 pub mod patches;
+pub mod pin;
 pub mod pipeline;
 pub mod registry;
 pub mod source;

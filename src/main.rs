@@ -39,6 +39,9 @@ enum Command {
     /// Check that the registry serves what the digest manifest records (and, with --rebuild, that
     /// the pins rebuild to the same digest).
     Verify(AuditArgs),
+    /// Rewrite images.toml keeping its comments: move a minor to an upstream tag (commit, Go
+    /// version and go-runner base from that tag), add a minor, and pin base images by digest.
+    Pin(PinArgs),
     /// Patch series checks on the real upstream tree.
     #[command(subcommand)]
     Patches(PatchesCommand),
@@ -91,6 +94,25 @@ struct AuditArgs {
     rebuild: bool,
 }
 
+#[derive(Args)]
+#[command(group = clap::ArgGroup::new("which").required(true).args(["k8s", "new_minor"]))]
+struct PinArgs {
+    /// The minor to pin.
+    #[arg(long = "k8s", value_name = "MINOR")]
+    k8s: Option<Minor>,
+    /// Add this minor, modelled on the closest lower one (needs --tag).
+    #[arg(long, value_name = "MINOR")]
+    new_minor: Option<Minor>,
+    /// Move the minor to this upstream tag.
+    #[arg(long, value_name = "TAG")]
+    tag: Option<String>,
+    #[command(flatten)]
+    inputs: Inputs,
+    /// Reach this registry (host:port) over plain HTTP; repeatable.
+    #[arg(long = "insecure-registry", value_name = "HOST")]
+    insecure_registry: Vec<String>,
+}
+
 /// Where the inputs come from.
 #[derive(Args)]
 struct Inputs {
@@ -130,6 +152,9 @@ struct BuildArgs {
     /// Allow a base image reference without @sha256 digest.
     #[arg(long)]
     allow_unpinned_base: bool,
+    /// Base image instead of images.toml's: `static` (built in, offline) or a reference.
+    #[arg(long, value_name = "static|REF")]
+    base: Option<String>,
 }
 
 fn default_cache_dir() -> PathBuf {
@@ -163,6 +188,7 @@ async fn build(cli: &Cli, args: &BuildArgs) -> Result<(), occm_forge::Error> {
         output: args.output.clone(),
         cache_dir: cache_dir(cli),
         allow_unpinned_base: args.allow_unpinned_base,
+        base: args.base.clone(),
         source_date_epoch: source_date_epoch()
             .map_err(|e| occm_forge::Error::Usage(e.to_string()))?,
     };
@@ -247,6 +273,13 @@ async fn verify_registry(cli: &Cli, args: &AuditArgs) -> Result<(), occm_forge::
                 output: scratch.path().join("out"),
                 cache_dir: cache_dir(cli),
                 allow_unpinned_base: false,
+                // Rebuild on the base the entry was built on, by its digest.
+                base: Some(match &entry.base_digest {
+                    Some(d) if !entry.base_image.contains('@') => {
+                        format!("{}@{d}", entry.base_image)
+                    }
+                    _ => entry.base_image.clone(),
+                }),
                 source_date_epoch: Some(entry.source_date_epoch),
             };
             let quiet = cli.quiet;
@@ -290,6 +323,37 @@ async fn verify_registry(cli: &Cli, args: &AuditArgs) -> Result<(), occm_forge::
             config.digest_manifest.display()
         )))
     }
+}
+
+async fn pin(cli: &Cli, args: &PinArgs) -> Result<(), occm_forge::Error> {
+    let config = config::load(&args.inputs.config)?;
+    let registry = registry_client(&config, &args.insecure_registry);
+    let cache = cache_dir(cli);
+    let req = occm_forge::pin::PinRequest {
+        config_path: &args.inputs.config,
+        minor: args.new_minor.or(args.k8s).expect("clap requires one"),
+        new_minor: args.new_minor.is_some(),
+        tag: args.tag.as_deref(),
+        source: args.inputs.source.as_deref(),
+        cache_dir: &cache,
+    };
+    let outcome = occm_forge::pin::pin(&req, &registry).await?;
+    for w in &outcome.warnings {
+        eprintln!("occm-forge: warning: {w}");
+    }
+    if outcome.changes.is_empty() {
+        if !cli.quiet {
+            eprintln!("occm-forge: {} is up to date", args.inputs.config.display());
+        }
+        return Ok(());
+    }
+    print_stdout(
+        &outcome
+            .changes
+            .iter()
+            .map(|c| format!("{c}\n"))
+            .collect::<String>(),
+    )
 }
 
 fn cache_dir(cli: &Cli) -> PathBuf {
@@ -464,6 +528,7 @@ fn main() -> ExitCode {
         match &cli.command {
             Command::Build(args) => build(&cli, args).await,
             Command::Verify(args) => verify_registry(&cli, args).await,
+            Command::Pin(args) => pin(&cli, args).await,
             Command::Patches(PatchesCommand::Verify(args)) => patches_verify(&cli, args),
             Command::Patches(PatchesCommand::Matrix(args)) => patches_matrix(&cli, args),
         }

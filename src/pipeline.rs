@@ -37,6 +37,8 @@ pub struct BuildOptions {
     pub cache_dir: PathBuf,
     /// Build from a base reference that has no digest.
     pub allow_unpinned_base: bool,
+    /// Base image instead of the minor's `base` (`--base`): `static` or a reference.
+    pub base: Option<String>,
     /// `SOURCE_DATE_EPOCH`; the upstream commit time when `None`.
     pub source_date_epoch: Option<i64>,
 }
@@ -86,8 +88,8 @@ impl Stages<'_> {
 }
 
 /// Everything derived from images.toml before any work starts.
-struct Plan<'a> {
-    minor_cfg: &'a MinorConfig,
+struct Plan {
+    minor_cfg: MinorConfig,
     series: Vec<patches::PatchFile>,
     series_sha256: String,
     tag: String,
@@ -95,9 +97,12 @@ struct Plan<'a> {
     required_tests: Vec<String>,
 }
 
-fn plan<'a>(opts: &'a BuildOptions) -> Result<Plan<'a>, Error> {
+fn plan(opts: &BuildOptions) -> Result<Plan, Error> {
     let cfg = &opts.config;
-    let m = cfg.minor(opts.minor)?;
+    let mut m = cfg.minor(opts.minor)?.clone();
+    if let Some(base) = &opts.base {
+        m.base = base.clone();
+    }
     let series = patches::load_series(&cfg.patches_dir, &m.patches)?;
     let series_sha256 = patches::series_sha256(&series);
     let tag = config::render_tag(
@@ -123,10 +128,11 @@ fn plan<'a>(opts: &'a BuildOptions) -> Result<Plan<'a>, Error> {
             .map_err(|e: String| Error::Usage(format!("minors.\"{}\".base: {e}", opts.minor)))?;
         if r.digest.is_none() && !opts.allow_unpinned_base {
             return Err(Error::Usage(format!(
-                "{}: minors.\"{}\".base `{}` has no @sha256 digest; pin it (or pass --allow-unpinned-base)",
+                "{}: minors.\"{}\".base `{}` has no @sha256 digest: run `occm-forge pin --k8s {}` where the registry is reachable, or build with --base static (offline) or --allow-unpinned-base",
                 cfg.path.display(),
                 opts.minor,
-                m.base
+                m.base,
+                opts.minor
             )));
         }
     }
@@ -162,7 +168,7 @@ pub async fn build(
     let cfg = &opts.config;
     let started_on = time::OffsetDateTime::now_utc().unix_timestamp();
     let p = plan(opts)?;
-    let m = p.minor_cfg;
+    let m = &p.minor_cfg;
     lockfile::check_tag(
         &cfg.digest_manifest,
         opts.minor,

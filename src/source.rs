@@ -96,7 +96,39 @@ fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> SourceError + '_ {
 /// [`SourceError::TagMoved`] when the tag's commit differs from the pin (naming both), and
 /// [`SourceError::Cache`] for local failures.
 pub fn checkout(req: &SourceRequest<'_>) -> Result<SourceTree, SourceError> {
-    let store_dir = req.cache_dir.join("git");
+    let fetched = fetch_tag(req.url, req.tag, req.cache_dir)?;
+    if fetched.commit != req.pinned_commit {
+        return Err(SourceError::TagMoved {
+            tag: req.tag.to_string(),
+            url: req.url.to_string(),
+            expected: req.pinned_commit.to_string(),
+            actual: fetched.commit,
+        });
+    }
+    let oid = Oid::from_str(&fetched.commit).map_err(cache_err(req.tree_dir))?;
+    let tree = create_tree(&fetched.store, req.tree_dir, oid)?;
+    Ok(SourceTree {
+        path: tree,
+        commit: fetched.commit,
+        commit_time: fetched.commit_time,
+    })
+}
+
+/// A tag fetched into the object store.
+#[derive(Debug, Clone)]
+pub struct FetchedTag {
+    /// The commit the tag points at (40 hex).
+    pub commit: String,
+    /// Its committer time, seconds since the epoch.
+    pub commit_time: i64,
+    /// The object store holding it.
+    pub store: PathBuf,
+}
+
+/// Fetches `tag` from `url` into the shared object store under `<cache_dir>/git` (serialised
+/// with a file lock) and returns the commit it points at now.
+pub fn fetch_tag(url: &str, tag: &str, cache_dir: &Path) -> Result<FetchedTag, SourceError> {
+    let store_dir = cache_dir.join("git");
     fs::create_dir_all(&store_dir).map_err(io_err(&store_dir))?;
     let lock_path = store_dir.join("lock");
     let lock = File::create(&lock_path).map_err(io_err(&lock_path))?;
@@ -108,21 +140,21 @@ pub fn checkout(req: &SourceRequest<'_>) -> Result<SourceTree, SourceError> {
         Err(_) => Repository::init_bare(&store_path).map_err(cache_err(&store_path))?,
     };
 
-    let url = normalise_url(req.url);
-    let key = hex::encode(Sha256::digest(url.as_bytes()));
-    let local_ref = format!("refs/occm-forge/{}/tags/{}", &key[..16], req.tag);
+    let normalised = normalise_url(url);
+    let key = hex::encode(Sha256::digest(normalised.as_bytes()));
+    let local_ref = format!("refs/occm-forge/{}/tags/{}", &key[..16], tag);
     let fetch_err = |message: String| SourceError::Fetch {
-        tag: req.tag.to_string(),
-        url: req.url.to_string(),
+        tag: tag.to_string(),
+        url: url.to_string(),
         message,
     };
-    match local_repository(&url) {
-        Some(src) => copy_tag(&src, &store, req.tag, &local_ref)
+    match local_repository(&normalised) {
+        Some(src) => copy_tag(&src, &store, tag, &local_ref)
             .map_err(|e| fetch_err(e.message().to_string()))?,
         None => {
-            let refspec = format!("+refs/tags/{}:{local_ref}", req.tag);
+            let refspec = format!("+refs/tags/{tag}:{local_ref}");
             let mut remote = store
-                .remote_anonymous(&url)
+                .remote_anonymous(&normalised)
                 .map_err(|e| fetch_err(e.message().to_string()))?;
             let mut opts = FetchOptions::new();
             opts.download_tags(git2::AutotagOption::None);
@@ -133,35 +165,72 @@ pub fn checkout(req: &SourceRequest<'_>) -> Result<SourceTree, SourceError> {
     }
     let reference = store
         .find_reference(&local_ref)
-        .map_err(|_| fetch_err(format!("no tag {} there", req.tag)))?;
+        .map_err(|_| fetch_err(format!("no tag {tag} there")))?;
     let commit = reference
         .peel_to_commit()
         .map_err(|e| fetch_err(format!("tag does not point at a commit: {}", e.message())))?;
-    let actual = commit.id().to_string();
-    if actual != req.pinned_commit {
-        return Err(SourceError::TagMoved {
-            tag: req.tag.to_string(),
-            url: req.url.to_string(),
-            expected: req.pinned_commit.to_string(),
-            actual,
-        });
-    }
-    let commit_time = commit.committer().when().seconds();
-    drop(commit);
-    drop(reference);
-    drop(store);
-    drop(lock);
-
-    let tree = create_tree(
-        &store_path,
-        req.tree_dir,
-        Oid::from_str(&actual).map_err(cache_err(req.tree_dir))?,
-    )?;
-    Ok(SourceTree {
-        path: tree,
-        commit: actual,
-        commit_time,
+    Ok(FetchedTag {
+        commit: commit.id().to_string(),
+        commit_time: commit.committer().when().seconds(),
+        store: store_path,
     })
+}
+
+/// Reads `path` in the tree of `commit` from the object store `store`; `None` when absent.
+pub fn read_file(store: &Path, commit: &str, path: &str) -> Option<Vec<u8>> {
+    let repo = Repository::open_bare(store).ok()?;
+    let commit = repo.find_commit(Oid::from_str(commit).ok()?).ok()?;
+    let entry = commit.tree().ok()?.get_path(Path::new(path)).ok()?;
+    let blob = repo.find_blob(entry.id()).ok()?;
+    Some(blob.content().to_vec())
+}
+
+/// Lists the tags of `url` with the commits they point at (annotated tags peeled), without
+/// fetching objects: a local repository is read directly, a remote is asked with `ls-remote`.
+/// Tags whose target cannot be read (partial mirrors) are left out.
+pub fn list_tags(url: &str) -> Result<Vec<(String, String)>, SourceError> {
+    let err = |message: String| SourceError::Fetch {
+        tag: "*".into(),
+        url: url.to_string(),
+        message,
+    };
+    let normalised = normalise_url(url);
+    let mut tags = std::collections::BTreeMap::new();
+    if let Some(repo) = local_repository(&normalised) {
+        let refs = repo
+            .references_glob("refs/tags/*")
+            .map_err(|e| err(e.message().to_string()))?;
+        for r in refs.flatten() {
+            if let (Ok(name), Ok(c)) = (r.shorthand(), r.peel_to_commit()) {
+                tags.insert(name.to_string(), c.id().to_string());
+            }
+        }
+    } else {
+        let dir = tempfile::tempdir().map_err(|e| err(e.to_string()))?;
+        let repo = Repository::init_bare(dir.path()).map_err(|e| err(e.message().to_string()))?;
+        let mut remote = repo
+            .remote_anonymous(&normalised)
+            .map_err(|e| err(e.message().to_string()))?;
+        remote
+            .connect(git2::Direction::Fetch)
+            .map_err(|e| err(e.message().to_string()))?;
+        for head in remote.list().map_err(|e| err(e.message().to_string()))? {
+            let Some(name) = head.name().strip_prefix("refs/tags/") else {
+                continue;
+            };
+            match name.strip_suffix("^{}") {
+                // The peeled commit of an annotated tag wins over the tag object.
+                Some(tag) => {
+                    tags.insert(tag.to_string(), head.oid().to_string());
+                }
+                None => {
+                    tags.entry(name.to_string())
+                        .or_insert_with(|| head.oid().to_string());
+                }
+            }
+        }
+    }
+    Ok(tags.into_iter().collect())
 }
 
 /// The source as a repository on this machine, if it is one (a path or a `file://` URL).

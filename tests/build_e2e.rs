@@ -265,6 +265,72 @@ fn build_push_and_check_with_skopeo_and_umoci() {
             .arg(&path));
     }
 
+    // skopeo copies every platform into an OCI layout, and GNU tar lists every entry of every
+    // layer of what it copied: root-owned (but /home/nonroot), the epoch as mtime, the modes we set.
+    let all = f.path().join("all");
+    skopeo(&[
+        "copy",
+        "--quiet",
+        "--all",
+        "--src-tls-verify=false",
+        &docker_ref,
+        &format!("oci:{}:{tag}", all.display()),
+    ]);
+    let copied: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(all.join("index.json")).unwrap()).unwrap();
+    assert_eq!(
+        copied["manifests"][0]["digest"].as_str().unwrap(),
+        digest,
+        "skopeo copy --all changed the index"
+    );
+    let mut listing = String::new();
+    for m in index["manifests"].as_array().unwrap() {
+        let mblob = all
+            .join("blobs/sha256")
+            .join(m["digest"].as_str().unwrap().trim_start_matches("sha256:"));
+        let manifest: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(mblob).unwrap()).unwrap();
+        for l in manifest["layers"].as_array().unwrap() {
+            let lblob = all
+                .join("blobs/sha256")
+                .join(l["digest"].as_str().unwrap().trim_start_matches("sha256:"));
+            listing.push_str(&run(Command::new("tar")
+                .args(["--numeric-owner", "--full-time", "-tvzf"])
+                .arg(lblob)));
+        }
+    }
+    let expected_static = [
+        "drwxr-xr-x 0/0 bin/",
+        "drwxr-xr-x 0/0 etc/",
+        "-rw-r--r-- 0/0 etc/group",
+        "-rw-r--r-- 0/0 etc/passwd",
+        "drwxr-xr-x 0/0 etc/ssl/",
+        "drwxr-xr-x 0/0 etc/ssl/certs/",
+        "-rw-r--r-- 0/0 etc/ssl/certs/ca-certificates.crt",
+        "drwxr-xr-x 0/0 home/",
+        "drwx------ 65532/65532 home/nonroot/",
+        "drwx------ 0/0 root/",
+        "drwxrwxrwt 0/0 tmp/",
+        "-rwxr-xr-x 0/0 bin/openstack-cloud-controller-manager",
+    ];
+    let mut expected = Vec::new();
+    for _ in 0..2 {
+        expected.extend(expected_static.iter().map(|l| l.to_string()));
+    }
+    let got: Vec<String> = listing
+        .lines()
+        .map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            assert_eq!(
+                (f[3], f[4]),
+                ("2025-10-15", "14:43:36"),
+                "mtime is not the commit time: {l}"
+            );
+            format!("{} {} {}", f[0], f[1], f[5])
+        })
+        .collect();
+    assert_eq!(got, expected);
+
     // The layout in --output opens in skopeo as oci:DIR and is the same image.
     let layout_raw = skopeo(&[
         "inspect",

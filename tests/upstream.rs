@@ -48,6 +48,8 @@ fn real_v1_34_build_push_and_run() {
             "--k8s",
             "1.34",
             "--push",
+            "--base",
+            "static",
             "--source",
             &mirror,
             "--repository",
@@ -89,6 +91,99 @@ fn real_v1_34_build_push_and_run() {
     assert!(
         text.contains(tag),
         "the binary does not report {tag}: {text}"
+    );
+
+    // A second build from scratch — an empty cache (git objects, Go modules and build cache),
+    // another working directory, HOME and umask — gives the same index digest for both platforms.
+    let other = tempfile::tempdir().unwrap();
+    let cwd = other.path().join("elsewhere");
+    std::fs::create_dir_all(other.path().join("home")).unwrap();
+    std::fs::create_dir_all(&cwd).unwrap();
+    let o = Command::new("sh")
+        .current_dir(&cwd)
+        .args([
+            "-c",
+            "umask 077 && exec \"$0\" \"$@\"",
+            env!("CARGO_BIN_EXE_occm-forge"),
+        ])
+        .args([
+            "build", "--k8s", "1.34", "--json", "--base", "static", "--source", &mirror,
+        ])
+        .args(["--repository", &repo, "--config"])
+        .arg(&config)
+        .arg("--output")
+        .arg(other.path().join("out"))
+        .arg("--cache-dir")
+        .arg(other.path().join("cache"))
+        .env("HOME", other.path().join("home"))
+        .output()
+        .unwrap();
+    eprintln!("clean rebuild: {}", stderr(&o));
+    assert!(o.status.success(), "clean rebuild failed");
+    let j: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(
+        j["digest"].as_str().unwrap(),
+        digest,
+        "a clean rebuild gave another digest"
+    );
+    assert_eq!(
+        j["manifests"],
+        serde_json::to_value(&entry["manifests"]).unwrap()
+    );
+
+    // verify passes on the pushed image, and names the tag once someone retags it.
+    let verify = || {
+        Command::new(env!("CARGO_BIN_EXE_occm-forge"))
+            .current_dir(dir.path())
+            .args([
+                "verify",
+                "--k8s",
+                "1.34",
+                "--insecure-registry",
+                &reg.addr,
+                "--config",
+            ])
+            .arg(&config)
+            .output()
+            .unwrap()
+    };
+    // The clean rebuild above recorded an unpublished entry; record the pushed one again.
+    let o = Command::new(env!("CARGO_BIN_EXE_occm-forge"))
+        .current_dir(dir.path())
+        .args([
+            "build", "--k8s", "1.34", "--push", "--base", "static", "--source", &mirror,
+        ])
+        .args([
+            "--repository",
+            &repo,
+            "--insecure-registry",
+            &reg.addr,
+            "--config",
+        ])
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = verify();
+    assert!(o.status.success(), "verify: {}{}", stdout(&o), stderr(&o));
+    skopeo(&[
+        "copy",
+        "--quiet",
+        "--src-tls-verify=false",
+        "--dest-tls-verify=false",
+        &format!(
+            "docker://{repo}@{}",
+            entry["manifests"]["linux/amd64"].as_str().unwrap()
+        ),
+        &docker_ref,
+    ]);
+    let o = verify();
+    assert_eq!(o.status.code(), Some(10), "{}", stderr(&o));
+    eprintln!("verify after retag: {}", stdout(&o));
+    assert!(
+        stdout(&o).starts_with(&format!("1.34: tag: {repo}:{tag} serves sha256:")),
+        "{}",
+        stdout(&o)
     );
 }
 

@@ -1,0 +1,297 @@
+//! `occm-forge pin`: rewrites images.toml in place, keeping its comments, order and formatting
+//! (toml_edit): a minor's upstream tag and commit (resolved from the source), its Go version and
+//! go-runner base from that tag's Dockerfile, and base references resolved to digests when the
+//! registry is reachable. `--new-minor` adds an entry modelled on the previous minor's.
+
+use std::path::Path;
+
+use toml_edit::{DocumentMut, Item, Table, Value};
+
+use crate::config::{self, Minor, STATIC_BASE};
+use crate::registry::{ImageRef, Registry};
+use crate::{Error, source};
+
+/// What to pin.
+#[derive(Debug, Clone)]
+pub struct PinRequest<'a> {
+    /// images.toml.
+    pub config_path: &'a Path,
+    /// The minor to pin (or to add with `new_minor`).
+    pub minor: Minor,
+    /// Add the minor, copying the closest lower minor's entry.
+    pub new_minor: bool,
+    /// Move to this upstream tag (required with `new_minor`).
+    pub tag: Option<&'a str>,
+    /// Where to read upstream from; images.toml `upstream` when `None`.
+    pub source: Option<&'a str>,
+    /// occm-forge's cache directory (the git object store).
+    pub cache_dir: &'a Path,
+}
+
+/// What `pin` changed, and what it could not do.
+#[derive(Debug, Clone, Default)]
+pub struct PinOutcome {
+    /// One line per changed key: `minors."1.34".commit: a → b`.
+    pub changes: Vec<String>,
+    /// One line per thing left as it was (e.g. a base digest the registry could not give).
+    pub warnings: Vec<String>,
+}
+
+/// The Go version and go-runner base an upstream Dockerfile builds OCCM with: `ARG
+/// GOLANG_IMAGE=golang:<go>` and `ARG DISTROLESS_IMAGE=<ref>` (upstream `Dockerfile` L17, L25).
+pub fn dockerfile_images(dockerfile: &str) -> (Option<String>, Option<String>) {
+    let arg = |name: &str| {
+        dockerfile.lines().find_map(|l| {
+            l.trim()
+                .strip_prefix("ARG ")
+                .and_then(|rest| rest.trim().strip_prefix(name))
+                .and_then(|rest| rest.strip_prefix('='))
+                .map(|v| v.trim().to_string())
+        })
+    };
+    let go = arg("GOLANG_IMAGE").and_then(|g| g.rsplit_once(':').map(|(_, v)| v.to_string()));
+    (go, arg("DISTROLESS_IMAGE"))
+}
+
+/// Sets `key` to `value`, keeping the old value's comments and spacing; returns the old value.
+fn set(table: &mut Table, key: &str, value: impl Into<Value>) -> Option<String> {
+    let bare = |v: &Value| {
+        let mut v = v.clone();
+        v.decor_mut().clear();
+        v.to_string()
+    };
+    let mut new: Value = value.into();
+    let old = table.get(key).and_then(Item::as_value).cloned();
+    if let Some(old) = &old {
+        *new.decor_mut() = old.decor().clone();
+        if bare(old) == bare(&new) {
+            return None;
+        }
+    }
+    let old_text = old.as_ref().map(bare).unwrap_or_else(|| "(none)".into());
+    // Replace the value in place: inserting would also replace the key and its comments.
+    match table.get_mut(key) {
+        Some(item) => *item = Item::Value(new),
+        None => {
+            table.insert(key, Item::Value(new));
+        }
+    }
+    Some(old_text)
+}
+
+fn max_position(table: &Table) -> isize {
+    table
+        .iter()
+        .filter_map(|(_, i)| i.as_table())
+        .map(|t| t.position().unwrap_or(0).max(max_position(t)))
+        .max()
+        .unwrap_or(0)
+}
+
+/// Rewrites images.toml; see the module documentation.
+///
+/// Errors: invalid images.toml (before or after the change: nothing is written then); an unknown
+/// minor, or an existing one with `new_minor`; the tag cannot be fetched. A base the registry
+/// cannot resolve is a warning, and its reference is kept.
+pub async fn pin(req: &PinRequest<'_>, registry: &dyn Registry) -> Result<PinOutcome, Error> {
+    let path = req.config_path;
+    let text =
+        std::fs::read_to_string(path).map_err(|e| Error::Io(format!("{}: {e}", path.display())))?;
+    let cfg = config::parse(path, &text)?;
+    let mut doc: DocumentMut = text
+        .parse()
+        .map_err(|e: toml_edit::TomlError| Error::Usage(format!("{}: {e}", path.display())))?;
+    let key = req.minor.to_string();
+    let mut out = PinOutcome::default();
+    let minors = doc["minors"]
+        .as_table_mut()
+        .ok_or_else(|| Error::Usage(format!("{}: no [minors] table", path.display())))?;
+
+    if req.new_minor {
+        if cfg.minors.contains_key(&req.minor) {
+            return Err(Error::Usage(format!(
+                "{}: minor {} exists already; pin it without --new-minor",
+                path.display(),
+                req.minor
+            )));
+        }
+        if req.tag.is_none() {
+            return Err(Error::Usage("--new-minor needs --tag".into()));
+        }
+        let template = cfg
+            .minors
+            .keys()
+            .filter(|m| **m < req.minor)
+            .max()
+            .or_else(|| cfg.minors.keys().min())
+            .copied()
+            .expect("images.toml has at least one minor");
+        let mut table = minors[&template.to_string()]
+            .as_table()
+            .cloned()
+            .expect("minor entries are tables");
+        let position = max_position(doc.as_table()) + 1;
+        table.set_position(Some(position));
+        doc["minors"]
+            .as_table_mut()
+            .expect("checked above")
+            .insert(&key, Item::Table(table));
+        out.changes.push(format!(
+            "minors.\"{key}\": added from minors.\"{template}\""
+        ));
+    } else {
+        cfg.minor(req.minor)?;
+    }
+    let table = doc["minors"][&key]
+        .as_table_mut()
+        .expect("the minor's entry is a table");
+    let note = |out: &mut PinOutcome, field: &str, old: Option<String>, new: &str| {
+        if let Some(old) = old {
+            out.changes
+                .push(format!("minors.\"{key}\".{field}: {old} → \"{new}\""));
+        }
+    };
+
+    if let Some(tag) = req.tag {
+        let url = req
+            .source
+            .map(str::to_string)
+            .unwrap_or_else(|| cfg.upstream.clone());
+        let fetched = tokio::task::block_in_place(|| source::fetch_tag(&url, tag, req.cache_dir))?;
+        let old_tag = table
+            .get("upstream_tag")
+            .and_then(Item::as_str)
+            .map(str::to_string);
+        note(
+            &mut out,
+            "upstream_tag",
+            set(table, "upstream_tag", tag),
+            tag,
+        );
+        note(
+            &mut out,
+            "commit",
+            set(table, "commit", fetched.commit.as_str()),
+            &fetched.commit,
+        );
+        // A new upstream tag starts the downstream revisions again.
+        if (req.new_minor || old_tag.as_deref() != Some(tag))
+            && let Some(old) = set(table, "revision", 1i64)
+        {
+            out.changes
+                .push(format!("minors.\"{key}\".revision: {old} → 1"));
+        }
+        match source::read_file(&fetched.store, &fetched.commit, "Dockerfile") {
+            Some(bytes) => {
+                let (go, runner) = dockerfile_images(&String::from_utf8_lossy(&bytes));
+                match go {
+                    Some(go) => note(&mut out, "go", set(table, "go", go.as_str()), &go),
+                    None => out.warnings.push(format!(
+                        "{tag}: the Dockerfile has no ARG GOLANG_IMAGE; `go` kept"
+                    )),
+                }
+                let is_static = table.get("base").and_then(Item::as_str) == Some(STATIC_BASE);
+                if let (Some(runner), false) = (runner, is_static) {
+                    let current = table.get("base").and_then(Item::as_str).unwrap_or_default();
+                    // Keep the digest when the reference is unchanged; it is re-resolved below.
+                    if current.split('@').next() != Some(runner.as_str()) {
+                        note(
+                            &mut out,
+                            "base",
+                            set(table, "base", runner.as_str()),
+                            &runner,
+                        );
+                    }
+                }
+            }
+            None => out
+                .warnings
+                .push(format!("{tag}: no Dockerfile; `go` and `base` kept")),
+        }
+    }
+
+    let base = table
+        .get("base")
+        .and_then(Item::as_str)
+        .unwrap_or_default()
+        .to_string();
+    if base != STATIC_BASE {
+        let r: ImageRef = base
+            .parse()
+            .map_err(|e: String| Error::Usage(format!("minors.\"{key}\".base: {e}")))?;
+        match &r.tag {
+            None => out.warnings.push(format!(
+                "minors.\"{key}\".base `{base}` has no tag to resolve; kept"
+            )),
+            Some(t) => match registry.manifest_digest(&r.repository, t).await {
+                Ok(Some(d)) => {
+                    let pinned = ImageRef {
+                        digest: Some(d),
+                        ..r.clone()
+                    }
+                    .to_string();
+                    note(
+                        &mut out,
+                        "base",
+                        set(table, "base", pinned.as_str()),
+                        &pinned,
+                    );
+                }
+                Ok(None) => out.warnings.push(format!(
+                    "base {}:{t} does not exist; minors.\"{key}\".base kept",
+                    r.repository
+                )),
+                Err(e) => out.warnings.push(format!(
+                    "base digest not resolved ({e}); minors.\"{key}\".base keeps `{base}`"
+                )),
+            },
+        }
+    }
+
+    let new_text = doc.to_string();
+    config::parse(path, &new_text).map_err(|e| {
+        Error::Usage(format!(
+            "{}: not changed: the result would be invalid: {}",
+            path.display(),
+            e.message
+        ))
+    })?;
+    if new_text != text {
+        crate::image::layout::write_file_atomically(path, new_text.as_bytes())
+            .map_err(|e| Error::Io(format!("{}: {e}", path.display())))?;
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_go_and_go_runner_from_the_dockerfile() {
+        let d = "ARG GOLANG_IMAGE=golang:1.25.1\n# x\nARG DISTROLESS_IMAGE=registry.k8s.io/build-image/go-runner:v2.4.0-go1.25.1-bookworm.0\n";
+        assert_eq!(
+            dockerfile_images(d),
+            (
+                Some("1.25.1".into()),
+                Some("registry.k8s.io/build-image/go-runner:v2.4.0-go1.25.1-bookworm.0".into())
+            )
+        );
+        assert_eq!(dockerfile_images("FROM x\n"), (None, None));
+    }
+
+    #[test]
+    fn set_keeps_comments() {
+        let mut doc: DocumentMut =
+            "[t]\n# above\ngo = \"1.25.1\"  # upstream Dockerfile GOLANG_IMAGE\n"
+                .parse()
+                .unwrap();
+        let t = doc["t"].as_table_mut().unwrap();
+        assert_eq!(set(t, "go", "1.25.5").as_deref(), Some("\"1.25.1\""));
+        assert_eq!(set(t, "go", "1.25.5"), None);
+        assert_eq!(
+            doc.to_string(),
+            "[t]\n# above\ngo = \"1.25.5\"  # upstream Dockerfile GOLANG_IMAGE\n"
+        );
+    }
+}

@@ -1,0 +1,209 @@
+//! `occm-forge pin` on the fixture: moving a minor to a new upstream tag, adding a minor, and
+//! pinning go-runner-like bases by digest in a real registry, all while keeping images.toml's
+//! comments.
+
+mod common;
+
+use std::process::{Command, Output};
+
+use common::*;
+
+/// Pushes a tiny OCI base image (made with umoci) to `repo:tag` and returns its digest.
+fn push_base(f: &Fixture, repo: &str, tag: &str) -> String {
+    require_tool("umoci");
+    let layout = f.path().join(format!("base-{tag}"));
+    let l = layout.display().to_string();
+    run(Command::new("umoci").args(["init", "--layout", &l]));
+    run(Command::new("umoci").args(["new", "--image", &format!("{l}:{tag}")]));
+    run(Command::new("umoci").args([
+        "config",
+        "--image",
+        &format!("{l}:{tag}"),
+        "--config.entrypoint",
+        "/go-runner",
+    ]));
+    skopeo(&[
+        "copy",
+        "--quiet",
+        "--dest-tls-verify=false",
+        &format!("oci:{l}:{tag}"),
+        &format!("docker://{repo}:{tag}"),
+    ]);
+    let raw = skopeo(&[
+        "inspect",
+        "--tls-verify=false",
+        "--raw",
+        &format!("docker://{repo}:{tag}"),
+    ]);
+    format!("sha256:{}", sha256_hex(raw.as_bytes()))
+}
+
+/// Tags the fixture upstream with a Dockerfile naming `go` and `runner`.
+fn upstream_release(f: &Fixture, tag: &str, go: &str, runner: &str) -> String {
+    std::fs::write(
+        f.upstream.join("Dockerfile"),
+        format!("# fixture\nARG GOLANG_IMAGE=golang:{go}\nARG DISTROLESS_IMAGE={runner}\nFROM ${{DISTROLESS_IMAGE}}\n"),
+    )
+    .unwrap();
+    run(git(&f.upstream).args(["add", "-A"]));
+    run(git(&f.upstream).args(["commit", "-q", "-m", tag]));
+    run(git(&f.upstream).args(["tag", tag]));
+    run(git(&f.upstream).args(["rev-parse", "HEAD"]))
+        .trim()
+        .to_string()
+}
+
+fn pin(f: &Fixture, reg: &str, args: &[&str]) -> Output {
+    occm_forge(f.path())
+        .arg("pin")
+        .args(args)
+        .args(["--insecure-registry", reg, "--source"])
+        .arg(&f.upstream)
+        .output()
+        .unwrap()
+}
+
+fn comments(text: &str) -> Vec<String> {
+    text.lines()
+        .filter(|l| l.trim_start().starts_with('#') || l.contains(" # "))
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn pin_moves_a_minor_to_a_new_tag_and_pins_its_base_keeping_comments() {
+    let reg = TestRegistry::start();
+    let f = fixture(&["linux/amd64"]);
+    let runner = reg.repo("build-image/go-runner");
+    let old_base = format!("{runner}:v2.4.0-go1.25.1-bookworm.0");
+    f.write_config("127.0.0.1:1/occm/occm", &["linux/amd64"], &old_base, &[]);
+    // A comment next to a value and one above a key, as people write them.
+    let cfg = std::fs::read_to_string(&f.config).unwrap();
+    let cfg = cfg.replacen(
+        "revision = 1\n",
+        "revision = 1  # bump when the series changes\n",
+        2,
+    );
+    let cfg = cfg.replacen(
+        "[minors.\"1.34\"]\n",
+        "[minors.\"1.34\"]\n# v1.34.x: the current release line\n",
+        1,
+    );
+    std::fs::write(&f.config, &cfg).unwrap();
+
+    // An unpinned base is refused by build, naming the way out.
+    let o = occm_forge(f.path())
+        .args(["build", "--k8s", "1.34", "--source"])
+        .arg(&f.upstream)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("has no @sha256 digest: run `occm-forge pin --k8s 1.34`"),
+        "{}",
+        stderr(&o)
+    );
+
+    let new_runner = format!("{runner}:v2.4.0-go1.25.3-bookworm.0");
+    let digest = push_base(&f, &runner, "v2.4.0-go1.25.3-bookworm.0");
+    let commit = upstream_release(&f, "v1.34.2", "1.25.3", &new_runner);
+
+    let o = pin(&f, &reg.addr, &["--k8s", "1.34", "--tag", "v1.34.2"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let after = std::fs::read_to_string(&f.config).unwrap();
+    assert_eq!(
+        comments(&cfg),
+        comments(&after),
+        "comments changed:\n{after}"
+    );
+    let toml: toml::Table = after.parse().unwrap();
+    let m = &toml["minors"]["1.34"];
+    assert_eq!(m["upstream_tag"].as_str(), Some("v1.34.2"));
+    assert_eq!(m["commit"].as_str(), Some(commit.as_str()));
+    assert_eq!(m["go"].as_str(), Some("1.25.3"));
+    assert_eq!(
+        m["base"].as_str().unwrap(),
+        format!("{new_runner}@{digest}")
+    );
+    assert_eq!(m["revision"].as_integer(), Some(1));
+    // Other minors untouched.
+    let before: toml::Table = cfg.parse().unwrap();
+    assert_eq!(toml["minors"]["1.33"], before["minors"]["1.33"]);
+    let out = stdout(&o);
+    assert!(
+        out.contains("minors.\"1.34\".upstream_tag: \"v1.34.1\" → \"v1.34.2\"\n"),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!(
+            "minors.\"1.34\".base: \"{new_runner}\" → \"{new_runner}@{digest}\"\n"
+        )),
+        "{out}"
+    );
+
+    // Pinning again changes nothing.
+    let o = pin(&f, &reg.addr, &["--k8s", "1.34"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stdout(&o), "");
+    assert_eq!(std::fs::read_to_string(&f.config).unwrap(), after);
+}
+
+#[test]
+fn pin_adds_a_new_minor_from_the_previous_one() {
+    let f = fixture(&["linux/amd64"]);
+    let commit = upstream_release(
+        &f,
+        "v1.36.0",
+        "1.26.2",
+        "registry.k8s.io/build-image/go-runner:v2.4.0-go1.26.2-bookworm.0",
+    );
+    let before = std::fs::read_to_string(&f.config).unwrap();
+    let o = pin(
+        &f,
+        "127.0.0.1:1",
+        &["--new-minor", "1.36", "--tag", "v1.36.0"],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let after = std::fs::read_to_string(&f.config).unwrap();
+    assert!(after.starts_with(&before), "existing text changed");
+    let toml: toml::Table = after.parse().unwrap();
+    let m = &toml["minors"]["1.36"];
+    assert_eq!(m["upstream_tag"].as_str(), Some("v1.36.0"));
+    assert_eq!(m["commit"].as_str(), Some(commit.as_str()));
+    assert_eq!(m["go"].as_str(), Some("1.26.2"));
+    assert_eq!(
+        m["base"].as_str(),
+        Some("static"),
+        "a static base stays static"
+    );
+    assert_eq!(m["patches"], toml["minors"]["1.35"]["patches"]);
+    // A minor that exists cannot be added again.
+    let o = pin(
+        &f,
+        "127.0.0.1:1",
+        &["--new-minor", "1.36", "--tag", "v1.36.0"],
+    );
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("minor 1.36 exists already"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn pin_keeps_the_reference_when_the_registry_is_unreachable() {
+    let f = fixture(&["linux/amd64"]);
+    let addr = format!("127.0.0.1:{}", free_port());
+    let base = format!("{addr}/build-image/go-runner:v1");
+    f.write_config("127.0.0.1:1/occm/occm", &["linux/amd64"], &base, &[]);
+    let before = std::fs::read_to_string(&f.config).unwrap();
+    let o = pin(&f, &addr, &["--k8s", "1.34"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains(&format!("minors.\"1.34\".base keeps `{base}`")),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(std::fs::read_to_string(&f.config).unwrap(), before);
+}
