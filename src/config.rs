@@ -188,6 +188,8 @@ pub struct Config {
     pub patches_dir: PathBuf,
     /// Registries (`host[:port]`) reached over plain HTTP (`[registry] insecure`).
     pub insecure_registries: Vec<String>,
+    /// Extra CA certificates (PEM) for registry TLS (`[registry] ca_files`), absolute.
+    pub ca_files: Vec<PathBuf>,
     /// Patch catalogue: file name → what it fixes and which tests guard it.
     pub patches: BTreeMap<String, PatchInfo>,
     /// One entry per Kubernetes minor.
@@ -260,6 +262,8 @@ struct RawConfig {
 struct RawRegistry {
     #[serde(default)]
     insecure: Vec<String>,
+    #[serde(default)]
+    ca_files: Vec<String>,
 }
 
 fn default_upstream() -> String {
@@ -534,6 +538,7 @@ pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigError> {
         digest_manifest: resolve(&raw.digest_manifest),
         patches_dir: resolve(&raw.patches_dir),
         insecure_registries: raw.registry.insecure,
+        ca_files: raw.registry.ca_files.iter().map(|p| resolve(p)).collect(),
         patches: raw.patches,
         minors,
     })

@@ -9,6 +9,7 @@ use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use occm_forge::config::{self, Minor};
 use occm_forge::pipeline::{self, BuildOptions};
+use occm_forge::registry::auth::AuthFiles;
 use occm_forge::registry::oci::{OciRegistry, OciRegistryConfig};
 use occm_forge::verify;
 
@@ -86,9 +87,8 @@ struct AuditArgs {
     k8s: Vec<Minor>,
     #[command(flatten)]
     inputs: Inputs,
-    /// Reach this registry (host:port) over plain HTTP; repeatable.
-    #[arg(long = "insecure-registry", value_name = "HOST")]
-    insecure_registry: Vec<String>,
+    #[command(flatten)]
+    registry: RegistryArgs,
     /// Also rebuild each entry from images.toml (no push, nothing recorded) and compare digests.
     #[arg(long)]
     rebuild: bool,
@@ -108,9 +108,23 @@ struct PinArgs {
     tag: Option<String>,
     #[command(flatten)]
     inputs: Inputs,
-    /// Reach this registry (host:port) over plain HTTP; repeatable.
+    #[command(flatten)]
+    registry: RegistryArgs,
+}
+
+/// How registries are reached.
+#[derive(Args)]
+struct RegistryArgs {
+    /// Reach this registry (host:port) over plain HTTP; repeatable; adds to images.toml [registry] insecure.
     #[arg(long = "insecure-registry", value_name = "HOST")]
     insecure_registry: Vec<String>,
+    /// Trust this CA (PEM) for registry TLS; repeatable; adds to images.toml [registry] ca_files.
+    #[arg(long = "ca-file", value_name = "PEM")]
+    ca_file: Vec<PathBuf>,
+    /// Read registry credentials from this docker/podman auth file only (default: $REGISTRY_AUTH_FILE,
+    /// $DOCKER_CONFIG/config.json or ~/.docker/config.json, then podman's auth.json).
+    #[arg(long = "registry-config", value_name = "FILE")]
+    registry_config: Option<PathBuf>,
 }
 
 /// Where the inputs come from.
@@ -137,9 +151,8 @@ struct BuildArgs {
     /// Target repository instead of images.toml `repository` (registry/path, no tag).
     #[arg(long, value_name = "REPO")]
     repository: Option<String>,
-    /// Reach this registry (host:port) over plain HTTP; repeatable; adds to images.toml [registry] insecure.
-    #[arg(long = "insecure-registry", value_name = "HOST")]
-    insecure_registry: Vec<String>,
+    #[command(flatten)]
+    registry: RegistryArgs,
     /// OCI image layout directory.
     #[arg(long, default_value = "out", value_name = "DIR")]
     output: PathBuf,
@@ -178,7 +191,7 @@ fn source_date_epoch() -> anyhow::Result<Option<i64>> {
 
 async fn build(cli: &Cli, args: &BuildArgs) -> Result<(), occm_forge::Error> {
     let config = config::load(&args.inputs.config)?;
-    let registry = registry_client(&config, &args.insecure_registry);
+    let registry = registry_client(&config, &args.registry)?;
     let opts = BuildOptions {
         config,
         minor: args.k8s,
@@ -217,17 +230,27 @@ async fn build(cli: &Cli, args: &BuildArgs) -> Result<(), occm_forge::Error> {
     Ok(())
 }
 
-fn registry_client(config: &config::Config, extra_insecure: &[String]) -> OciRegistry {
+fn registry_client(
+    config: &config::Config,
+    args: &RegistryArgs,
+) -> Result<OciRegistry, occm_forge::Error> {
     let mut insecure = config.insecure_registries.clone();
-    insecure.extend(extra_insecure.iter().cloned());
-    OciRegistry::new(&OciRegistryConfig { insecure })
+    insecure.extend(args.insecure_registry.iter().cloned());
+    let mut ca_files = config.ca_files.clone();
+    ca_files.extend(args.ca_file.iter().cloned());
+    OciRegistry::new(&OciRegistryConfig {
+        insecure,
+        ca_files,
+        auth: AuthFiles::discover(args.registry_config.as_deref()),
+    })
+    .map_err(|e| occm_forge::Error::Usage(e.to_string()))
 }
 
 async fn verify_registry(cli: &Cli, args: &AuditArgs) -> Result<(), occm_forge::Error> {
     use occm_forge::audit::{self, Finding};
     let config = config::load(&args.inputs.config)?;
     let manifest = occm_forge::lockfile::read(&config.digest_manifest)?;
-    let registry = registry_client(&config, &args.insecure_registry);
+    let registry = registry_client(&config, &args.registry)?;
     let minors: Vec<Minor> = if args.k8s.is_empty() {
         manifest.images.keys().copied().collect()
     } else {
@@ -327,7 +350,7 @@ async fn verify_registry(cli: &Cli, args: &AuditArgs) -> Result<(), occm_forge::
 
 async fn pin(cli: &Cli, args: &PinArgs) -> Result<(), occm_forge::Error> {
     let config = config::load(&args.inputs.config)?;
-    let registry = registry_client(&config, &args.insecure_registry);
+    let registry = registry_client(&config, &args.registry)?;
     let cache = cache_dir(cli);
     let req = occm_forge::pin::PinRequest {
         config_path: &args.inputs.config,

@@ -6,6 +6,7 @@
 //! (`HEAD|GET /v2/<name>/blobs/<digest>`, `POST`+`PUT` uploads), manifests by tag or digest
 //! (`HEAD|GET|PUT /v2/<name>/manifests/<reference>`).
 
+pub mod auth;
 pub mod oci;
 pub mod publish;
 

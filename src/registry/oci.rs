@@ -11,6 +11,13 @@ use oci_client::errors::{OciDistributionError, OciErrorCode};
 use oci_client::secrets::RegistryAuth;
 use oci_client::{Client, Reference};
 
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Mutex;
+
+use oci_client::client::{Certificate, CertificateEncoding};
+
+use super::auth::AuthFiles;
 use super::{ErrorKind, Registry, RegistryError, RepositoryName, short};
 use crate::image::spec::MANIFEST_MEDIA_TYPES;
 
@@ -19,41 +26,107 @@ use crate::image::spec::MANIFEST_MEDIA_TYPES;
 pub struct OciRegistryConfig {
     /// Registries (`host[:port]`) reached over plain HTTP; every other one uses HTTPS.
     pub insecure: Vec<String>,
+    /// Extra CA certificates (PEM files) to trust besides the system and Mozilla roots.
+    pub ca_files: Vec<PathBuf>,
+    /// Where credentials are looked up.
+    pub auth: AuthFiles,
 }
 
-/// The `oci-client` implementation of [`Registry`]; anonymous unless credentials are stored.
+/// The `oci-client` implementation of [`Registry`], with credentials from [`AuthFiles`] resolved
+/// once per registry.
 pub struct OciRegistry {
     client: Client,
-    auth: RegistryAuth,
+    auth_files: AuthFiles,
+    auths: Mutex<HashMap<String, RegistryAuth>>,
+}
+
+/// A failure to set the client up (an unreadable CA file).
+#[derive(Debug, thiserror::Error)]
+#[error("CA file {path}: {message}")]
+pub struct SetupError {
+    /// The CA file.
+    pub path: PathBuf,
+    /// The cause.
+    pub message: String,
 }
 
 impl OciRegistry {
-    /// A client for every registry, plain HTTP for those listed in `config.insecure`.
-    pub fn new(config: &OciRegistryConfig) -> Self {
+    /// A client for every registry: HTTPS (system roots plus `ca_files`) except for the
+    /// registries in `insecure`, which get plain HTTP.
+    pub fn new(config: &OciRegistryConfig) -> Result<Self, SetupError> {
         let protocol = if config.insecure.is_empty() {
             ClientProtocol::Https
         } else {
             ClientProtocol::HttpsExcept(config.insecure.clone())
         };
+        let mut extra_root_certificates = Vec::new();
+        for path in &config.ca_files {
+            let data = std::fs::read(path).map_err(|e| SetupError {
+                path: path.clone(),
+                message: e.to_string(),
+            })?;
+            if !String::from_utf8_lossy(&data).contains("-----BEGIN CERTIFICATE-----") {
+                return Err(SetupError {
+                    path: path.clone(),
+                    message: "no PEM certificate in it".into(),
+                });
+            }
+            extra_root_certificates.push(Certificate {
+                encoding: CertificateEncoding::Pem,
+                data,
+            });
+        }
         let client = Client::new(ClientConfig {
             protocol,
+            extra_root_certificates,
             use_monolithic_push: true,
             connect_timeout: Some(std::time::Duration::from_secs(30)),
             read_timeout: Some(std::time::Duration::from_secs(300)),
             user_agent: concat!("occm-forge/", env!("CARGO_PKG_VERSION")),
             ..Default::default()
         });
-        OciRegistry {
+        Ok(OciRegistry {
             client,
-            auth: RegistryAuth::Anonymous,
-        }
+            auth_files: config.auth.clone(),
+            auths: Mutex::new(HashMap::new()),
+        })
     }
 
-    async fn reference(&self, repo: &RepositoryName, reference: &str) -> Reference {
+    /// The credential for a registry (looked up once) and the oci-client reference for `reference`.
+    async fn reference(
+        &self,
+        repo: &RepositoryName,
+        reference: &str,
+    ) -> Result<(Reference, RegistryAuth), RegistryError> {
+        let cached = self
+            .auths
+            .lock()
+            .expect("auth cache lock")
+            .get(&repo.registry)
+            .cloned();
+        let auth = match cached {
+            Some(a) => a,
+            None => {
+                let (auth, _) =
+                    self.auth_files
+                        .credential(&repo.registry)
+                        .map_err(|e| RegistryError {
+                            registry: repo.registry.clone(),
+                            operation: "look up credentials".into(),
+                            message: e.to_string(),
+                            kind: ErrorKind::Auth,
+                        })?;
+                self.auths
+                    .lock()
+                    .expect("auth cache lock")
+                    .insert(repo.registry.clone(), auth.clone());
+                auth
+            }
+        };
         self.client
-            .store_auth_if_needed(&repo.registry, &self.auth)
+            .store_auth_if_needed(&repo.registry, &auth)
             .await;
-        if reference.starts_with("sha256:") {
+        let r = if reference.starts_with("sha256:") {
             Reference::with_digest(
                 repo.registry.clone(),
                 repo.path.clone(),
@@ -65,7 +138,8 @@ impl OciRegistry {
                 repo.path.clone(),
                 reference.to_string(),
             )
-        }
+        };
+        Ok((r, auth))
     }
 }
 
@@ -99,6 +173,36 @@ fn error(repo: &RepositoryName, operation: String, e: OciDistributionError) -> R
         OciDistributionError::UnauthorizedError { .. } => "HTTP 401 unauthorized".to_string(),
         _ => error_chain(&e),
     };
+    if message.contains("UnknownIssuer")
+        || message.contains("self-signed")
+        || message.contains("CaUsedAsEndEntity")
+    {
+        message = format!("{message} (trust its CA with --ca-file or [registry] ca_files)");
+        return RegistryError {
+            registry: repo.registry.clone(),
+            operation,
+            message,
+            kind: ErrorKind::Other,
+        };
+    }
+    if message.contains("InvalidContentType") || message.contains("HTTP response to HTTPS") {
+        message = format!(
+            "{message} (it answers plain HTTP; list it in [registry] insecure or pass --insecure-registry {})",
+            repo.registry
+        );
+        return RegistryError {
+            registry: repo.registry.clone(),
+            operation,
+            message,
+            kind: ErrorKind::Other,
+        };
+    }
+    if kind == ErrorKind::Auth {
+        message = format!(
+            "{message} (check the credentials for {} in your docker/podman auth file or --registry-config)",
+            repo.registry
+        );
+    }
     if kind == ErrorKind::Transient
         && matches!(e, OciDistributionError::RequestError(_))
         && message.contains("onnect")
@@ -186,7 +290,7 @@ impl Registry for OciRegistry {
         repo: &RepositoryName,
         digest: &str,
     ) -> Result<bool, RegistryError> {
-        let r = self.reference(repo, digest).await;
+        let (r, _auth) = self.reference(repo, digest).await?;
         self.client
             .blob_exists(&r, digest)
             .await
@@ -199,9 +303,9 @@ impl Registry for OciRegistry {
         digest: &str,
         data: Bytes,
     ) -> Result<(), RegistryError> {
-        let r = self.reference(repo, digest).await;
+        let (r, auth) = self.reference(repo, digest).await?;
         self.client
-            .auth(&r, &self.auth, oci_client::RegistryOperation::Push)
+            .auth(&r, &auth, oci_client::RegistryOperation::Push)
             .await
             .map_err(|e| error(repo, format!("authenticate to push {}", repo.path), e))?;
         self.client
@@ -212,7 +316,7 @@ impl Registry for OciRegistry {
     }
 
     async fn pull_blob(&self, repo: &RepositoryName, digest: &str) -> Result<Bytes, RegistryError> {
-        let r = self.reference(repo, digest).await;
+        let (r, _auth) = self.reference(repo, digest).await?;
         let mut out: Vec<u8> = Vec::new();
         self.client
             .pull_blob(&r, digest, &mut out)
@@ -228,10 +332,10 @@ impl Registry for OciRegistry {
         media_type: &str,
         body: Bytes,
     ) -> Result<(), RegistryError> {
-        let r = self.reference(repo, reference).await;
+        let (r, auth) = self.reference(repo, reference).await?;
         let op = || format!("push manifest {}:{}", repo.path, short(reference));
         self.client
-            .auth(&r, &self.auth, oci_client::RegistryOperation::Push)
+            .auth(&r, &auth, oci_client::RegistryOperation::Push)
             .await
             .map_err(|e| error(repo, op(), e))?;
         let content_type = media_type.parse().map_err(|_| RegistryError {
@@ -252,9 +356,9 @@ impl Registry for OciRegistry {
         repo: &RepositoryName,
         reference: &str,
     ) -> Result<Bytes, RegistryError> {
-        let r = self.reference(repo, reference).await;
+        let (r, auth) = self.reference(repo, reference).await?;
         self.client
-            .pull_manifest_raw(&r, &self.auth, MANIFEST_MEDIA_TYPES)
+            .pull_manifest_raw(&r, &auth, MANIFEST_MEDIA_TYPES)
             .await
             .map(|(b, _)| b)
             .map_err(|e| {
@@ -271,8 +375,8 @@ impl Registry for OciRegistry {
         repo: &RepositoryName,
         reference: &str,
     ) -> Result<Option<String>, RegistryError> {
-        let r = self.reference(repo, reference).await;
-        match self.client.fetch_manifest_digest(&r, &self.auth).await {
+        let (r, auth) = self.reference(repo, reference).await?;
+        match self.client.fetch_manifest_digest(&r, &auth).await {
             Ok(d) => Ok(Some(d)),
             Err(e) => {
                 let e = error(

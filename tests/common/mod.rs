@@ -404,6 +404,86 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// TLS and auth for a test registry.
+#[derive(Default)]
+pub struct RegistryOptions {
+    /// (certificate chain PEM, key PEM) for `http.tls`.
+    pub tls: Option<(PathBuf, PathBuf)>,
+    /// An htpasswd file (bcrypt) for `auth.htpasswd`.
+    pub htpasswd: Option<PathBuf>,
+}
+
+/// A CA and a leaf certificate for 127.0.0.1 made with openssl (rustls refuses a self-signed
+/// certificate that is both CA and server). Returns (ca.pem, leaf.pem, leaf.key).
+pub fn make_ca_and_leaf(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
+    require_tool("openssl");
+    let p = |n: &str| dir.join(n);
+    let o = |args: &[&str]| run(Command::new("openssl").args(args).current_dir(dir));
+    o(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=occm-forge test CA",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+        "-addext",
+        "basicConstraints=critical,CA:TRUE",
+        "-addext",
+        "keyUsage=critical,keyCertSign,cRLSign",
+    ]);
+    o(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-subj",
+        "/CN=127.0.0.1",
+        "-keyout",
+        "leaf.key",
+        "-out",
+        "leaf.csr",
+    ]);
+    std::fs::write(
+        p("leaf.ext"),
+        "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\nsubjectAltName=IP:127.0.0.1\n",
+    )
+    .unwrap();
+    o(&[
+        "x509",
+        "-req",
+        "-in",
+        "leaf.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-days",
+        "2",
+        "-extfile",
+        "leaf.ext",
+        "-out",
+        "leaf.pem",
+    ]);
+    (p("ca.pem"), p("leaf.pem"), p("leaf.key"))
+}
+
+/// An htpasswd file with one bcrypt user.
+pub fn make_htpasswd(dir: &Path, user: &str, password: &str) -> PathBuf {
+    require_tool("htpasswd");
+    let line = run(Command::new("htpasswd").args(["-Bbn", user, password]));
+    let path = dir.join("htpasswd");
+    std::fs::write(&path, line.trim_end()).unwrap();
+    path
+}
+
 /// A real Debian `docker-registry` (distribution 2.8) on 127.0.0.1, with a temporary root,
 /// stopped by PID on drop.
 pub struct TestRegistry {
@@ -414,21 +494,37 @@ pub struct TestRegistry {
 }
 
 impl TestRegistry {
-    /// Starts the registry and waits until `GET /v2/` answers.
+    /// Starts a plain-HTTP registry and waits until `GET /v2/` answers.
     pub fn start() -> TestRegistry {
+        Self::start_with(&RegistryOptions::default())
+    }
+
+    /// Starts the registry with TLS and/or htpasswd auth (distribution 2.8 config keys
+    /// `http.tls`, `auth.htpasswd`) and waits until its port accepts connections.
+    pub fn start_with(opts: &RegistryOptions) -> TestRegistry {
         require_tool("docker-registry");
         let root = tempfile::tempdir().unwrap();
         let port = free_port();
         let addr = format!("127.0.0.1:{port}");
         let cfg = root.path().join("config.yml");
-        std::fs::write(
-            &cfg,
-            format!(
-                "version: 0.1\nlog: {{level: warn}}\nstorage:\n  filesystem: {{rootdirectory: {}}}\n  delete: {{enabled: true}}\nhttp:\n  addr: {addr}\n  secret: test-only-secret\n",
-                root.path().join("data").display()
-            ),
-        )
-        .unwrap();
+        let mut text = format!(
+            "version: 0.1\nlog: {{level: warn}}\nstorage:\n  filesystem: {{rootdirectory: {}}}\n  delete: {{enabled: true}}\nhttp:\n  addr: {addr}\n  secret: test-only-secret\n",
+            root.path().join("data").display()
+        );
+        if let Some((cert, key)) = &opts.tls {
+            text.push_str(&format!(
+                "  tls: {{certificate: {}, key: {}}}\n",
+                cert.display(),
+                key.display()
+            ));
+        }
+        if let Some(htpasswd) = &opts.htpasswd {
+            text.push_str(&format!(
+                "auth:\n  htpasswd: {{realm: occm-forge-test, path: {}}}\n",
+                htpasswd.display()
+            ));
+        }
+        std::fs::write(&cfg, text).unwrap();
         let log = std::fs::File::create(root.path().join("registry.log")).unwrap();
         let child = Command::new("docker-registry")
             .arg("serve")
@@ -442,14 +538,31 @@ impl TestRegistry {
             addr,
             _root: root,
         };
+        let plain = opts.tls.is_none() && opts.htpasswd.is_none();
         let deadline = Instant::now() + Duration::from_secs(20);
         while Instant::now() < deadline {
-            if reg.get_status("/v2/") == Some(200) {
+            let ready = if plain {
+                reg.get_status("/v2/") == Some(200)
+            } else {
+                TcpStream::connect(&reg.addr).is_ok()
+            };
+            if ready {
                 return reg;
             }
             std::thread::sleep(Duration::from_millis(100));
         }
         panic!("docker-registry on {} did not become ready", reg.addr);
+    }
+
+    /// The registry's PID (to kill it mid-push).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Stops the registry now.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 
     /// HTTP status of a GET, or None when the connection fails.

@@ -1,0 +1,192 @@
+//! Registry credentials from the files docker, podman and skopeo users already have.
+//!
+//! Files are searched in this order, the first that has credentials for the registry wins:
+//! `--registry-config FILE` alone when given; otherwise `$REGISTRY_AUTH_FILE`,
+//! `$DOCKER_CONFIG/config.json` (or `~/.docker/config.json`),
+//! `$XDG_RUNTIME_DIR/containers/auth.json` and `~/.config/containers/auth.json` (podman).
+//! Each file may hold `auths` (`auth` base64 `user:password`, `username`/`password`,
+//! `identitytoken`), `credHelpers` (per registry) or `credsStore`; helpers are run as
+//! `docker-credential-<name>` by the `docker_credential` crate. No match means anonymous.
+//! Secrets never appear in errors.
+
+use std::path::{Path, PathBuf};
+
+use docker_credential::{CredentialRetrievalError, DockerCredential};
+use oci_client::secrets::RegistryAuth;
+use serde_json::Value;
+
+/// Where credentials are looked for, in priority order.
+#[derive(Debug, Clone, Default)]
+pub struct AuthFiles {
+    /// Candidate files; missing ones are skipped.
+    pub files: Vec<PathBuf>,
+}
+
+/// A credential lookup failure: one line naming the registry, the file and the helper.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("credentials for {registry} from {file}: {message}")]
+pub struct AuthError {
+    /// `host[:port]`.
+    pub registry: String,
+    /// The file whose entry failed.
+    pub file: String,
+    /// The cause (never the secret).
+    pub message: String,
+}
+
+impl AuthFiles {
+    /// The search list: `explicit` alone, or the standard locations from the environment.
+    pub fn discover(explicit: Option<&Path>) -> Self {
+        if let Some(p) = explicit {
+            return AuthFiles {
+                files: vec![p.to_path_buf()],
+            };
+        }
+        let env = |k: &str| {
+            std::env::var_os(k)
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from)
+        };
+        let home = env("HOME");
+        let mut files = Vec::new();
+        files.extend(env("REGISTRY_AUTH_FILE"));
+        match env("DOCKER_CONFIG") {
+            Some(d) => files.push(d.join("config.json")),
+            None => files.extend(home.as_ref().map(|h| h.join(".docker/config.json"))),
+        }
+        files.extend(env("XDG_RUNTIME_DIR").map(|d| d.join("containers/auth.json")));
+        files.extend(home.map(|h| h.join(".config/containers/auth.json")));
+        AuthFiles { files }
+    }
+
+    /// The credential for `registry` (`host[:port]`): the first file with an entry for it, else
+    /// anonymous. Returns the file it came from, for messages.
+    pub fn credential(&self, registry: &str) -> Result<(RegistryAuth, Option<PathBuf>), AuthError> {
+        for file in &self.files {
+            let Ok(text) = std::fs::read(file) else {
+                continue;
+            };
+            let err = |message: String| AuthError {
+                registry: registry.to_string(),
+                file: file.display().to_string(),
+                message,
+            };
+            let conf: Value =
+                serde_json::from_slice(&text).map_err(|e| err(format!("not valid JSON: {e}")))?;
+            let helper = conf["credHelpers"][registry]
+                .as_str()
+                .filter(|h| !h.is_empty())
+                .or_else(|| conf["credsStore"].as_str().filter(|h| !h.is_empty()));
+            let has_entry = conf["auths"]
+                .as_object()
+                .is_some_and(|a| a.keys().any(|k| key_matches(k, registry)));
+            if helper.is_none() && !has_entry {
+                continue;
+            }
+            if let Some(h) = helper {
+                let binary = format!("docker-credential-{h}");
+                if !on_path(&binary) {
+                    return Err(err(format!(
+                        "credential helper `{binary}` is not installed (or not on PATH)"
+                    )));
+                }
+            }
+            match docker_credential::get_credential_from_reader(text.as_slice(), registry) {
+                Ok(DockerCredential::UsernamePassword(u, p)) => {
+                    return Ok((RegistryAuth::Basic(u, p), Some(file.clone())));
+                }
+                Ok(DockerCredential::IdentityToken(t)) => {
+                    return Ok((RegistryAuth::Bearer(t), Some(file.clone())));
+                }
+                // A store without an entry for this registry: keep looking.
+                Err(CredentialRetrievalError::NoCredentialConfigured) => continue,
+                Err(CredentialRetrievalError::HelperFailure { helper, stderr, .. }) => {
+                    let first = stderr.lines().next().unwrap_or("").trim().to_string();
+                    if first.contains("not found") || first.is_empty() {
+                        continue;
+                    }
+                    return Err(err(format!("credential helper `{helper}` failed: {first}")));
+                }
+                Err(e) => return Err(err(e.to_string())),
+            }
+        }
+        Ok((RegistryAuth::Anonymous, None))
+    }
+}
+
+/// Whether a config `auths` key (`host`, `https://host`, `https://host/v1/`) names `registry`.
+fn key_matches(key: &str, registry: &str) -> bool {
+    let k = key
+        .strip_prefix("https://")
+        .or_else(|| key.strip_prefix("http://"))
+        .unwrap_or(key);
+    let k = k.split('/').next().unwrap_or(k);
+    let norm = |r: &str| {
+        if r == "index.docker.io" || r == "registry-1.docker.io" {
+            "docker.io".to_string()
+        } else {
+            r.to_string()
+        }
+    };
+    norm(k) == norm(registry)
+}
+
+fn on_path(binary: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(binary).is_file()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn files(dir: &Path, json: &str) -> AuthFiles {
+        let p = dir.join("auth.json");
+        std::fs::write(&p, json).unwrap();
+        AuthFiles {
+            files: vec![dir.join("missing.json"), p],
+        }
+    }
+
+    #[test]
+    fn basic_from_auths_and_anonymous_otherwise() {
+        let d = tempfile::tempdir().unwrap();
+        // "forge:s3cret"
+        let f = files(
+            d.path(),
+            r#"{"auths":{"https://127.0.0.1:5000":{"auth":"Zm9yZ2U6czNjcmV0"}}}"#,
+        );
+        let (auth, from) = f.credential("127.0.0.1:5000").unwrap();
+        assert!(matches!(auth, RegistryAuth::Basic(ref u, ref p) if u == "forge" && p == "s3cret"));
+        assert_eq!(from.unwrap(), d.path().join("auth.json"));
+        assert!(matches!(
+            f.credential("other.example").unwrap().0,
+            RegistryAuth::Anonymous
+        ));
+    }
+
+    #[test]
+    fn a_missing_helper_is_named() {
+        let d = tempfile::tempdir().unwrap();
+        let f = files(
+            d.path(),
+            r#"{"credHelpers":{"reg.example":"nosuchhelper"}}"#,
+        );
+        let e = f.credential("reg.example").unwrap_err().to_string();
+        assert!(
+            e.contains("credential helper `docker-credential-nosuchhelper` is not installed"),
+            "{e}"
+        );
+        assert!(matches!(
+            f.credential("other.example").unwrap().0,
+            RegistryAuth::Anonymous
+        ));
+    }
+
+    #[test]
+    fn keys_match_with_scheme_and_path() {
+        assert!(key_matches("https://index.docker.io/v1/", "docker.io"));
+        assert!(key_matches("127.0.0.1:5000", "127.0.0.1:5000"));
+        assert!(!key_matches("127.0.0.1:5001", "127.0.0.1:5000"));
+    }
+}

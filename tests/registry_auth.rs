@@ -1,0 +1,275 @@
+//! Credentials and TLS against a real docker-registry with htpasswd and a CA-signed leaf
+//! certificate: the right password works from each kind of auth file; a wrong password, an
+//! unknown CA, a plain-HTTP registry without opt-in and a missing credential helper each end in
+//! one line; and the password appears in no output and no file occm-forge writes.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+use common::*;
+
+const USER: &str = "forge";
+const PASSWORD: &str = "s3cret-Pa55word-9f1c";
+
+struct Secured {
+    reg: TestRegistry,
+    ca: PathBuf,
+    _certs: tempfile::TempDir,
+}
+
+fn secured_registry() -> Secured {
+    let certs = tempfile::tempdir().unwrap();
+    let (ca, leaf, key) = make_ca_and_leaf(certs.path());
+    let htpasswd = make_htpasswd(certs.path(), USER, PASSWORD);
+    let reg = TestRegistry::start_with(&RegistryOptions {
+        tls: Some((leaf, key)),
+        htpasswd: Some(htpasswd),
+    });
+    Secured {
+        reg,
+        ca,
+        _certs: certs,
+    }
+}
+
+fn auth_file(dir: &Path, registry: &str, password: &str) -> PathBuf {
+    use base64::Engine;
+    let token = base64::engine::general_purpose::STANDARD.encode(format!("{USER}:{password}"));
+    let path = dir.join(format!(
+        "auth-{}.json",
+        sha256_hex(password.as_bytes())[..8].to_string()
+    ));
+    std::fs::write(
+        &path,
+        format!(r#"{{"auths":{{"{registry}":{{"auth":"{token}"}}}}}}"#),
+    )
+    .unwrap();
+    path
+}
+
+/// `build --k8s 1.34 --push` to `repo`, with extra arguments and environment.
+fn push(f: &Fixture, repo: &str, args: &[&str], env: &[(&str, &Path)]) -> Output {
+    let mut c = occm_forge(f.path());
+    c.args([
+        "build",
+        "--k8s",
+        "1.34",
+        "--push",
+        "--repository",
+        repo,
+        "--source",
+    ])
+    .arg(&f.upstream)
+    .arg("--output")
+    .arg(f.path().join("out"))
+    .args(args)
+    .env_remove("DOCKER_CONFIG")
+    .env_remove("REGISTRY_AUTH_FILE")
+    .env("HOME", f.path().join("home"))
+    .env("XDG_RUNTIME_DIR", f.path().join("run"));
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.output().unwrap()
+}
+
+fn last_line(o: &Output) -> String {
+    stderr(o).lines().last().unwrap_or_default().to_string()
+}
+
+/// Every file under `dir`, recursively.
+fn files(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                todo.push(p)
+            } else {
+                out.push(p)
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn credentials_tls_and_refusals() {
+    let s = secured_registry();
+    let f = fixture(&["linux/amd64"]);
+    let repo = s.reg.repo("occm/openstack-cloud-controller-manager");
+    let lock_before = f.seed_lock();
+    let secrets_dir = tempfile::tempdir().unwrap();
+    let good = auth_file(secrets_dir.path(), &s.reg.addr, PASSWORD);
+    let bad = auth_file(secrets_dir.path(), &s.reg.addr, "wrong-password");
+    let ca = s.ca.to_str().unwrap();
+    let mut outputs: Vec<Output> = Vec::new();
+
+    // Wrong password: one line, 401, no secret.
+    let o = push(
+        &f,
+        &repo,
+        &["--ca-file", ca, "--registry-config", bad.to_str().unwrap()],
+        &[],
+    );
+    assert_eq!(o.status.code(), Some(8), "{}", stderr(&o));
+    let line = last_line(&o);
+    assert!(
+        line.starts_with(&format!(
+            "occm-forge: error: publish: registry {}: ",
+            s.reg.addr
+        )),
+        "{line}"
+    );
+    assert!(
+        line.contains("401") && line.contains("check the credentials"),
+        "{line}"
+    );
+    outputs.push(o);
+
+    // Unknown CA: TLS is verified by default.
+    let o = push(
+        &f,
+        &repo,
+        &["--registry-config", good.to_str().unwrap()],
+        &[],
+    );
+    assert_eq!(o.status.code(), Some(8), "{}", stderr(&o));
+    let line = last_line(&o);
+    assert!(
+        line.contains("UnknownIssuer") && line.contains("--ca-file"),
+        "{line}"
+    );
+    outputs.push(o);
+
+    // A missing credential helper is named.
+    let helper_cfg = secrets_dir.path().join("helper.json");
+    std::fs::write(
+        &helper_cfg,
+        format!(
+            r#"{{"credHelpers":{{"{}":"occmforge-nosuch"}}}}"#,
+            s.reg.addr
+        ),
+    )
+    .unwrap();
+    let o = push(
+        &f,
+        &repo,
+        &[
+            "--ca-file",
+            ca,
+            "--registry-config",
+            helper_cfg.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert_eq!(o.status.code(), Some(8), "{}", stderr(&o));
+    assert!(
+        last_line(&o)
+            .contains("credential helper `docker-credential-occmforge-nosuch` is not installed"),
+        "{}",
+        last_line(&o)
+    );
+    outputs.push(o);
+    assert_eq!(
+        std::fs::read(&f.lock).unwrap(),
+        lock_before,
+        "a refused push changed the digest manifest"
+    );
+
+    // The right password works from --registry-config, from DOCKER_CONFIG and from
+    // REGISTRY_AUTH_FILE; skopeo, given the same CA and credentials, sees the recorded digest.
+    let docker_dir = secrets_dir.path().join("docker");
+    std::fs::create_dir_all(&docker_dir).unwrap();
+    std::fs::copy(&good, docker_dir.join("config.json")).unwrap();
+    let runs: [(&[&str], &[(&str, &Path)]); 3] = [
+        (
+            &["--ca-file", ca, "--registry-config", good.to_str().unwrap()],
+            &[],
+        ),
+        (
+            &["--ca-file", ca],
+            &[("DOCKER_CONFIG", docker_dir.as_path())],
+        ),
+        (
+            &["--ca-file", ca],
+            &[("REGISTRY_AUTH_FILE", good.as_path())],
+        ),
+    ];
+    for (args, env) in runs {
+        let o = push(&f, &repo, args, env);
+        assert!(
+            o.status.success(),
+            "push with {args:?} {env:?}: {}",
+            stderr(&o)
+        );
+        outputs.push(o);
+    }
+    let digest = read_lock(&f.lock)["images"]["1.34"]["digest"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let cert_dir = secrets_dir.path().join("certs.d");
+    std::fs::create_dir_all(&cert_dir).unwrap();
+    std::fs::copy(&s.ca, cert_dir.join("ca.crt")).unwrap();
+    let raw = skopeo(&[
+        "inspect",
+        "--raw",
+        "--cert-dir",
+        cert_dir.to_str().unwrap(),
+        "--creds",
+        &format!("{USER}:{PASSWORD}"),
+        &format!("docker://{repo}:v1.34.1-occmforge.1"),
+    ]);
+    assert_eq!(format!("sha256:{}", sha256_hex(raw.as_bytes())), digest);
+
+    // No password, in clear or base64, in any output or any file occm-forge wrote.
+    use base64::Engine;
+    let b64 = base64::engine::general_purpose::STANDARD.encode(format!("{USER}:{PASSWORD}"));
+    for o in &outputs {
+        for text in [stdout(o), stderr(o)] {
+            assert!(
+                !text.contains(PASSWORD) && !text.contains(&b64),
+                "secret in output: {text}"
+            );
+        }
+    }
+    let mut written = files(&f.path().join("out"));
+    written.push(f.lock.clone());
+    written.extend(files(&shared_cache().join("tmp")));
+    assert!(written.len() > 5);
+    for file in written {
+        let bytes = std::fs::read(&file).unwrap_or_default();
+        let text = String::from_utf8_lossy(&bytes);
+        assert!(
+            !text.contains(PASSWORD) && !text.contains(&b64),
+            "secret in {}",
+            file.display()
+        );
+    }
+}
+
+#[test]
+fn a_plain_http_registry_needs_an_explicit_opt_in() {
+    let reg = TestRegistry::start();
+    let f = fixture(&["linux/amd64"]);
+    let repo = reg.repo("occm/openstack-cloud-controller-manager");
+    let o = push(&f, &repo, &[], &[]);
+    assert_eq!(o.status.code(), Some(8), "{}", stderr(&o));
+    let line = last_line(&o);
+    assert!(
+        line.contains(&format!("--insecure-registry {}", reg.addr)),
+        "{line}"
+    );
+    assert_eq!(
+        stderr(&o).lines().filter(|l| l.contains("error")).count(),
+        1,
+        "{}",
+        stderr(&o)
+    );
+    let o = push(&f, &repo, &["--insecure-registry", &reg.addr], &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+}
