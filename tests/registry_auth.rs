@@ -39,7 +39,7 @@ fn auth_file(dir: &Path, registry: &str, password: &str) -> PathBuf {
     let token = base64::engine::general_purpose::STANDARD.encode(format!("{USER}:{password}"));
     let path = dir.join(format!(
         "auth-{}.json",
-        sha256_hex(password.as_bytes())[..8].to_string()
+        &sha256_hex(password.as_bytes())[..8]
     ));
     std::fs::write(
         &path,
@@ -185,7 +185,8 @@ fn credentials_tls_and_refusals() {
     let docker_dir = secrets_dir.path().join("docker");
     std::fs::create_dir_all(&docker_dir).unwrap();
     std::fs::copy(&good, docker_dir.join("config.json")).unwrap();
-    let runs: [(&[&str], &[(&str, &Path)]); 3] = [
+    type Run<'a> = (&'a [&'a str], &'a [(&'a str, &'a Path)]);
+    let runs: [Run<'_>; 3] = [
         (
             &["--ca-file", ca, "--registry-config", good.to_str().unwrap()],
             &[],
