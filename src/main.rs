@@ -11,6 +11,7 @@ use occm_forge::config::{self, Minor};
 use occm_forge::pipeline::{self, BuildOptions};
 use occm_forge::registry::auth::AuthFiles;
 use occm_forge::registry::oci::{OciRegistry, OciRegistryConfig};
+use occm_forge::registry::retry::{RetryPolicy, Retrying};
 use occm_forge::verify;
 
 #[derive(Parser)]
@@ -125,6 +126,10 @@ struct RegistryArgs {
     /// $DOCKER_CONFIG/config.json or ~/.docker/config.json, then podman's auth.json).
     #[arg(long = "registry-config", value_name = "FILE")]
     registry_config: Option<PathBuf>,
+    /// Retries of a registry request that failed transiently (5xx, 408, 429, reset, timeout),
+    /// with exponential backoff from 0.5 s to 10 s.
+    #[arg(long, default_value_t = 5, value_name = "N")]
+    retries: usize,
 }
 
 /// Where the inputs come from.
@@ -233,7 +238,7 @@ async fn build(cli: &Cli, args: &BuildArgs) -> Result<(), occm_forge::Error> {
 fn registry_client(
     config: &config::Config,
     args: &RegistryArgs,
-) -> Result<OciRegistry, occm_forge::Error> {
+) -> Result<Retrying<OciRegistry>, occm_forge::Error> {
     let mut insecure = config.insecure_registries.clone();
     insecure.extend(args.insecure_registry.iter().cloned());
     let mut ca_files = config.ca_files.clone();
@@ -242,6 +247,13 @@ fn registry_client(
         insecure,
         ca_files,
         auth: AuthFiles::discover(args.registry_config.as_deref()),
+    })
+    .map(|r| {
+        let policy = RetryPolicy {
+            retries: args.retries,
+            ..RetryPolicy::default()
+        };
+        Retrying::new(r, policy)
     })
     .map_err(|e| occm_forge::Error::Usage(e.to_string()))
 }

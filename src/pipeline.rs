@@ -400,8 +400,8 @@ pub async fn build(
             "publish",
             t,
             format!(
-                "{} ({} blobs uploaded, {} already present; {attached} referrers)",
-                published.reference, published.uploaded, published.skipped
+                "{} ({} blobs uploaded, {} already present, {} mounted; {attached} referrers)",
+                published.reference, published.uploaded, published.skipped, published.mounted
             ),
         );
     }

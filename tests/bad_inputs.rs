@@ -219,9 +219,12 @@ fn unreachable_registry_fails_without_recording() {
             &addr,
             "--repository",
             &repo,
+            "--retries",
+            "1",
         ],
     );
     let line = assert_failed(&f, &o, 8, &lock);
+    assert!(stderr(&o).contains("retrying in"), "a connection refusal is retried: {}", stderr(&o));
     assert!(
         line.starts_with(&format!("occm-forge: error: publish: registry {addr}: ")),
         "{line}"

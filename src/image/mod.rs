@@ -81,6 +81,11 @@ pub struct BuiltImage {
     pub layout_dir: PathBuf,
     /// Media-type family.
     pub family: Family,
+    /// The pulled base's repository (`registry/path`), whose layers can be mounted on the same
+    /// registry; `None` for the static base.
+    pub base_repository: Option<String>,
+    /// Digests of the base's layers.
+    pub base_layers: std::collections::BTreeSet<String>,
 }
 
 impl BuiltImage {
@@ -315,5 +320,22 @@ pub fn assemble(req: &ImageRequest<'_>) -> Result<BuiltImage, ImageError> {
         platforms,
         layout_dir: req.layout_dir.to_path_buf(),
         family,
+        base_repository: req
+            .base
+            .name
+            .as_deref()
+            .and_then(|n| n.parse::<crate::registry::ImageRef>().ok())
+            .map(|r| r.repository.to_string()),
+        base_layers: req
+            .base
+            .platforms
+            .values()
+            .flat_map(|p| {
+                p.layers
+                    .iter()
+                    .filter(|l| matches!(l.data, LayerData::Cached(_)))
+            })
+            .map(|l| l.descriptor.digest.clone())
+            .collect(),
     })
 }

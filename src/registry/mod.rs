@@ -9,6 +9,7 @@
 pub mod auth;
 pub mod oci;
 pub mod publish;
+pub mod retry;
 
 use std::fmt;
 use std::str::FromStr;
@@ -161,6 +162,17 @@ pub trait Registry: Send + Sync {
         digest: &str,
         data: Bytes,
     ) -> Result<(), RegistryError>;
+    /// Cross-repository mount (`POST /v2/<name>/blobs/uploads/?mount=<digest>&from=<from>`) on the
+    /// same registry: true when the registry mounted the blob. Best effort: any failure is `false`
+    /// and the caller uploads normally (ggcr#219, jib#833).
+    async fn mount_blob(
+        &self,
+        _repo: &RepositoryName,
+        _from: &RepositoryName,
+        _digest: &str,
+    ) -> bool {
+        false
+    }
     /// Downloads a blob and verifies it against `digest`.
     async fn pull_blob(&self, repo: &RepositoryName, digest: &str) -> Result<Bytes, RegistryError>;
     /// `PUT /v2/<name>/manifests/<reference>` with `Content-Type: media_type` and exactly `body`.

@@ -315,6 +315,36 @@ impl Registry for OciRegistry {
             .map_err(|e| error(repo, format!("push blob {}", short(digest)), e))
     }
 
+    async fn mount_blob(&self, repo: &RepositoryName, from: &RepositoryName, digest: &str) -> bool {
+        if repo.registry != from.registry {
+            return false;
+        }
+        let Ok((r, auth)) = self.reference(repo, digest).await else {
+            return false;
+        };
+        let Ok((source, _)) = self.reference(from, digest).await else {
+            return false;
+        };
+        if self
+            .client
+            .auth(&r, &auth, oci_client::RegistryOperation::Push)
+            .await
+            .is_err()
+        {
+            return false;
+        }
+        match self.client.mount_blob(&r, &source, digest).await {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::debug!(
+                    "mount of {} from {from} failed, uploading instead: {e}",
+                    short(digest)
+                );
+                false
+            }
+        }
+    }
+
     async fn pull_blob(&self, repo: &RepositoryName, digest: &str) -> Result<Bytes, RegistryError> {
         let (r, _auth) = self.reference(repo, digest).await?;
         let mut out: Vec<u8> = Vec::new();

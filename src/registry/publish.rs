@@ -6,7 +6,7 @@
 use bytes::Bytes;
 
 use super::{ErrorKind, Registry, RegistryError, RepositoryName, short};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::image::referrer::{self, Attachment};
 use crate::image::spec::{self, Descriptor, Index};
@@ -23,6 +23,8 @@ pub struct Published {
     pub uploaded: usize,
     /// Blobs skipped because the registry already had them.
     pub skipped: usize,
+    /// Base layers mounted from the base's repository on the same registry.
+    pub mounted: usize,
 }
 
 fn local_err(repo: &RepositoryName, operation: String, e: std::io::Error) -> RegistryError {
@@ -34,6 +36,76 @@ fn local_err(repo: &RepositoryName, operation: String, e: std::io::Error) -> Reg
     }
 }
 
+/// How many blob uploads run at once.
+pub const UPLOAD_CONCURRENCY: usize = 4;
+
+/// Blob counts of a push.
+#[derive(Debug, Clone, Copy, Default)]
+struct Counts {
+    uploaded: usize,
+    skipped: usize,
+    mounted: usize,
+}
+
+/// Pushes `blobs` (each once) from the layout, [`UPLOAD_CONCURRENCY`] at a time: skipped when
+/// present, mounted from `mount.0` when listed in `mount.1` (base layers on the same registry),
+/// uploaded otherwise. The first failure is returned; the other uploads are dropped.
+async fn push_blobs(
+    registry: &dyn Registry,
+    repo: &RepositoryName,
+    layout_dir: &std::path::Path,
+    blobs: &[Descriptor],
+    mount: Option<(&RepositoryName, &BTreeSet<String>)>,
+) -> Result<Counts, RegistryError> {
+    use futures::{StreamExt, TryStreamExt};
+    let mut unique: Vec<&Descriptor> = Vec::new();
+    for b in blobs {
+        if !unique.iter().any(|u| u.digest == b.digest) {
+            unique.push(b);
+        }
+    }
+    let results: Vec<Counts> = futures::stream::iter(unique)
+        .map(|blob| async move {
+            if registry.blob_exists(repo, &blob.digest).await? {
+                return Ok(Counts {
+                    skipped: 1,
+                    ..Counts::default()
+                });
+            }
+            if let Some((from, digests)) = mount
+                && digests.contains(&blob.digest)
+                && registry.mount_blob(repo, from, &blob.digest).await
+            {
+                return Ok(Counts {
+                    mounted: 1,
+                    ..Counts::default()
+                });
+            }
+            let data = layout::read_blob(layout_dir, &blob.digest).map_err(|e| {
+                local_err(
+                    repo,
+                    format!("read blob {} from the layout", short(&blob.digest)),
+                    e,
+                )
+            })?;
+            registry
+                .push_blob(repo, &blob.digest, Bytes::from(data))
+                .await?;
+            Ok::<_, RegistryError>(Counts {
+                uploaded: 1,
+                ..Counts::default()
+            })
+        })
+        .buffer_unordered(UPLOAD_CONCURRENCY)
+        .try_collect()
+        .await?;
+    Ok(results.iter().fold(Counts::default(), |a, c| Counts {
+        uploaded: a.uploaded + c.uploaded,
+        skipped: a.skipped + c.skipped,
+        mounted: a.mounted + c.mounted,
+    }))
+}
+
 /// Pushes `image` to `repo` under `image.tag`; see the module documentation.
 ///
 /// After the tag is written the registry is asked which digest it serves under the tag; a
@@ -43,24 +115,12 @@ pub async fn publish(
     repo: &RepositoryName,
     image: &BuiltImage,
 ) -> Result<Published, RegistryError> {
-    let (mut uploaded, mut skipped) = (0, 0);
-    for blob in image.blobs() {
-        if registry.blob_exists(repo, &blob.digest).await? {
-            skipped += 1;
-            continue;
-        }
-        let data = layout::read_blob(&image.layout_dir, &blob.digest).map_err(|e| {
-            local_err(
-                repo,
-                format!("read blob {} from the layout", short(&blob.digest)),
-                e,
-            )
-        })?;
-        registry
-            .push_blob(repo, &blob.digest, Bytes::from(data))
-            .await?;
-        uploaded += 1;
-    }
+    let base = image
+        .base_repository
+        .as_deref()
+        .and_then(|b| b.parse::<RepositoryName>().ok());
+    let mount = base.as_ref().map(|b| (b, &image.base_layers));
+    let counts = push_blobs(registry, repo, &image.layout_dir, &image.blobs(), mount).await?;
     for p in &image.platforms {
         let body = layout::read_blob(&image.layout_dir, &p.manifest.digest).map_err(|e| {
             local_err(
@@ -104,8 +164,9 @@ pub async fn publish(
     Ok(Published {
         reference: format!("{repo}:{}@{}", image.tag, image.index.digest),
         digest: image.index.digest.clone(),
-        uploaded,
-        skipped,
+        uploaded: counts.uploaded,
+        skipped: counts.skipped,
+        mounted: counts.mounted,
     })
 }
 
@@ -119,17 +180,12 @@ pub async fn publish_attachments(
     layout_dir: &std::path::Path,
     attachments: &[Attachment],
 ) -> Result<usize, RegistryError> {
+    let blobs: Vec<Descriptor> = attachments
+        .iter()
+        .flat_map(|a| [a.config.clone(), a.document.clone()])
+        .collect();
+    push_blobs(registry, repo, layout_dir, &blobs, None).await?;
     for a in attachments {
-        for blob in [&a.config, &a.document] {
-            if registry.blob_exists(repo, &blob.digest).await? {
-                continue;
-            }
-            let data = layout::read_blob(layout_dir, &blob.digest)
-                .map_err(|e| local_err(repo, format!("read blob {}", short(&blob.digest)), e))?;
-            registry
-                .push_blob(repo, &blob.digest, Bytes::from(data))
-                .await?;
-        }
         let body = layout::read_blob(layout_dir, &a.manifest.digest).map_err(|e| {
             local_err(
                 repo,
