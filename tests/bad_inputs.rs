@@ -224,7 +224,11 @@ fn unreachable_registry_fails_without_recording() {
         ],
     );
     let line = assert_failed(&f, &o, 8, &lock);
-    assert!(stderr(&o).contains("retrying in"), "a connection refusal is retried: {}", stderr(&o));
+    assert!(
+        stderr(&o).contains("retrying in"),
+        "a connection refusal is retried: {}",
+        stderr(&o)
+    );
     assert!(
         line.starts_with(&format!("occm-forge: error: publish: registry {addr}: ")),
         "{line}"

@@ -490,6 +490,8 @@ pub struct TestRegistry {
     child: Child,
     /// `127.0.0.1:<port>`.
     pub addr: String,
+    cfg: PathBuf,
+    plain: bool,
     _root: tempfile::TempDir,
 }
 
@@ -536,22 +538,44 @@ impl TestRegistry {
         let reg = TestRegistry {
             child,
             addr,
+            cfg,
+            plain: opts.tls.is_none() && opts.htpasswd.is_none(),
             _root: root,
         };
-        let plain = opts.tls.is_none() && opts.htpasswd.is_none();
+        reg.wait_ready();
+        reg
+    }
+
+    /// Starts the registry again on the same port and storage (after [`TestRegistry::kill`]).
+    pub fn restart(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .append(true)
+            .open(self._root.path().join("registry.log"))
+            .unwrap();
+        self.child = Command::new("docker-registry")
+            .arg("serve")
+            .arg(&self.cfg)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("restart docker-registry");
+        self.wait_ready();
+    }
+
+    fn wait_ready(&self) {
         let deadline = Instant::now() + Duration::from_secs(20);
         while Instant::now() < deadline {
-            let ready = if plain {
-                reg.get_status("/v2/") == Some(200)
+            let ready = if self.plain {
+                self.get_status("/v2/") == Some(200)
             } else {
-                TcpStream::connect(&reg.addr).is_ok()
+                TcpStream::connect(&self.addr).is_ok()
             };
             if ready {
-                return reg;
+                return;
             }
             std::thread::sleep(Duration::from_millis(100));
         }
-        panic!("docker-registry on {} did not become ready", reg.addr);
+        panic!("docker-registry on {} did not become ready", self.addr);
     }
 
     /// The registry's PID (to kill it mid-push).
@@ -563,6 +587,16 @@ impl TestRegistry {
     pub fn kill(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+
+    /// The body of a GET (plain HTTP), or None when the connection fails.
+    pub fn get_body(&self, path: &str) -> Option<String> {
+        let mut s = TcpStream::connect(&self.addr).ok()?;
+        s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+        write!(s, "GET {path} HTTP/1.0\r\nHost: {}\r\n\r\n", self.addr).ok()?;
+        let mut buf = String::new();
+        s.read_to_string(&mut buf).ok()?;
+        buf.split_once("\r\n\r\n").map(|(_, b)| b.to_string())
     }
 
     /// HTTP status of a GET, or None when the connection fails.
@@ -623,4 +657,207 @@ pub fn pull_and_unpack(repo: &str, tag: &str, dir: &Path) -> PathBuf {
         .arg(format!("{}:{tag}", pulled.display()))
         .arg(&rootfs));
     rootfs
+}
+
+/// What a [`FaultProxy`] rule does to a matching request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// Answer `500 Internal Server Error` without forwarding.
+    Status500,
+    /// Close the connection without an answer (a reset from the client's point of view).
+    Reset,
+    /// Forward the request, then kill the registry process (PID) before the answer is relayed.
+    KillUpstream(u32),
+}
+
+/// A proxy rule: requests whose method and path match get `fault`, `times` times.
+#[derive(Debug, Clone)]
+pub struct FaultRule {
+    /// `GET`, `HEAD`, `PUT`, `POST`, … or `*`.
+    pub method: &'static str,
+    /// A substring of the request path, e.g. `/blobs/uploads/`.
+    pub path_contains: &'static str,
+    /// What to do.
+    pub fault: Fault,
+    /// How many matching requests get it.
+    pub times: usize,
+    /// How many matching requests pass untouched first.
+    pub after: usize,
+}
+
+/// Counters of what a [`FaultProxy`] did.
+#[derive(Debug, Default)]
+pub struct FaultCounts {
+    /// Requests relayed to the registry.
+    pub forwarded: std::sync::atomic::AtomicUsize,
+    /// 500s injected.
+    pub status_500: std::sync::atomic::AtomicUsize,
+    /// Connections reset.
+    pub resets: std::sync::atomic::AtomicUsize,
+    /// Registry kills.
+    pub kills: std::sync::atomic::AtomicUsize,
+}
+
+/// A small HTTP/1.1 fault-injecting proxy on 127.0.0.1 in front of a registry: it reads each
+/// request (head and `Content-Length` body), applies the first matching [`FaultRule`] or relays
+/// the request to the registry on a fresh connection with `Connection: close`, and relays the
+/// answer back.
+pub struct FaultProxy {
+    /// `127.0.0.1:<port>`.
+    pub addr: String,
+    /// What it did.
+    pub counts: std::sync::Arc<FaultCounts>,
+    rules: std::sync::Arc<std::sync::Mutex<Vec<FaultRule>>>,
+}
+
+impl FaultProxy {
+    /// Starts a proxy in front of `upstream` (`host:port`).
+    pub fn start(upstream: &str, rules: Vec<FaultRule>) -> FaultProxy {
+        use std::sync::{Arc, Mutex};
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let counts = Arc::new(FaultCounts::default());
+        let rules = Arc::new(Mutex::new(rules));
+        let (c, r, up) = (counts.clone(), rules.clone(), upstream.to_string());
+        std::thread::spawn(move || {
+            for conn in listener.incoming().flatten() {
+                let (c, r, up) = (c.clone(), r.clone(), up.clone());
+                std::thread::spawn(move || proxy_connection(conn, &up, &r, &c));
+            }
+        });
+        FaultProxy {
+            addr,
+            counts,
+            rules,
+        }
+    }
+
+    /// Replaces the rules.
+    pub fn set_rules(&self, rules: Vec<FaultRule>) {
+        *self.rules.lock().unwrap() = rules;
+    }
+
+    /// `addr/<path>`.
+    pub fn repo(&self, path: &str) -> String {
+        format!("{}/{path}", self.addr)
+    }
+
+    /// (500s, resets, kills) injected so far.
+    pub fn injected(&self) -> (usize, usize, usize) {
+        use std::sync::atomic::Ordering::SeqCst;
+        (
+            self.counts.status_500.load(SeqCst),
+            self.counts.resets.load(SeqCst),
+            self.counts.kills.load(SeqCst),
+        )
+    }
+}
+
+fn read_request(conn: &mut TcpStream) -> Option<(String, Vec<u8>)> {
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        if conn.read(&mut byte).ok()? == 0 {
+            return None;
+        }
+        head.push(byte[0]);
+    }
+    let head = String::from_utf8_lossy(&head).into_owned();
+    let len: usize = head
+        .lines()
+        .find_map(|l| {
+            l.split_once(':')
+                .filter(|(k, _)| k.eq_ignore_ascii_case("content-length"))
+                .map(|(_, v)| v.trim().parse().unwrap_or(0))
+        })
+        .unwrap_or(0);
+    let mut body = vec![0u8; len];
+    conn.read_exact(&mut body).ok()?;
+    Some((head, body))
+}
+
+fn proxy_connection(
+    mut conn: TcpStream,
+    upstream: &str,
+    rules: &std::sync::Mutex<Vec<FaultRule>>,
+    counts: &FaultCounts,
+) {
+    use std::sync::atomic::Ordering::SeqCst;
+    let _ = conn.set_read_timeout(Some(Duration::from_secs(30)));
+    while let Some((head, body)) = read_request(&mut conn) {
+        let mut parts = head.split_whitespace();
+        let (method, path) = (
+            parts.next().unwrap_or("").to_string(),
+            parts.next().unwrap_or("").to_string(),
+        );
+        let fault = {
+            let mut rules = rules.lock().unwrap();
+            rules
+                .iter_mut()
+                .find(|r| {
+                    r.times > 0
+                        && (r.method == "*" || r.method == method)
+                        && path.contains(r.path_contains)
+                })
+                .and_then(|r| {
+                    if r.after > 0 {
+                        r.after -= 1;
+                        return None;
+                    }
+                    r.times -= 1;
+                    Some(r.fault)
+                })
+        };
+        match fault {
+            Some(Fault::Status500) => {
+                counts.status_500.fetch_add(1, SeqCst);
+                let _ = conn.write_all(b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+                return;
+            }
+            Some(Fault::Reset) => {
+                counts.resets.fetch_add(1, SeqCst);
+                let _ = conn.shutdown(std::net::Shutdown::Both);
+                return;
+            }
+            _ => {}
+        }
+        let Ok(mut up) = TcpStream::connect(upstream) else {
+            return;
+        };
+        let head: String = head
+            .split("\r\n")
+            .filter(|l| !l.to_ascii_lowercase().starts_with("connection:"))
+            .collect::<Vec<_>>()
+            .join("\r\n");
+        let head = head.trim_end_matches("\r\n").to_string() + "\r\nConnection: close\r\n\r\n";
+        if up
+            .write_all(head.as_bytes())
+            .and_then(|_| up.write_all(&body))
+            .is_err()
+        {
+            return;
+        }
+        counts.forwarded.fetch_add(1, SeqCst);
+        let mut answer = Vec::new();
+        let _ = up.read_to_end(&mut answer);
+        if let Some(Fault::KillUpstream(pid)) = fault {
+            counts.kills.fetch_add(1, SeqCst);
+            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+            return;
+        }
+        // The registry closes after answering; tell the client so too.
+        let text = String::from_utf8_lossy(&answer);
+        let split = text.find("\r\n\r\n").map_or(answer.len(), |i| i + 4);
+        let (resp_head, resp_body) = answer.split_at(split);
+        let resp_head: String = String::from_utf8_lossy(resp_head)
+            .split("\r\n")
+            .filter(|l| !l.to_ascii_lowercase().starts_with("connection:") && !l.is_empty())
+            .collect::<Vec<_>>()
+            .join("\r\n")
+            + "\r\nConnection: close\r\n\r\n";
+        let _ = conn
+            .write_all(resp_head.as_bytes())
+            .and_then(|_| conn.write_all(resp_body));
+        return;
+    }
 }
