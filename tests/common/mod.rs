@@ -784,7 +784,8 @@ fn proxy_connection(
 ) {
     use std::sync::atomic::Ordering::SeqCst;
     let _ = conn.set_read_timeout(Some(Duration::from_secs(30)));
-    while let Some((head, body)) = read_request(&mut conn) {
+    // One request per connection: every answer goes out with `Connection: close`.
+    if let Some((head, body)) = read_request(&mut conn) {
         let mut parts = head.split_whitespace();
         let (method, path) = (
             parts.next().unwrap_or("").to_string(),
@@ -858,6 +859,5 @@ fn proxy_connection(
         let _ = conn
             .write_all(resp_head.as_bytes())
             .and_then(|_| conn.write_all(resp_body));
-        return;
     }
 }
