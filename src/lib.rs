@@ -13,6 +13,7 @@ pub mod config;
 pub mod describe;
 pub mod go;
 pub mod image;
+pub mod interrupt;
 pub mod lockfile;
 pub mod patches;
 pub mod pin;
@@ -58,6 +59,9 @@ pub enum Error {
     /// `verify`: the registry does not serve what the digest manifest records.
     #[error("verify: {0}")]
     Mismatch(String),
+    /// SIGINT or SIGTERM stopped the run; nothing was recorded.
+    #[error("interrupted by signal {0}: stopped, nothing recorded, no tag moved")]
+    Interrupted(i32),
     /// A local file-system failure outside the stages.
     #[error("{0}")]
     Io(String),
@@ -77,6 +81,7 @@ impl Error {
             Error::Registry(_) => 8,
             Error::Lock(_) => 9,
             Error::Mismatch(_) => 10,
+            Error::Interrupted(sig) => (128 + sig).clamp(0, 255) as u8,
             Error::Io(_) => 1,
         }
     }

@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use occm_forge::config::{self, Minor};
+use occm_forge::interrupt;
 use occm_forge::pipeline::{self, BuildOptions};
 use occm_forge::registry::auth::AuthFiles;
 use occm_forge::registry::oci::{OciRegistry, OciRegistryConfig};
@@ -173,6 +174,9 @@ struct BuildArgs {
     /// Base image instead of images.toml's: `static` (built in, offline) or a reference.
     #[arg(long, value_name = "static|REF")]
     base: Option<String>,
+    /// Refuse at once when another run holds the digest manifest, instead of waiting.
+    #[arg(long)]
+    no_wait: bool,
 }
 
 fn default_cache_dir() -> PathBuf {
@@ -207,6 +211,7 @@ async fn build(cli: &Cli, args: &BuildArgs) -> Result<(), occm_forge::Error> {
         cache_dir: cache_dir(cli),
         allow_unpinned_base: args.allow_unpinned_base,
         base: args.base.clone(),
+        wait_for_lock: !args.no_wait,
         source_date_epoch: source_date_epoch()
             .map_err(|e| occm_forge::Error::Usage(e.to_string()))?,
     };
@@ -316,6 +321,7 @@ async fn verify_registry(cli: &Cli, args: &AuditArgs) -> Result<(), occm_forge::
                     _ => entry.base_image.clone(),
                 }),
                 source_date_epoch: Some(entry.source_date_epoch),
+                wait_for_lock: true,
             };
             let quiet = cli.quiet;
             let mut on_stage = |r: &pipeline::StageReport| {
@@ -560,12 +566,31 @@ fn main() -> ExitCode {
         }
     };
     let result = runtime.block_on(async {
+        // SIGINT/SIGTERM: stop child processes, then let the command unwind (scratch space and
+        // the run lock are released as it returns; nothing is recorded).
+        tokio::spawn(async {
+            use tokio::signal::unix::{SignalKind, signal};
+            let (Ok(mut int), Ok(mut term)) = (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) else {
+                return;
+            };
+            let sig = tokio::select! {
+                _ = int.recv() => libc::SIGINT,
+                _ = term.recv() => libc::SIGTERM,
+            };
+            interrupt::interrupt(sig);
+        });
+        let command = async {
         match &cli.command {
             Command::Build(args) => build(&cli, args).await,
             Command::Verify(args) => verify_registry(&cli, args).await,
             Command::Pin(args) => pin(&cli, args).await,
             Command::Patches(PatchesCommand::Verify(args)) => patches_verify(&cli, args),
             Command::Patches(PatchesCommand::Matrix(args)) => patches_matrix(&cli, args),
+        }
+        };
+        tokio::select! {
+            r = command => r,
+            _ = interrupt::interrupted() => Err(occm_forge::Error::Interrupted(interrupt::signal().unwrap_or(libc::SIGINT))),
         }
     });
     match result {

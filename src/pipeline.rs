@@ -39,6 +39,8 @@ pub struct BuildOptions {
     pub allow_unpinned_base: bool,
     /// Base image instead of the minor's `base` (`--base`): `static` or a reference.
     pub base: Option<String>,
+    /// Wait for another run holding the digest manifest's run lock (else refuse at once).
+    pub wait_for_lock: bool,
     /// `SOURCE_DATE_EPOCH`; the upstream commit time when `None`.
     pub source_date_epoch: Option<i64>,
 }
@@ -76,7 +78,9 @@ struct Stages<'a> {
 }
 
 impl Stages<'_> {
-    fn done(&mut self, stage: &'static str, started: Instant, detail: String) {
+    /// Reports a finished stage; fails with [`Error::Interrupted`] once a signal has arrived, so
+    /// that no later stage starts.
+    fn done(&mut self, stage: &'static str, started: Instant, detail: String) -> Result<(), Error> {
         let r = StageReport {
             stage,
             seconds: started.elapsed().as_secs_f64(),
@@ -84,6 +88,7 @@ impl Stages<'_> {
         };
         (self.on_stage)(&r);
         self.reports.push(r);
+        checkpoint()
     }
 }
 
@@ -165,6 +170,36 @@ pub async fn build(
     registry: &dyn Registry,
     on_stage: &mut dyn FnMut(&StageReport),
 ) -> Result<BuildOutcome, Error> {
+    let path = &opts.config.digest_manifest;
+    let _lock = tokio::task::block_in_place(|| {
+        lockfile::lock_run(path, opts.wait_for_lock, &mut |holder| {
+            tracing::info!(
+                "waiting for another occm-forge run on {} ({holder}) to finish",
+                path.display()
+            )
+        })
+    })?;
+    let result = run_stages(opts, registry, on_stage).await;
+    // A stage that failed because its child was stopped reports the interruption instead.
+    match crate::interrupt::signal() {
+        Some(sig) => Err(Error::Interrupted(sig)),
+        None => result,
+    }
+}
+
+/// Fails with [`Error::Interrupted`] once SIGINT or SIGTERM has arrived.
+fn checkpoint() -> Result<(), Error> {
+    match crate::interrupt::signal() {
+        Some(sig) => Err(Error::Interrupted(sig)),
+        None => Ok(()),
+    }
+}
+
+async fn run_stages(
+    opts: &BuildOptions,
+    registry: &dyn Registry,
+    on_stage: &mut dyn FnMut(&StageReport),
+) -> Result<BuildOutcome, Error> {
     let cfg = &opts.config;
     let started_on = time::OffsetDateTime::now_utc().unix_timestamp();
     let p = plan(opts)?;
@@ -202,8 +237,12 @@ pub async fn build(
         &opts.cache_dir,
         &scratch.path().join("src"),
         &p.series,
-        &mut |stage, t, detail| stages.done(stage, t, detail),
+        // The interruption check follows the call.
+        &mut |stage, t, detail| {
+            let _ = stages.done(stage, t, detail);
+        },
     )?;
+    checkpoint()?;
     let epoch = opts.source_date_epoch.unwrap_or(tree.commit_time);
     let upstreamed: Vec<String> = applied
         .iter()
@@ -226,7 +265,7 @@ pub async fn build(
             m.go,
             p.required_tests.len()
         ),
-    );
+    )?;
 
     // 4. build
     let t = Instant::now();
@@ -252,7 +291,7 @@ pub async fn build(
                 .collect::<Vec<_>>()
                 .join(", ")
         ),
-    );
+    )?;
 
     // 5. image
     let t = Instant::now();
@@ -285,7 +324,7 @@ pub async fn build(
         "image",
         t,
         format!("{} in {}", built.index.digest, opts.output.display()),
-    );
+    )?;
 
     // 6. describe
     let t = Instant::now();
@@ -388,7 +427,7 @@ pub async fn build(
             "SPDX SBOM per platform, SLSA provenance {}",
             short(&provenance_digest)
         ),
-    );
+    )?;
 
     // 7. publish
     if opts.push {
@@ -403,7 +442,7 @@ pub async fn build(
                 "{} ({} blobs uploaded, {} already present, {} mounted; {attached} referrers)",
                 published.reference, published.uploaded, published.skipped, published.mounted
             ),
-        );
+        )?;
     }
 
     // 8. record
@@ -434,7 +473,7 @@ pub async fn build(
         "record",
         t,
         format!("{} in {}", opts.minor, display_rel(&cfg.digest_manifest)),
-    );
+    )?;
     drop(scratch);
     tracing::debug!("image {} ({})", entry.image, short(&entry.digest));
     Ok(BuildOutcome {

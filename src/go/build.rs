@@ -81,19 +81,18 @@ fn build_one(req: &BuildRequest<'_>, p: &Platform) -> Result<Binary, BuildError>
     if let Some(arm) = p.goarm() {
         cmd.env("GOARM", arm);
     }
-    let output = cmd
-        .args([
-            "build",
-            "-trimpath",
-            "-buildvcs=false",
-            "-ldflags",
-            &ldflags(req.version),
-            "-o",
-        ])
-        .arg(&path)
-        .arg(MAIN_PACKAGE)
-        .output()
-        .map_err(|e| err(format!("cannot run go: {e}")))?;
+    cmd.args([
+        "build",
+        "-trimpath",
+        "-buildvcs=false",
+        "-ldflags",
+        &ldflags(req.version),
+        "-o",
+    ])
+    .arg(&path)
+    .arg(MAIN_PACKAGE);
+    let output =
+        crate::interrupt::output(&mut cmd).map_err(|e| err(format!("cannot run go: {e}")))?;
     if !output.status.success() {
         return Err(err(format!(
             "{}: {}",
@@ -150,11 +149,9 @@ pub fn read_build_info(
         platform: binary.display().to_string(),
         message,
     };
-    let output = toolchain
-        .command(dir)
-        .args(["version", "-m", "-json"])
-        .arg(binary)
-        .output()
+    let mut cmd = toolchain.command(dir);
+    cmd.args(["version", "-m", "-json"]).arg(binary);
+    let output = crate::interrupt::output(&mut cmd)
         .map_err(|e| err(format!("cannot run go version -m: {e}")))?;
     if !output.status.success() {
         return Err(err(summarize_stderr(

@@ -210,15 +210,14 @@ pub fn run_raw(
     packages: &[String],
 ) -> Result<TestSummary, TestError> {
     let go_err = |message: String| TestError::Go { message };
-    let mut child = toolchain
-        .command(dir)
-        .arg("test")
+    let mut cmd = toolchain.command(dir);
+    cmd.arg("test")
         .arg("-json")
         .args(packages)
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| go_err(format!("cannot run go: {e}")))?;
+        .stderr(Stdio::piped());
+    let (mut child, _guard) =
+        crate::interrupt::spawn(&mut cmd).map_err(|e| go_err(format!("cannot run go: {e}")))?;
     let mut stderr = child.stderr.take().expect("piped stderr");
     let err_thread = std::thread::spawn(move || {
         let mut s = String::new();

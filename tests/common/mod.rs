@@ -668,6 +668,8 @@ pub enum Fault {
     Reset,
     /// Forward the request, then kill the registry process (PID) before the answer is relayed.
     KillUpstream(u32),
+    /// Hold the request this long before forwarding it.
+    Delay(Duration),
 }
 
 /// A proxy rule: requests whose method and path match get `fault`, `times` times.
@@ -696,6 +698,8 @@ pub struct FaultCounts {
     pub resets: std::sync::atomic::AtomicUsize,
     /// Registry kills.
     pub kills: std::sync::atomic::AtomicUsize,
+    /// Requests held back by a delay.
+    pub delayed: std::sync::atomic::AtomicUsize,
 }
 
 /// A small HTTP/1.1 fault-injecting proxy on 127.0.0.1 in front of a registry: it reads each
@@ -819,6 +823,10 @@ fn proxy_connection(
                 counts.resets.fetch_add(1, SeqCst);
                 let _ = conn.shutdown(std::net::Shutdown::Both);
                 return;
+            }
+            Some(Fault::Delay(d)) => {
+                counts.delayed.fetch_add(1, SeqCst);
+                std::thread::sleep(d);
             }
             _ => {}
         }

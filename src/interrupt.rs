@@ -1,0 +1,95 @@
+//! Interruption: SIGINT or SIGTERM sets a process-wide flag and stops every running child
+//! process group (`go test`, `go build` and what they spawn). Stages check the flag at their
+//! boundaries; what they hold (scratch directories, the run lock) is released as they return, and
+//! nothing is recorded.
+
+use std::collections::BTreeSet;
+use std::io;
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicI32, Ordering};
+
+static SIGNAL: AtomicI32 = AtomicI32::new(0);
+static CHILDREN: Mutex<BTreeSet<u32>> = Mutex::new(BTreeSet::new());
+static NOTIFY: tokio::sync::Notify = tokio::sync::Notify::const_new();
+
+/// The signal that interrupted this process, if any (2 for SIGINT, 15 for SIGTERM).
+pub fn signal() -> Option<i32> {
+    match SIGNAL.load(Ordering::SeqCst) {
+        0 => None,
+        s => Some(s),
+    }
+}
+
+/// Records `sig` and sends SIGTERM to every registered child process group.
+pub fn interrupt(sig: i32) {
+    SIGNAL.store(sig, Ordering::SeqCst);
+    let children = CHILDREN.lock().expect("children lock").clone();
+    for pid in children {
+        // SAFETY: kill(2) with a negative pid signals that process group; no memory is touched.
+        unsafe {
+            libc::kill(-(pid as i32), libc::SIGTERM);
+        }
+    }
+    NOTIFY.notify_waiters();
+}
+
+/// Resolves once the process has been interrupted.
+pub async fn interrupted() {
+    loop {
+        let notified = NOTIFY.notified();
+        if signal().is_some() {
+            return;
+        }
+        notified.await;
+    }
+}
+
+/// The error a stage returns when it stops because of a signal.
+pub fn error() -> io::Error {
+    io::Error::new(io::ErrorKind::Interrupted, "interrupted")
+}
+
+/// A running child in its own process group, stopped on interruption and unregistered on drop.
+pub struct Guard {
+    pid: u32,
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        CHILDREN.lock().expect("children lock").remove(&self.pid);
+    }
+}
+
+/// Spawns `cmd` in a new process group and registers it, unless the process is interrupted.
+pub fn spawn(cmd: &mut Command) -> io::Result<(Child, Guard)> {
+    if signal().is_some() {
+        return Err(error());
+    }
+    cmd.process_group(0);
+    let child = cmd.spawn()?;
+    let pid = child.id();
+    CHILDREN.lock().expect("children lock").insert(pid);
+    let guard = Guard { pid };
+    if signal().is_some() {
+        // The signal came between the check and the registration.
+        // SAFETY: as in `interrupt`.
+        unsafe {
+            libc::kill(-(pid as i32), libc::SIGTERM);
+        }
+    }
+    Ok((child, guard))
+}
+
+/// `Command::output` for a command that must stop on interruption.
+pub fn output(cmd: &mut Command) -> io::Result<std::process::Output> {
+    cmd.stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let (child, _guard) = spawn(cmd)?;
+    let out = child.wait_with_output()?;
+    if signal().is_some() {
+        return Err(error());
+    }
+    Ok(out)
+}

@@ -1,0 +1,254 @@
+//! SIGINT and SIGTERM at several stages, and two runs on one digest manifest: no torn or changed
+//! manifest, no tag on a partial image, no scratch directories and no Go processes left behind.
+
+mod common;
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+
+/// A Go test that, when OCCM_FORGE_TEST_PIDFILE is set, writes its PID and working directory there
+/// and sleeps: the test stage is then reliably in progress.
+const SLOW_TEST_PATCH: &str = r#"From: Someone <someone@example.org>
+Subject: [PATCH] a test that can be slow
+
+---
+diff --git a/pkg/openstack/slow_test.go b/pkg/openstack/slow_test.go
+new file mode 100644
+--- /dev/null
++++ b/pkg/openstack/slow_test.go
+@@ -0,0 +1,20 @@
++package openstack
++
++import (
++	"os"
++	"strconv"
++	"testing"
++	"time"
++)
++
++func TestSlowWhenAsked(t *testing.T) {
++	pidfile := os.Getenv("OCCM_FORGE_TEST_PIDFILE")
++	if pidfile == "" {
++		return
++	}
++	wd, _ := os.Getwd()
++	os.WriteFile(pidfile+".tmp", []byte(strconv.Itoa(os.Getpid())+"\n"+wd), 0o644)
++	os.Rename(pidfile+".tmp", pidfile)
++	time.Sleep(120 * time.Second)
++	t.Log("slept")
++}
+"#;
+
+fn slow_fixture() -> Fixture {
+    let f = fixture(&["linux/amd64"]);
+    f.add_patch(
+        "1.34",
+        "0003-a-test-that-can-be-slow.patch",
+        SLOW_TEST_PATCH,
+    );
+    f
+}
+
+fn spawn_build(f: &Fixture, pidfile: Option<&Path>, extra: &[&str]) -> Child {
+    let mut c = occm_forge(f.path());
+    c.args(["build", "--k8s", "1.34", "--source"])
+        .arg(&f.upstream)
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    match pidfile {
+        Some(p) => c.env("OCCM_FORGE_TEST_PIDFILE", p),
+        None => c.env_remove("OCCM_FORGE_TEST_PIDFILE"),
+    };
+    c.spawn().unwrap()
+}
+
+/// Waits for the slow Go test to write (pid, working directory).
+fn wait_for_slow_test(pidfile: &Path, child: &mut Child) -> (u32, PathBuf) {
+    let deadline = Instant::now() + Duration::from_secs(240);
+    while Instant::now() < deadline {
+        if let Ok(text) = std::fs::read_to_string(pidfile) {
+            let (pid, wd) = text.split_once('\n').unwrap();
+            return (pid.parse().unwrap(), PathBuf::from(wd));
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            let mut err = String::new();
+            child
+                .stderr
+                .take()
+                .unwrap()
+                .read_to_string(&mut err)
+                .unwrap();
+            panic!("occm-forge ended ({status}) before the slow test ran: {err}");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("the slow test never started");
+}
+
+fn signal(child: &Child, sig: &str) {
+    run(Command::new("kill").args([&format!("-{sig}"), &child.id().to_string()]));
+}
+
+fn finish(child: Child) -> (Option<i32>, String) {
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn alive(pid: u32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+        && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .unwrap_or_default()
+            .contains(") Z ")
+}
+
+/// The scratch directory of the run: `<cache>/tmp/build-…` above the Go package directory.
+fn scratch_of(wd: &Path) -> PathBuf {
+    wd.ancestors()
+        .find(|a| {
+            a.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("build-1.34-"))
+        })
+        .unwrap()
+        .to_path_buf()
+}
+
+#[test]
+fn sigint_during_go_tests_stops_everything_and_records_nothing() {
+    let f = slow_fixture();
+    let lock = f.seed_lock();
+    let pidfile = f.path().join("slow.pid");
+    let mut child = spawn_build(&f, Some(&pidfile), &[]);
+    let (go_pid, wd) = wait_for_slow_test(&pidfile, &mut child);
+    let scratch = scratch_of(&wd);
+    assert!(scratch.exists());
+    signal(&child, "INT");
+    let (code, err) = finish(child);
+    assert_eq!(code, Some(130), "{err}");
+    assert!(
+        err.trim_end().ends_with(
+            "occm-forge: error: interrupted by signal 2: stopped, nothing recorded, no tag moved"
+        ),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read(&f.lock).unwrap(),
+        lock,
+        "the digest manifest changed"
+    );
+    assert!(
+        !scratch.exists(),
+        "scratch directory {} left behind",
+        scratch.display()
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while alive(go_pid) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        !alive(go_pid),
+        "the Go test process {go_pid} outlived occm-forge"
+    );
+}
+
+#[test]
+fn sigterm_during_publish_moves_no_tag() {
+    let reg = TestRegistry::start();
+    let f = fixture(&["linux/amd64", "linux/arm64"]);
+    let lock = f.seed_lock();
+    // Hold the second platform manifest: blobs are in, the index and the tag are not.
+    let proxy = FaultProxy::start(
+        &reg.addr,
+        vec![FaultRule {
+            method: "PUT",
+            path_contains: "/manifests/sha256:",
+            fault: Fault::Delay(Duration::from_secs(20)),
+            times: 1,
+            after: 1,
+        }],
+    );
+    let repo = proxy.repo("occm/openstack-cloud-controller-manager");
+    let mut child = spawn_build(
+        &f,
+        None,
+        &[
+            "--push",
+            "--repository",
+            &repo,
+            "--insecure-registry",
+            &proxy.addr,
+        ],
+    );
+    let deadline = Instant::now() + Duration::from_secs(240);
+    while proxy
+        .counts
+        .delayed
+        .load(std::sync::atomic::Ordering::SeqCst)
+        == 0
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the push never reached the delayed manifest"
+        );
+        if let Ok(Some(s)) = child.try_wait() {
+            panic!("occm-forge ended early: {s}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    signal(&child, "TERM");
+    let (code, err) = finish(child);
+    assert_eq!(code, Some(143), "{err}");
+    assert!(err.contains("interrupted by signal 15"), "{err}");
+    assert_eq!(
+        std::fs::read(&f.lock).unwrap(),
+        lock,
+        "the digest manifest changed"
+    );
+    assert_eq!(
+        reg.get_status("/v2/occm/openstack-cloud-controller-manager/manifests/v1.34.1-occmforge.1"),
+        Some(404),
+        "the tag was written"
+    );
+}
+
+#[test]
+fn a_second_run_on_the_same_manifest_waits_or_refuses() {
+    let f = slow_fixture();
+    let pidfile = f.path().join("slow.pid");
+    let mut first = spawn_build(&f, Some(&pidfile), &[]);
+    wait_for_slow_test(&pidfile, &mut first);
+
+    let o = occm_forge(f.path())
+        .args(["build", "--k8s", "1.34", "--no-wait", "--source"])
+        .arg(&f.upstream)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(9), "{}", stderr(&o));
+    let name = f.lock.file_name().unwrap().to_string_lossy().to_string();
+    let last = stderr(&o).lines().last().unwrap().to_string();
+    assert!(
+        last.contains(&format!(
+            "{name} is in use by another occm-forge run (pid {})",
+            first.id()
+        )),
+        "{last}"
+    );
+
+    // Without --no-wait the second run waits, says so, and goes on once the first has stopped.
+    let second = spawn_build(&f, None, &["--output", "out2"]);
+    std::thread::sleep(Duration::from_secs(2));
+    signal(&first, "INT");
+    let (code, _) = finish(first);
+    assert_eq!(code, Some(130));
+    let (code, err) = finish(second);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(err.contains("waiting for another occm-forge run"), "{err}");
+    assert!(read_lock(&f.lock)["images"]["1.34"]["digest"].is_string());
+}
