@@ -18,6 +18,7 @@ pub mod lockfile;
 pub mod patches;
 pub mod pin;
 pub mod pipeline;
+pub mod progress;
 pub mod registry;
 pub mod source;
 pub mod verify;

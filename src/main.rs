@@ -10,6 +10,7 @@ use clap::{Args, Parser, Subcommand};
 use occm_forge::config::{self, Minor};
 use occm_forge::interrupt;
 use occm_forge::pipeline::{self, BuildOptions};
+use occm_forge::progress::Terminal;
 use occm_forge::registry::auth::AuthFiles;
 use occm_forge::registry::oci::{OciRegistry, OciRegistryConfig};
 use occm_forge::registry::retry::{RetryPolicy, Retrying};
@@ -215,16 +216,8 @@ async fn build(cli: &Cli, args: &BuildArgs) -> Result<(), occm_forge::Error> {
         source_date_epoch: source_date_epoch()
             .map_err(|e| occm_forge::Error::Usage(e.to_string()))?,
     };
-    let quiet = cli.quiet;
-    let mut on_stage = |r: &pipeline::StageReport| {
-        if !quiet {
-            eprintln!(
-                "occm-forge: {:<8} {:>7.1}s  {}",
-                r.stage, r.seconds, r.detail
-            );
-        }
-    };
-    let outcome = pipeline::build(&opts, &registry, &mut on_stage).await?;
+    let reporter = Terminal::new(cli.quiet, "");
+    let outcome = pipeline::build(&opts, &registry, &reporter).await?;
     if let Some(path) = &args.timings {
         let json = serde_json::to_vec_pretty(&outcome.timings).expect("timings serialise");
         std::fs::write(path, json)
@@ -323,16 +316,8 @@ async fn verify_registry(cli: &Cli, args: &AuditArgs) -> Result<(), occm_forge::
                 source_date_epoch: Some(entry.source_date_epoch),
                 wait_for_lock: true,
             };
-            let quiet = cli.quiet;
-            let mut on_stage = |r: &pipeline::StageReport| {
-                if !quiet {
-                    eprintln!(
-                        "occm-forge: rebuild {minor}: {:<8} {:>7.1}s  {}",
-                        r.stage, r.seconds, r.detail
-                    );
-                }
-            };
-            let rebuilt = pipeline::build(&opts, &registry, &mut on_stage).await?;
+            let reporter = Terminal::new(cli.quiet, format!("rebuild {minor}: "));
+            let rebuilt = pipeline::build(&opts, &registry, &reporter).await?;
             if rebuilt.entry.digest != entry.digest {
                 findings.push(Finding {
                     minor: *minor,
@@ -342,7 +327,7 @@ async fn verify_registry(cli: &Cli, args: &AuditArgs) -> Result<(), occm_forge::
                         rebuilt.entry.digest, entry.digest
                     ),
                 });
-            } else if !quiet {
+            } else if !cli.quiet {
                 eprintln!(
                     "occm-forge: verify {minor}: the rebuild gives the same digest {}",
                     entry.digest
@@ -404,7 +389,6 @@ fn cache_dir(cli: &Cli) -> PathBuf {
 fn patches_verify(cli: &Cli, args: &VerifyArgs) -> Result<(), occm_forge::Error> {
     let config = config::load(&args.inputs.config)?;
     let cache = cache_dir(cli);
-    let quiet = cli.quiet;
     let report = verify::verify(
         &verify::VerifyRequest {
             config: &config,
@@ -412,11 +396,7 @@ fn patches_verify(cli: &Cli, args: &VerifyArgs) -> Result<(), occm_forge::Error>
             source: args.inputs.source.as_deref(),
             cache_dir: &cache,
         },
-        &mut |line| {
-            if !quiet {
-                eprintln!("occm-forge: {line}");
-            }
-        },
+        &Terminal::new(cli.quiet, ""),
     )?;
     let text = if args.json {
         serde_json::to_string(&report).expect("report serialises")
@@ -442,7 +422,7 @@ fn patches_matrix(cli: &Cli, args: &MatrixArgs) -> Result<(), occm_forge::Error>
     } else {
         args.k8s.clone()
     };
-    let quiet = cli.quiet;
+    let reporter = Terminal::new(cli.quiet, "");
     let mut reports = Vec::new();
     for minor in minors {
         let req = verify::VerifyRequest {
@@ -451,11 +431,7 @@ fn patches_matrix(cli: &Cli, args: &MatrixArgs) -> Result<(), occm_forge::Error>
             source: args.inputs.source.as_deref(),
             cache_dir: &cache,
         };
-        let report = verify::verify(&req, &mut |line| {
-            if !quiet {
-                eprintln!("occm-forge: {line}");
-            }
-        });
+        let report = verify::verify(&req, &reporter);
         match report {
             Ok(r) => reports.push(r),
             Err(e) => {

@@ -72,21 +72,49 @@ pub struct BuildOutcome {
     pub timings: Vec<StageReport>,
 }
 
-struct Stages<'a> {
-    reports: Vec<StageReport>,
-    on_stage: &'a mut dyn FnMut(&StageReport),
+/// Receives progress: stage starts and ends, and upload progress. Implementations draw it
+/// (the binary: a line per stage on stderr, spinners and an upload bar when stderr is a TTY).
+pub trait Reporter: Sync {
+    /// A stage begins.
+    fn started(&self, _stage: &'static str) {}
+    /// A stage ended.
+    fn finished(&self, _report: &StageReport) {}
+    /// `bytes` more of the push's `total` bytes of blobs were handled (uploaded, mounted or found).
+    fn uploaded(&self, _bytes: u64, _total: u64) {}
+}
+
+/// A [`Reporter`] that reports nothing.
+pub struct Silent;
+
+impl Reporter for Silent {}
+
+/// Stage bookkeeping: timings plus the reporter.
+pub(crate) struct Stages<'a> {
+    pub(crate) reports: Vec<StageReport>,
+    pub(crate) reporter: &'a dyn Reporter,
 }
 
 impl Stages<'_> {
+    /// Starts a stage: tells the reporter and returns the start time.
+    pub(crate) fn start(&self, stage: &'static str) -> Instant {
+        self.reporter.started(stage);
+        Instant::now()
+    }
+
     /// Reports a finished stage; fails with [`Error::Interrupted`] once a signal has arrived, so
     /// that no later stage starts.
-    fn done(&mut self, stage: &'static str, started: Instant, detail: String) -> Result<(), Error> {
+    pub(crate) fn done(
+        &mut self,
+        stage: &'static str,
+        started: Instant,
+        detail: String,
+    ) -> Result<(), Error> {
         let r = StageReport {
             stage,
             seconds: started.elapsed().as_secs_f64(),
             detail,
         };
-        (self.on_stage)(&r);
+        self.reporter.finished(&r);
         self.reports.push(r);
         checkpoint()
     }
@@ -162,13 +190,13 @@ fn plan(opts: &BuildOptions) -> Result<Plan, Error> {
 }
 
 /// Runs the whole pipeline for one minor. `registry` serves base pulls and the push;
-/// `on_stage` is called after each stage (for the stderr progress lines).
+/// `reporter` hears about every stage and the upload.
 ///
 /// Errors carry the failing stage; on any error the digest manifest is untouched.
 pub async fn build(
     opts: &BuildOptions,
     registry: &dyn Registry,
-    on_stage: &mut dyn FnMut(&StageReport),
+    reporter: &dyn Reporter,
 ) -> Result<BuildOutcome, Error> {
     let path = &opts.config.digest_manifest;
     let _lock = tokio::task::block_in_place(|| {
@@ -179,7 +207,7 @@ pub async fn build(
             )
         })
     })?;
-    let result = run_stages(opts, registry, on_stage).await;
+    let result = run_stages(opts, registry, reporter).await;
     // A stage that failed because its child was stopped reports the interruption instead.
     match crate::interrupt::signal() {
         Some(sig) => Err(Error::Interrupted(sig)),
@@ -198,7 +226,7 @@ fn checkpoint() -> Result<(), Error> {
 async fn run_stages(
     opts: &BuildOptions,
     registry: &dyn Registry,
-    on_stage: &mut dyn FnMut(&StageReport),
+    reporter: &dyn Reporter,
 ) -> Result<BuildOutcome, Error> {
     let cfg = &opts.config;
     let started_on = time::OffsetDateTime::now_utc().unix_timestamp();
@@ -213,7 +241,7 @@ async fn run_stages(
     )?;
     let mut stages = Stages {
         reports: Vec::new(),
-        on_stage,
+        reporter,
     };
     let repo: RepositoryName = p.repository.parse().map_err(Error::Usage)?;
     if opts.push {
@@ -237,12 +265,8 @@ async fn run_stages(
         &opts.cache_dir,
         &scratch.path().join("src"),
         &p.series,
-        // The interruption check follows the call.
-        &mut |stage, t, detail| {
-            let _ = stages.done(stage, t, detail);
-        },
+        &mut stages,
     )?;
-    checkpoint()?;
     let epoch = opts.source_date_epoch.unwrap_or(tree.commit_time);
     let upstreamed: Vec<String> = applied
         .iter()
@@ -251,7 +275,7 @@ async fn run_stages(
         .collect();
 
     // 3. test
-    let t = Instant::now();
+    let t = stages.start("test");
     let toolchain = Toolchain::new(&m.go, &opts.cache_dir);
     let summary = tokio::task::block_in_place(|| {
         go::test::run(&tree.path, &toolchain, &m.test_packages, &p.required_tests)
@@ -268,7 +292,7 @@ async fn run_stages(
     )?;
 
     // 4. build
-    let t = Instant::now();
+    let t = stages.start("build");
     let bin_dir = scratch.path().join("bin");
     let binaries = tokio::task::block_in_place(|| {
         go::build::build(&go::build::BuildRequest {
@@ -294,7 +318,7 @@ async fn run_stages(
     )?;
 
     // 5. image
-    let t = Instant::now();
+    let t = stages.start("image");
     let resolved = if m.is_static_base() {
         base::static_base(&m.platforms, epoch)?
     } else {
@@ -327,7 +351,7 @@ async fn run_stages(
     )?;
 
     // 6. describe
-    let t = Instant::now();
+    let t = stages.start("describe");
     let attest_dir = opts.output.join("attestations").join(&p.tag);
     let io = |e: std::io::Error| {
         Error::Image(image::ImageError::Io(format!(
@@ -431,8 +455,9 @@ async fn run_stages(
 
     // 7. publish
     if opts.push {
-        let t = Instant::now();
-        let published = publish::publish(registry, &repo, &built).await?;
+        let t = stages.start("publish");
+        let on_bytes = |bytes, total| reporter.uploaded(bytes, total);
+        let published = publish::publish(registry, &repo, &built, &on_bytes).await?;
         let attached =
             publish::publish_attachments(registry, &repo, &opts.output, &attachments).await?;
         stages.done(
@@ -446,7 +471,7 @@ async fn run_stages(
     }
 
     // 8. record
-    let t = Instant::now();
+    let t = stages.start("record");
     let entry = Entry {
         image: format!("{}:{}@{}", p.repository, p.tag, built.index.digest),
         repository: p.repository.clone(),
@@ -504,17 +529,17 @@ pub(crate) struct PatchedTree {
 }
 
 /// The source and patches stages: checks out `m`'s pinned tag from `url` into `tree_dir` and
-/// applies `series`, reporting each stage through `done(stage, started, detail)`. Patches already
-/// upstream are logged as a warning and skipped.
+/// applies `series`, reporting each stage through `stages`. Patches already upstream are logged
+/// as a warning and skipped.
 pub(crate) fn patched_tree(
     url: &str,
     m: &MinorConfig,
     cache_dir: &Path,
     tree_dir: &Path,
     series: &[patches::PatchFile],
-    done: &mut dyn FnMut(&'static str, Instant, String),
+    stages: &mut Stages<'_>,
 ) -> Result<PatchedTree, Error> {
-    let t = Instant::now();
+    let t = stages.start("source");
     let tree = tokio::task::block_in_place(|| {
         source::checkout(&source::SourceRequest {
             url,
@@ -524,7 +549,7 @@ pub(crate) fn patched_tree(
             tree_dir,
         })
     })?;
-    done(
+    stages.done(
         "source",
         t,
         format!(
@@ -532,8 +557,8 @@ pub(crate) fn patched_tree(
             m.upstream_tag,
             &tree.commit[..12]
         ),
-    );
-    let t = Instant::now();
+    )?;
+    let t = stages.start("patches");
     let applied = tokio::task::block_in_place(|| {
         patches::apply_series(&tree.path, series, tree.commit_time)
     })?;
@@ -548,7 +573,7 @@ pub(crate) fn patched_tree(
             m.upstream_tag
         );
     }
-    done(
+    stages.done(
         "patches",
         t,
         format!(
@@ -557,7 +582,7 @@ pub(crate) fn patched_tree(
             upstreamed.len(),
             &patches::series_sha256(series)[..12]
         ),
-    );
+    )?;
     Ok(PatchedTree { tree, applied })
 }
 

@@ -9,7 +9,6 @@
 //! (the bug is absent in that minor).
 
 use std::path::PathBuf;
-use std::time::Instant;
 
 use serde::Serialize;
 
@@ -18,7 +17,7 @@ use crate::config::{Config, Minor};
 use crate::go::Toolchain;
 use crate::go::test::{self, Outcome, TestSummary};
 use crate::patches::{self, PatchOutcome};
-use crate::pipeline::{PatchedTree, patched_tree, scratch_dir};
+use crate::pipeline::{PatchedTree, Reporter, StageReport, Stages, patched_tree, scratch_dir};
 
 /// What to verify.
 #[derive(Debug, Clone)]
@@ -142,14 +141,30 @@ fn outcome_text(o: Option<Outcome>) -> Option<String> {
     .map(str::to_string)
 }
 
+/// A reporter that puts "<minor> <run>: " before each stage's detail.
+struct Labelled<'a> {
+    label: String,
+    inner: &'a dyn Reporter,
+}
+
+impl Reporter for Labelled<'_> {
+    fn started(&self, stage: &'static str) {
+        self.inner.started(stage);
+    }
+    fn finished(&self, r: &StageReport) {
+        self.inner.finished(&StageReport {
+            stage: r.stage,
+            seconds: r.seconds,
+            detail: format!("{}: {}", self.label, r.detail),
+        });
+    }
+}
+
 /// Runs the red and the green test run for `req.minor` and judges every patch.
 ///
 /// Errors: images.toml, source and patch failures as in `build` (a patch that does not apply
 /// ends the verification); Go failing to produce any test events.
-pub fn verify(
-    req: &VerifyRequest<'_>,
-    on_step: &mut dyn FnMut(&str),
-) -> Result<MinorReport, Error> {
+pub fn verify(req: &VerifyRequest<'_>, reporter: &dyn Reporter) -> Result<MinorReport, Error> {
     let cfg = req.config;
     let m = cfg.minor(req.minor)?;
     let series = patches::load_series(&cfg.patches_dir, &m.patches)?;
@@ -161,19 +176,20 @@ pub fn verify(
     let scratch = scratch_dir(req.cache_dir, &format!("verify-{}-", req.minor))?;
 
     let is_fix = |name: &str| cfg.patches.contains_key(name);
-    let mut run = |label: &str,
-                   series: &[patches::PatchFile],
-                   dir: PathBuf|
+    let run = |label: &str,
+               series: &[patches::PatchFile],
+               dir: PathBuf|
      -> Result<(PatchedTree, TestSummary, Option<String>), Error> {
-        let started = Instant::now();
-        let mut note = |stage: &'static str, t: Instant, detail: String| {
-            on_step(&format!(
-                "{} {label}: {stage} {:.1}s {detail}",
-                req.minor,
-                t.elapsed().as_secs_f64()
-            ))
+        let labelled = Labelled {
+            label: format!("{} {label}", req.minor),
+            inner: reporter,
         };
-        let patched = patched_tree(&url, m, req.cache_dir, &dir, series, &mut note)?;
+        let mut stages = Stages {
+            reports: Vec::new(),
+            reporter: &labelled,
+        };
+        let patched = patched_tree(&url, m, req.cache_dir, &dir, series, &mut stages)?;
+        let t = stages.start("test");
         // A run that produced no test events (e.g. modules the proxy will not serve) is a
         // problem of this minor, not the end of a matrix: the rows still show what applied.
         let (summary, problem) = match tokio::task::block_in_place(|| {
@@ -183,12 +199,11 @@ pub fn verify(
             Err(e) => (TestSummary::default(), Some(format!("{label}: {e}"))),
         };
         let (p, f, s) = summary.counts();
-        on_step(&format!(
-            "{} {label}: test {:.1}s go{}: {p} passed, {f} failed, {s} skipped",
-            req.minor,
-            started.elapsed().as_secs_f64(),
-            m.go
-        ));
+        stages.done(
+            "test",
+            t,
+            format!("go{}: {p} passed, {f} failed, {s} skipped", m.go),
+        )?;
         Ok((patched, summary, problem))
     };
 

@@ -543,3 +543,51 @@ fn rebuilds_are_bit_identical_across_caches_directories_home_and_umask() {
     }
     assert_eq!(digests[0], digests[1]);
 }
+
+#[test]
+fn progress_is_drawn_on_a_terminal_only() {
+    let f = fixture(&["linux/amd64"]);
+    let cmd = |out: &str| {
+        format!(
+            "{} build --k8s 1.34 --source {} --output {}",
+            env!("CARGO_BIN_EXE_occm-forge"),
+            f.upstream.display(),
+            f.path().join(out).display()
+        )
+    };
+    // Not a terminal: plain stage lines, no escape sequences.
+    let o = occm_forge(f.path())
+        .args(["build", "--k8s", "1.34", "--source"])
+        .arg(&f.upstream)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        !stderr(&o).contains('\u{1b}'),
+        "escape sequences without a terminal: {:?}",
+        stderr(&o)
+    );
+    // A terminal (script(1) gives the command a pty): spinners are drawn and cleared.
+    require_tool("script");
+    let o = Command::new("script")
+        .current_dir(f.path())
+        .args(["-qec", &cmd("out-tty"), "/dev/null"])
+        .env("OCCM_FORGE_CACHE", shared_cache())
+        .env("GOPROXY", "off")
+        .env("GOFLAGS", "")
+        .env("TERM", "xterm")
+        .output()
+        .unwrap();
+    let text = stdout(&o);
+    assert!(o.status.success(), "{text}");
+    assert!(text.contains('\u{1b}'), "no terminal drawing: {text:?}");
+    assert!(text.contains("occm-forge: record"), "{text}");
+    // -q: errors only.
+    let o = occm_forge(f.path())
+        .args(["-q", "build", "--k8s", "1.34", "--source"])
+        .arg(&f.upstream)
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    assert_eq!(stderr(&o), "");
+}

@@ -56,6 +56,7 @@ async fn push_blobs(
     layout_dir: &std::path::Path,
     blobs: &[Descriptor],
     mount: Option<(&RepositoryName, &BTreeSet<String>)>,
+    on_bytes: &(dyn Fn(u64, u64) + Sync),
 ) -> Result<Counts, RegistryError> {
     use futures::{StreamExt, TryStreamExt};
     let mut unique: Vec<&Descriptor> = Vec::new();
@@ -64,37 +65,12 @@ async fn push_blobs(
             unique.push(b);
         }
     }
+    let total: u64 = unique.iter().map(|b| b.size).sum();
     let results: Vec<Counts> = futures::stream::iter(unique)
         .map(|blob| async move {
-            if registry.blob_exists(repo, &blob.digest).await? {
-                return Ok(Counts {
-                    skipped: 1,
-                    ..Counts::default()
-                });
-            }
-            if let Some((from, digests)) = mount
-                && digests.contains(&blob.digest)
-                && registry.mount_blob(repo, from, &blob.digest).await
-            {
-                return Ok(Counts {
-                    mounted: 1,
-                    ..Counts::default()
-                });
-            }
-            let data = layout::read_blob(layout_dir, &blob.digest).map_err(|e| {
-                local_err(
-                    repo,
-                    format!("read blob {} from the layout", short(&blob.digest)),
-                    e,
-                )
-            })?;
-            registry
-                .push_blob(repo, &blob.digest, Bytes::from(data))
-                .await?;
-            Ok::<_, RegistryError>(Counts {
-                uploaded: 1,
-                ..Counts::default()
-            })
+            let counts = push_one(registry, repo, layout_dir, blob, mount).await?;
+            on_bytes(blob.size, total);
+            Ok::<_, RegistryError>(counts)
         })
         .buffer_unordered(UPLOAD_CONCURRENCY)
         .try_collect()
@@ -106,7 +82,47 @@ async fn push_blobs(
     }))
 }
 
-/// Pushes `image` to `repo` under `image.tag`; see the module documentation.
+/// One blob: skip when present, mount when listed in `mount`, else upload.
+async fn push_one(
+    registry: &dyn Registry,
+    repo: &RepositoryName,
+    layout_dir: &std::path::Path,
+    blob: &Descriptor,
+    mount: Option<(&RepositoryName, &BTreeSet<String>)>,
+) -> Result<Counts, RegistryError> {
+    if registry.blob_exists(repo, &blob.digest).await? {
+        return Ok(Counts {
+            skipped: 1,
+            ..Counts::default()
+        });
+    }
+    if let Some((from, digests)) = mount
+        && digests.contains(&blob.digest)
+        && registry.mount_blob(repo, from, &blob.digest).await
+    {
+        return Ok(Counts {
+            mounted: 1,
+            ..Counts::default()
+        });
+    }
+    let data = layout::read_blob(layout_dir, &blob.digest).map_err(|e| {
+        local_err(
+            repo,
+            format!("read blob {} from the layout", short(&blob.digest)),
+            e,
+        )
+    })?;
+    registry
+        .push_blob(repo, &blob.digest, Bytes::from(data))
+        .await?;
+    Ok(Counts {
+        uploaded: 1,
+        ..Counts::default()
+    })
+}
+
+/// Pushes `image` to `repo` under `image.tag`; see the module documentation. `on_bytes(n, total)`
+/// hears about each blob handled.
 ///
 /// After the tag is written the registry is asked which digest it serves under the tag; a
 /// different answer is an error. Errors name the registry and the failed operation.
@@ -114,13 +130,22 @@ pub async fn publish(
     registry: &dyn Registry,
     repo: &RepositoryName,
     image: &BuiltImage,
+    on_bytes: &(dyn Fn(u64, u64) + Sync),
 ) -> Result<Published, RegistryError> {
     let base = image
         .base_repository
         .as_deref()
         .and_then(|b| b.parse::<RepositoryName>().ok());
     let mount = base.as_ref().map(|b| (b, &image.base_layers));
-    let counts = push_blobs(registry, repo, &image.layout_dir, &image.blobs(), mount).await?;
+    let counts = push_blobs(
+        registry,
+        repo,
+        &image.layout_dir,
+        &image.blobs(),
+        mount,
+        on_bytes,
+    )
+    .await?;
     for p in &image.platforms {
         let body = layout::read_blob(&image.layout_dir, &p.manifest.digest).map_err(|e| {
             local_err(
@@ -184,7 +209,7 @@ pub async fn publish_attachments(
         .iter()
         .flat_map(|a| [a.config.clone(), a.document.clone()])
         .collect();
-    push_blobs(registry, repo, layout_dir, &blobs, None).await?;
+    push_blobs(registry, repo, layout_dir, &blobs, None, &|_, _| {}).await?;
     for a in attachments {
         let body = layout::read_blob(layout_dir, &a.manifest.digest).map_err(|e| {
             local_err(
