@@ -20,7 +20,9 @@ pub mod pin;
 pub mod pipeline;
 pub mod progress;
 pub mod registry;
+pub mod render;
 pub mod source;
+pub mod upstream;
 pub mod verify;
 
 /// Any failure of occm-forge, by stage. `Display` is one line; [`Error::exit_code`] maps the
@@ -63,6 +65,9 @@ pub enum Error {
     /// SIGINT or SIGTERM stopped the run; nothing was recorded.
     #[error("interrupted by signal {0}: stopped, nothing recorded, no tag moved")]
     Interrupted(i32),
+    /// `render` cannot render an entry.
+    #[error(transparent)]
+    Render(#[from] render::RenderError),
     /// A local file-system failure outside the stages.
     #[error("{0}")]
     Io(String),
@@ -73,7 +78,7 @@ impl Error {
     /// 9 digest manifest, 10 registry does not match the digest manifest (`verify`), 1 anything else.
     pub fn exit_code(&self) -> u8 {
         match self {
-            Error::Usage(_) | Error::Config(_) => 2,
+            Error::Usage(_) | Error::Config(_) | Error::Render(_) => 2,
             Error::Source(_) => 3,
             Error::Patch(_) => 4,
             Error::Test(_) | Error::Verify(_) => 5,

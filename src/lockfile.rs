@@ -112,6 +112,16 @@ pub enum LockError {
         /// Who holds it.
         holder: String,
     },
+    /// Two fragments carry different entries for one minor.
+    #[error("fragments {a} and {b} carry different entries for {minor}; nothing merged")]
+    Conflict {
+        /// The minor.
+        minor: Minor,
+        /// One fragment.
+        a: PathBuf,
+        /// The other.
+        b: PathBuf,
+    },
     /// The tag would be reused for different inputs.
     #[error(
         "digest manifest {path}: tag {tag} was recorded for {minor} with {what}; bump `revision` for {minor} in images.toml"
@@ -262,7 +272,49 @@ pub fn check_tag(
 pub fn record(path: &Path, minor: Minor, entry: Entry) -> Result<(), LockError> {
     let mut m = read(path)?;
     m.images.insert(minor, entry);
-    let yaml = serde_norway::to_string(&m).map_err(|e| LockError::Write {
+    write(path, &m)
+}
+
+/// Folds fragments (digest manifests written by `build --manifest-fragment`, one per parallel
+/// job) into the digest manifest at `path`, atomically; returns the minors merged. Two fragments
+/// that carry different entries for one minor are refused and nothing is written; the same entry
+/// twice is fine.
+pub fn merge(path: &Path, fragments: &[PathBuf]) -> Result<Vec<Minor>, LockError> {
+    let mut incoming: BTreeMap<Minor, (Entry, PathBuf)> = BTreeMap::new();
+    for f in fragments {
+        let fragment = read(f)?;
+        if fragment.images.is_empty() {
+            return Err(LockError::Read {
+                path: f.clone(),
+                message: "no entries".into(),
+            });
+        }
+        for (minor, entry) in fragment.images {
+            match incoming.get(&minor) {
+                Some((other, from)) if *other != entry => {
+                    return Err(LockError::Conflict {
+                        minor,
+                        a: from.clone(),
+                        b: f.clone(),
+                    });
+                }
+                _ => {
+                    incoming.insert(minor, (entry, f.clone()));
+                }
+            }
+        }
+    }
+    let mut m = read(path)?;
+    let minors: Vec<Minor> = incoming.keys().copied().collect();
+    for (minor, (entry, _)) in incoming {
+        m.images.insert(minor, entry);
+    }
+    write(path, &m)?;
+    Ok(minors)
+}
+
+fn write(path: &Path, m: &DigestManifest) -> Result<(), LockError> {
+    let yaml = serde_norway::to_string(m).map_err(|e| LockError::Write {
         path: path.to_path_buf(),
         message: e.to_string(),
     })?;

@@ -46,6 +46,16 @@ enum Command {
     /// Rewrite images.toml keeping its comments: move a minor to an upstream tag (commit, Go
     /// version and go-runner base from that tag), add a minor, and pin base images by digest.
     Pin(PinArgs),
+    /// Upstream release tags against the pins.
+    #[command(subcommand)]
+    Upstream(UpstreamCommand),
+    /// Render the digest manifest for Magnum, Helm or Atmosphere.
+    Render(RenderArgs),
+    /// The Kubernetes minors images.toml tracks, as a JSON array (for CI matrices).
+    Minors(MinorsArgs),
+    /// Digest-manifest maintenance.
+    #[command(subcommand)]
+    Manifest(ManifestCommand),
     /// Patch series checks on the real upstream tree.
     #[command(subcommand)]
     Patches(PatchesCommand),
@@ -115,6 +125,68 @@ struct PinArgs {
     registry: RegistryArgs,
 }
 
+#[derive(Subcommand)]
+enum UpstreamCommand {
+    /// Newer patch tags per tracked minor, and newer minors not tracked yet. Exit status: 0 nothing
+    /// new, 11 something new.
+    Check(UpstreamArgs),
+}
+
+#[derive(Args)]
+struct UpstreamArgs {
+    #[command(flatten)]
+    inputs: Inputs,
+    /// Print the report as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+#[command(group = clap::ArgGroup::new("which").required(true).args(["k8s", "all"]))]
+struct RenderArgs {
+    /// The minor to render.
+    #[arg(long = "k8s", value_name = "MINOR")]
+    k8s: Option<Minor>,
+    /// Render every minor of the digest manifest.
+    #[arg(long)]
+    all: bool,
+    /// magnum-label, magnum-prefix-tag, helm-values or atmosphere-vars.
+    #[arg(long, value_name = "FORMAT")]
+    format: occm_forge::render::Format,
+    /// images.toml (for the digest manifest's path).
+    #[arg(long, default_value = "images.toml", value_name = "FILE")]
+    config: PathBuf,
+    /// Render entries recorded without --push too.
+    #[arg(long)]
+    allow_unpublished: bool,
+}
+
+#[derive(Args)]
+struct MinorsArgs {
+    /// images.toml to read.
+    #[arg(long, default_value = "images.toml", value_name = "FILE")]
+    config: PathBuf,
+}
+
+#[derive(Subcommand)]
+enum ManifestCommand {
+    /// Fold fragments written by `build --manifest-fragment` into the digest manifest.
+    Merge(MergeArgs),
+}
+
+#[derive(Args)]
+struct MergeArgs {
+    /// Fragment files.
+    #[arg(required = true, value_name = "FRAGMENT")]
+    fragments: Vec<PathBuf>,
+    /// images.toml (for the digest manifest's path).
+    #[arg(long, default_value = "images.toml", value_name = "FILE")]
+    config: PathBuf,
+    /// Refuse at once when another run holds the digest manifest.
+    #[arg(long)]
+    no_wait: bool,
+}
+
 /// How registries are reached.
 #[derive(Args)]
 struct RegistryArgs {
@@ -178,6 +250,10 @@ struct BuildArgs {
     /// Refuse at once when another run holds the digest manifest, instead of waiting.
     #[arg(long)]
     no_wait: bool,
+    /// Write this minor's entry to FILE instead of the digest manifest (parallel CI jobs; fold the
+    /// fragments in with `manifest merge`).
+    #[arg(long, value_name = "FILE")]
+    manifest_fragment: Option<PathBuf>,
 }
 
 fn default_cache_dir() -> PathBuf {
@@ -213,6 +289,7 @@ async fn build(cli: &Cli, args: &BuildArgs) -> Result<(), occm_forge::Error> {
         allow_unpinned_base: args.allow_unpinned_base,
         base: args.base.clone(),
         wait_for_lock: !args.no_wait,
+        manifest_fragment: args.manifest_fragment.clone(),
         source_date_epoch: source_date_epoch()
             .map_err(|e| occm_forge::Error::Usage(e.to_string()))?,
     };
@@ -315,6 +392,7 @@ async fn verify_registry(cli: &Cli, args: &AuditArgs) -> Result<(), occm_forge::
                 }),
                 source_date_epoch: Some(entry.source_date_epoch),
                 wait_for_lock: true,
+                manifest_fragment: None,
             };
             let reporter = Terminal::new(cli.quiet, format!("rebuild {minor}: "));
             let rebuilt = pipeline::build(&opts, &registry, &reporter).await?;
@@ -380,6 +458,103 @@ async fn pin(cli: &Cli, args: &PinArgs) -> Result<(), occm_forge::Error> {
             .map(|c| format!("{c}\n"))
             .collect::<String>(),
     )
+}
+
+/// `upstream check`: exit 0 when nothing is new, 11 when something is.
+fn upstream_check(cli: &Cli, args: &UpstreamArgs) -> Result<u8, occm_forge::Error> {
+    let config = config::load(&args.inputs.config)?;
+    let url = args
+        .inputs
+        .source
+        .clone()
+        .unwrap_or_else(|| config.upstream.clone());
+    let tags = tokio::task::block_in_place(|| occm_forge::source::list_tags(&url))?;
+    let report = occm_forge::upstream::check(&config, tags.iter().map(|(t, _)| t.as_str()));
+    let text = if args.json {
+        serde_json::to_string(&report).expect("report serialises")
+    } else {
+        let mut t = String::new();
+        for m in &report.minors {
+            let state = if m.newer {
+                format!("{} is newer", m.latest)
+            } else {
+                "up to date".into()
+            };
+            t.push_str(&format!("{}  {}  {state}\n", m.minor, m.pinned));
+        }
+        for u in &report.untracked {
+            t.push_str(&format!(
+                "{}  not tracked  {} released: `occm-forge pin --new-minor {} --tag {}`\n",
+                u.minor, u.latest, u.minor, u.latest
+            ));
+        }
+        t
+    };
+    print_stdout(&text)?;
+    if !cli.quiet && report.new {
+        eprintln!("occm-forge: upstream has new releases");
+    }
+    Ok(if report.new { 11 } else { 0 })
+}
+
+fn render(args: &RenderArgs) -> Result<(), occm_forge::Error> {
+    let config = config::load(&args.config)?;
+    let manifest = occm_forge::lockfile::read(&config.digest_manifest)?;
+    let entries: Vec<(Minor, &occm_forge::lockfile::Entry)> = match args.k8s {
+        Some(minor) => {
+            let e = manifest.images.get(&minor).ok_or_else(|| {
+                occm_forge::Error::Usage(format!(
+                    "{}: no entry for {minor}",
+                    config.digest_manifest.display()
+                ))
+            })?;
+            vec![(minor, e)]
+        }
+        None => manifest.images.iter().map(|(m, e)| (*m, e)).collect(),
+    };
+    if entries.is_empty() {
+        return Err(occm_forge::Error::Usage(format!(
+            "{} has no entries",
+            config.digest_manifest.display()
+        )));
+    }
+    let out = occm_forge::render::render(args.format, &entries, args.allow_unpublished)?;
+    for w in &out.warnings {
+        eprintln!("occm-forge: warning: {w}");
+    }
+    print_stdout(&out.text)
+}
+
+fn minors(args: &MinorsArgs) -> Result<(), occm_forge::Error> {
+    let config = config::load(&args.config)?;
+    let list: Vec<String> = config.minors.keys().map(ToString::to_string).collect();
+    print_stdout(&serde_json::to_string(&list).expect("strings serialise"))
+}
+
+fn manifest_merge(cli: &Cli, args: &MergeArgs) -> Result<(), occm_forge::Error> {
+    let config = config::load(&args.config)?;
+    let path = &config.digest_manifest;
+    let _lock = tokio::task::block_in_place(|| {
+        occm_forge::lockfile::lock_run(path, !args.no_wait, &mut |holder| {
+            eprintln!(
+                "occm-forge: waiting for another occm-forge run on {} ({holder})",
+                path.display()
+            )
+        })
+    })?;
+    let merged = occm_forge::lockfile::merge(path, &args.fragments)?;
+    if !cli.quiet {
+        eprintln!(
+            "occm-forge: merged {} into {}",
+            merged
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(", "),
+            path.display()
+        );
+    }
+    Ok(())
 }
 
 fn cache_dir(cli: &Cli) -> PathBuf {
@@ -557,11 +732,15 @@ fn main() -> ExitCode {
         });
         let command = async {
         match &cli.command {
-            Command::Build(args) => build(&cli, args).await,
-            Command::Verify(args) => verify_registry(&cli, args).await,
-            Command::Pin(args) => pin(&cli, args).await,
-            Command::Patches(PatchesCommand::Verify(args)) => patches_verify(&cli, args),
-            Command::Patches(PatchesCommand::Matrix(args)) => patches_matrix(&cli, args),
+            Command::Build(args) => build(&cli, args).await.map(|_| 0),
+            Command::Verify(args) => verify_registry(&cli, args).await.map(|_| 0),
+            Command::Pin(args) => pin(&cli, args).await.map(|_| 0),
+            Command::Upstream(UpstreamCommand::Check(args)) => upstream_check(&cli, args),
+            Command::Render(args) => render(args).map(|_| 0),
+            Command::Minors(args) => minors(args).map(|_| 0),
+            Command::Manifest(ManifestCommand::Merge(args)) => manifest_merge(&cli, args).map(|_| 0),
+            Command::Patches(PatchesCommand::Verify(args)) => patches_verify(&cli, args).map(|_| 0),
+            Command::Patches(PatchesCommand::Matrix(args)) => patches_matrix(&cli, args).map(|_| 0),
         }
         };
         tokio::select! {
@@ -570,7 +749,7 @@ fn main() -> ExitCode {
         }
     });
     match result {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => ExitCode::from(code),
         Err(e) => {
             print_error(&e);
             ExitCode::from(e.exit_code())

@@ -41,6 +41,9 @@ pub struct BuildOptions {
     pub base: Option<String>,
     /// Wait for another run holding the digest manifest's run lock (else refuse at once).
     pub wait_for_lock: bool,
+    /// Write this minor's entry to this fragment file instead of the digest manifest
+    /// (`--manifest-fragment`; fold fragments in with `manifest merge`).
+    pub manifest_fragment: Option<PathBuf>,
     /// `SOURCE_DATE_EPOCH`; the upstream commit time when `None`.
     pub source_date_epoch: Option<i64>,
 }
@@ -198,7 +201,10 @@ pub async fn build(
     registry: &dyn Registry,
     reporter: &dyn Reporter,
 ) -> Result<BuildOutcome, Error> {
-    let path = &opts.config.digest_manifest;
+    let path = opts
+        .manifest_fragment
+        .as_ref()
+        .unwrap_or(&opts.config.digest_manifest);
     let _lock = tokio::task::block_in_place(|| {
         lockfile::lock_run(path, opts.wait_for_lock, &mut |holder| {
             tracing::info!(
@@ -493,11 +499,19 @@ async fn run_stages(
         source_date_epoch: epoch,
         built_at: image::spec::rfc3339(time::OffsetDateTime::now_utc().unix_timestamp()),
     };
-    lockfile::record(&cfg.digest_manifest, opts.minor, entry.clone())?;
+    let record_path = opts
+        .manifest_fragment
+        .as_ref()
+        .unwrap_or(&cfg.digest_manifest);
+    if opts.manifest_fragment.is_some() {
+        // A fragment holds this build's entry alone.
+        let _ = std::fs::remove_file(record_path);
+    }
+    lockfile::record(record_path, opts.minor, entry.clone())?;
     stages.done(
         "record",
         t,
-        format!("{} in {}", opts.minor, display_rel(&cfg.digest_manifest)),
+        format!("{} in {}", opts.minor, display_rel(record_path)),
     )?;
     drop(scratch);
     tracing::debug!("image {} ({})", entry.image, short(&entry.digest));
@@ -505,7 +519,7 @@ async fn run_stages(
         minor: opts.minor,
         entry,
         layout: opts.output.clone(),
-        digest_manifest: cfg.digest_manifest.clone(),
+        digest_manifest: record_path.clone(),
         timings: stages.reports,
     })
 }

@@ -1,0 +1,166 @@
+//! `occm-forge upstream check`: which upstream release tags are newer than the pins.
+//!
+//! From the upstream tag list (see `source::list_tags`; no GitHub API): per minor in images.toml,
+//! the newest `vX.Y.Z` release tag of that minor and whether it is newer than the pinned tag; and
+//! every minor above the newest tracked one that has a release. Pre-release tags (`-rc.1`) and
+//! other tag families (`openstack-cinder-csi-…`) are ignored.
+
+use serde::Serialize;
+
+use crate::config::{Config, Minor};
+
+/// One tracked minor.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct MinorStatus {
+    /// The minor.
+    pub minor: Minor,
+    /// The tag images.toml pins.
+    pub pinned: String,
+    /// The newest release tag of that minor upstream (the pinned one when none is newer).
+    pub latest: String,
+    /// Whether `latest` is newer than `pinned`.
+    pub newer: bool,
+}
+
+/// A minor upstream has released but images.toml does not track.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Untracked {
+    /// The minor.
+    pub minor: Minor,
+    /// Its newest release tag.
+    pub latest: String,
+}
+
+/// The result of a check.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct UpstreamReport {
+    /// Whether anything is new (a newer patch tag or an untracked newer minor).
+    pub new: bool,
+    /// Per tracked minor.
+    pub minors: Vec<MinorStatus>,
+    /// Newer minors not in images.toml.
+    pub untracked: Vec<Untracked>,
+}
+
+/// `v1.34.2` → (1, 34, 2); anything else (pre-releases, other tag families) → `None`.
+pub fn release_version(tag: &str) -> Option<(u32, u32, u32)> {
+    let mut parts = tag.strip_prefix('v')?.split('.');
+    let v = (
+        parts.next()?.parse().ok()?,
+        parts.next()?.parse().ok()?,
+        parts.next()?.parse().ok()?,
+    );
+    parts.next().is_none().then_some(v)
+}
+
+/// Compares the pins with the upstream tag names.
+pub fn check<'a>(config: &Config, tags: impl IntoIterator<Item = &'a str>) -> UpstreamReport {
+    let mut releases: Vec<((u32, u32, u32), &str)> = tags
+        .into_iter()
+        .filter_map(|t| release_version(t).map(|v| (v, t)))
+        .collect();
+    releases.sort();
+    let newest_of = |minor: Minor| {
+        releases
+            .iter()
+            .rev()
+            .find(|((a, b, _), _)| *a == minor.major && *b == minor.minor)
+            .map(|(v, t)| (*v, t.to_string()))
+    };
+    let mut minors = Vec::new();
+    for (minor, m) in &config.minors {
+        let pinned = release_version(&m.upstream_tag);
+        let (latest, newer) = match newest_of(*minor) {
+            Some((v, t)) if pinned.is_none_or(|p| v > p) => (t, true),
+            _ => (m.upstream_tag.clone(), false),
+        };
+        minors.push(MinorStatus {
+            minor: *minor,
+            pinned: m.upstream_tag.clone(),
+            latest,
+            newer,
+        });
+    }
+    let newest_tracked = config.minors.keys().max().copied();
+    let mut untracked: Vec<Untracked> = Vec::new();
+    for ((a, b, _), _) in &releases {
+        let minor = Minor {
+            major: *a,
+            minor: *b,
+        };
+        if newest_tracked.is_some_and(|n| minor > n) && !untracked.iter().any(|u| u.minor == minor)
+        {
+            let (_, latest) = newest_of(minor).expect("a release of this minor exists");
+            untracked.push(Untracked { minor, latest });
+        }
+    }
+    let new = minors.iter().any(|m| m.newer) || !untracked.is_empty();
+    UpstreamReport {
+        new,
+        minors,
+        untracked,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_newer_patch_tags_and_untracked_minors() {
+        let cfg = crate::config::parse(
+            std::path::Path::new("/x/images.toml"),
+            r#"
+repository = "r.example/o/occm"
+[minors."1.34"]
+upstream_tag = "v1.34.1"
+commit = "63ec67a04b40fee4ff43fec11c3d31f2a90c9ad2"
+go = "1.25.1"
+base = "static"
+platforms = ["linux/amd64"]
+revision = 1
+patches = []
+test_packages = ["./pkg/openstack/"]
+[minors."1.35"]
+upstream_tag = "v1.35.0"
+commit = "a031201ff26f3df433192b91df2be0e7d50acb70"
+go = "1.25.5"
+base = "static"
+platforms = ["linux/amd64"]
+revision = 1
+patches = []
+test_packages = ["./pkg/openstack/"]
+"#,
+        )
+        .unwrap();
+        let tags = [
+            "v1.34.0",
+            "v1.34.1",
+            "v1.34.10",
+            "v1.34.2",
+            "v1.35.0",
+            "v1.36.0-rc.1",
+            "v1.36.0",
+            "v1.36.1",
+            "openstack-cinder-csi-2.36.0",
+            "1.12.0",
+        ];
+        let r = check(&cfg, tags);
+        assert!(r.new);
+        assert_eq!(
+            r.minors[0].latest, "v1.34.10",
+            "numeric, not lexical, order"
+        );
+        assert!(r.minors[0].newer);
+        assert!(!r.minors[1].newer);
+        assert_eq!(
+            r.untracked,
+            vec![Untracked {
+                minor: "1.36".parse().unwrap(),
+                latest: "v1.36.1".into()
+            }]
+        );
+        let r = check(&cfg, ["v1.34.1", "v1.35.0"]);
+        assert!(!r.new);
+    }
+}

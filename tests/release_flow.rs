@@ -1,0 +1,316 @@
+//! The release flow on the fixture: upstream gains a tag, `upstream check` reports it, `pin`
+//! bumps images.toml, parallel builds write fragments, `manifest merge` folds them in, and every
+//! `render` format parses back to the recorded image (Helm renders it through a chart whose
+//! image line is the OCCM chart's).
+
+mod common;
+
+use std::process::{Command, Output};
+
+use common::*;
+
+fn forge(f: &Fixture, args: &[&str]) -> Output {
+    occm_forge(f.path()).args(args).output().unwrap()
+}
+
+fn tag_upstream(f: &Fixture, tag: &str) -> String {
+    std::fs::write(
+        f.upstream.join("Dockerfile"),
+        format!("ARG GOLANG_IMAGE=golang:{}\nARG DISTROLESS_IMAGE=registry.k8s.io/build-image/go-runner:v2.4.0-go1.25.3-bookworm.0\n", local_go_version()),
+    )
+    .unwrap();
+    std::fs::write(f.upstream.join("CHANGELOG"), tag).unwrap();
+    run(git(&f.upstream).args(["add", "-A"]));
+    run(git(&f.upstream).args(["commit", "-q", "-m", tag]));
+    run(git(&f.upstream).args(["tag", tag]));
+    run(git(&f.upstream).args(["rev-parse", "HEAD"]))
+        .trim()
+        .to_string()
+}
+
+#[test]
+fn upstream_check_then_pin_then_fragments_then_merge() {
+    let reg = TestRegistry::start();
+    let f = fixture(&["linux/amd64"]);
+    let repo = reg.repo("occm/openstack-cloud-controller-manager");
+    f.write_config(&repo, &["linux/amd64"], "static", &[]);
+    let source = f.upstream.to_str().unwrap().to_string();
+
+    // Nothing new yet.
+    let o = forge(&f, &["upstream", "check", "--json", "--source", &source]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let j: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(j["new"], false);
+
+    // Upstream releases v1.34.2 and a new minor, v1.36.0.
+    let commit = tag_upstream(&f, "v1.34.2");
+    tag_upstream(&f, "v1.36.0");
+    let o = forge(&f, &["upstream", "check", "--json", "--source", &source]);
+    assert_eq!(o.status.code(), Some(11), "{}", stderr(&o));
+    let j: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(j["new"], true);
+    let m34 = j["minors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["minor"] == "1.34")
+        .unwrap();
+    assert_eq!(
+        (
+            m34["pinned"].as_str(),
+            m34["latest"].as_str(),
+            m34["newer"].as_bool()
+        ),
+        (Some("v1.34.1"), Some("v1.34.2"), Some(true))
+    );
+    assert_eq!(
+        j["untracked"],
+        serde_json::json!([{"minor": "1.36", "latest": "v1.36.0"}])
+    );
+
+    // pin bumps images.toml, keeping its comments.
+    let before = std::fs::read_to_string(&f.config).unwrap();
+    let o = forge(
+        &f,
+        &[
+            "pin", "--k8s", "1.34", "--tag", "v1.34.2", "--source", &source,
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let after = std::fs::read_to_string(&f.config).unwrap();
+    let comments = |t: &str| {
+        t.lines()
+            .filter(|l| l.starts_with('#'))
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(comments(&before), comments(&after));
+    assert!(after.contains(&format!("commit = \"{commit}\"")));
+
+    // Two parallel builds write fragments; merge folds them into the digest manifest.
+    let seeded = f.seed_lock();
+    let frag_dir = f.path().join("fragments");
+    for minor in ["1.34", "1.35"] {
+        let frag = frag_dir.join(format!("{minor}.yaml"));
+        let o = occm_forge(f.path())
+            .args([
+                "build",
+                "--k8s",
+                minor,
+                "--push",
+                "--insecure-registry",
+                &reg.addr,
+                "--source",
+                &source,
+            ])
+            .arg("--output")
+            .arg(f.path().join(format!("out-{minor}")))
+            .arg("--manifest-fragment")
+            .arg(&frag)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "build {minor}: {}", stderr(&o));
+        let frag_yaml = read_lock(&frag);
+        assert_eq!(
+            frag_yaml["images"].as_mapping().unwrap().len(),
+            1,
+            "a fragment holds its own minor only"
+        );
+    }
+    assert_eq!(
+        std::fs::read(&f.lock).unwrap(),
+        seeded,
+        "builds with fragments must not touch the digest manifest"
+    );
+    let frags = [frag_dir.join("1.34.yaml"), frag_dir.join("1.35.yaml")];
+    let o = occm_forge(f.path())
+        .args(["manifest", "merge"])
+        .args(&frags)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let lock = read_lock(&f.lock);
+    assert_eq!(lock["images"]["1.34"]["upstream_tag"], "v1.34.2");
+    assert_eq!(
+        lock["images"]["1.35"],
+        read_lock(&frags[1])["images"]["1.35"]
+    );
+    let seeded: serde_norway::Value = serde_norway::from_slice(&seeded).unwrap();
+    assert_eq!(
+        lock["images"]["1.33"], seeded["images"]["1.33"],
+        "the other minor changed"
+    );
+
+    // Two different entries for one minor are refused, and nothing is written.
+    let mut other = std::fs::read_to_string(&frags[0]).unwrap();
+    other = other.replace("published: true", "published: false");
+    let conflicting = frag_dir.join("1.34-other.yaml");
+    std::fs::write(&conflicting, other).unwrap();
+    let before = std::fs::read(&f.lock).unwrap();
+    let o = occm_forge(f.path())
+        .args(["manifest", "merge"])
+        .arg(&frags[0])
+        .arg(&conflicting)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(9), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("carry different entries for 1.34; nothing merged"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(std::fs::read(&f.lock).unwrap(), before);
+}
+
+/// Renders `format` for `minor` and returns stdout, stderr.
+fn render(f: &Fixture, format: &str, minor: Option<&str>) -> (String, String) {
+    let mut args = vec!["render", "--format", format];
+    match minor {
+        Some(m) => args.extend(["--k8s", m]),
+        None => args.push("--all"),
+    }
+    let o = forge(f, &args);
+    assert!(o.status.success(), "render {format}: {}", stderr(&o));
+    (stdout(&o), stderr(&o))
+}
+
+#[test]
+fn every_render_format_parses_back_to_the_recorded_image() {
+    let reg = TestRegistry::start();
+    let f = fixture(&["linux/amd64"]);
+    let repo = reg.repo("occm/openstack-cloud-controller-manager");
+    f.write_config(&repo, &["linux/amd64"], "static", &[]);
+    for minor in ["1.34", "1.35"] {
+        let o = occm_forge(f.path())
+            .args([
+                "build",
+                "--k8s",
+                minor,
+                "--push",
+                "--insecure-registry",
+                &reg.addr,
+                "--source",
+            ])
+            .arg(&f.upstream)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", stderr(&o));
+    }
+    let lock = read_lock(&f.lock);
+    let image = lock["images"]["1.34"]["image"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let (tag, digest) = (
+        lock["images"]["1.34"]["tag"].as_str().unwrap(),
+        lock["images"]["1.34"]["digest"].as_str().unwrap(),
+    );
+
+    // magnum-label: one label; python-magnumclient splits on the first '='.
+    let (out, _) = render(&f, "magnum-label", Some("1.34"));
+    let (key, value) = out.trim_end().split_once('=').unwrap();
+    assert_eq!((key, value), ("cloud_provider_image", image.as_str()));
+    assert!(value.contains(&format!(":{tag}@{digest}")));
+
+    // magnum-prefix-tag: what magnum-cluster-api builds from the two labels is the image.
+    let (out, err) = render(&f, "magnum-prefix-tag", Some("1.34"));
+    let labels: std::collections::BTreeMap<&str, &str> =
+        out.lines().map(|l| l.split_once('=').unwrap()).collect();
+    let mcapi_image = format!(
+        "{}/openstack-cloud-controller-manager:{}",
+        labels["container_infra_prefix"], labels["cloud_provider_tag"]
+    );
+    assert_eq!(mcapi_image, image);
+    assert!(err.contains("moves every image of the cluster"), "{err}");
+
+    // helm-values: YAML whose image line, as the chart template builds it, is the image.
+    let (out, _) = render(&f, "helm-values", Some("1.34"));
+    let values: serde_norway::Value = serde_norway::from_str(&out).unwrap();
+    let chart_line = format!(
+        "{}:{}",
+        values["image"]["repository"].as_str().unwrap(),
+        values["image"]["tag"].as_str().unwrap()
+    );
+    assert_eq!(chart_line, image);
+    helm_renders(&f, &out, &image);
+
+    // atmosphere-vars: a YAML map whose values start with the Atmosphere prefix.
+    let (out, _) = render(&f, "atmosphere-vars", None);
+    let vars: serde_norway::Value = serde_norway::from_str(&out).unwrap();
+    for (minor, key) in [
+        ("1.34", "openstack_cloud_controller_manager_1_34"),
+        ("1.35", "openstack_cloud_controller_manager_1_35"),
+    ] {
+        let v = vars[key].as_str().unwrap();
+        let stripped = v
+            .strip_prefix("{{ atmosphere_image_prefix }}")
+            .expect("TestImageHasPrefix");
+        assert_eq!(stripped, lock["images"][minor]["image"].as_str().unwrap());
+    }
+
+    // --all for the line formats: one block per minor.
+    let (out, _) = render(&f, "magnum-label", None);
+    assert_eq!(
+        out.lines()
+            .filter(|l| l.starts_with("cloud_provider_image="))
+            .count(),
+        2
+    );
+    let (out, _) = render(&f, "helm-values", None);
+    let docs: Vec<serde_norway::Value> = out
+        .split("\n---\n")
+        .map(|d| serde_norway::from_str(d).unwrap())
+        .collect();
+    assert_eq!(docs.len(), 2);
+
+    // An entry recorded without --push is not rendered by default.
+    let o = occm_forge(f.path())
+        .args(["build", "--k8s", "1.33", "--source"])
+        .arg(&f.upstream)
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    let o = forge(&f, &["render", "--format", "magnum-label", "--k8s", "1.33"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("was recorded without --push"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+/// `helm template` of a chart whose DaemonSet image line is the OCCM chart's
+/// (`templates/daemonset.yaml` L48 upstream) renders exactly `image`.
+fn helm_renders(f: &Fixture, values: &str, image: &str) {
+    let helm = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(".tools/bin/helm");
+    assert!(
+        helm.is_file(),
+        "`helm` is not installed in .tools/bin: run scripts/test, which installs the test dependencies"
+    );
+    let chart = f.path().join("chart");
+    std::fs::create_dir_all(chart.join("templates")).unwrap();
+    std::fs::write(
+        chart.join("Chart.yaml"),
+        "apiVersion: v2\nname: occm\nversion: 2.34.0\nappVersion: v1.34.0\n",
+    )
+    .unwrap();
+    std::fs::write(chart.join("values.yaml"), "image:\n  repository: registry.k8s.io/provider-os/openstack-cloud-controller-manager\n  tag: \"\"\n").unwrap();
+    std::fs::write(
+        chart.join("templates/daemonset.yaml"),
+        "apiVersion: apps/v1\nkind: DaemonSet\nmetadata:\n  name: occm\nspec:\n  template:\n    spec:\n      containers:\n        - name: openstack-cloud-controller-manager\n          image: \"{{ .Values.image.repository }}:{{ default .Chart.AppVersion .Values.image.tag }}\"\n",
+    )
+    .unwrap();
+    let values_file = f.path().join("values.yaml");
+    std::fs::write(&values_file, values).unwrap();
+    let out = run(Command::new(&helm)
+        .args(["template", "occm"])
+        .arg(&chart)
+        .arg("--values")
+        .arg(&values_file));
+    let rendered: serde_norway::Value = serde_norway::from_str(&out).unwrap();
+    assert_eq!(
+        rendered["spec"]["template"]["spec"]["containers"][0]["image"].as_str(),
+        Some(image),
+        "{out}"
+    );
+}
