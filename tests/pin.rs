@@ -38,21 +38,6 @@ fn push_base(f: &Fixture, repo: &str, tag: &str) -> String {
     format!("sha256:{}", sha256_hex(raw.as_bytes()))
 }
 
-/// Tags the fixture upstream with a Dockerfile naming `go` and `runner`.
-fn upstream_release(f: &Fixture, tag: &str, go: &str, runner: &str) -> String {
-    std::fs::write(
-        f.upstream.join("Dockerfile"),
-        format!("# fixture\nARG GOLANG_IMAGE=golang:{go}\nARG DISTROLESS_IMAGE={runner}\nFROM ${{DISTROLESS_IMAGE}}\n"),
-    )
-    .unwrap();
-    run(git(&f.upstream).args(["add", "-A"]));
-    run(git(&f.upstream).args(["commit", "-q", "-m", tag]));
-    run(git(&f.upstream).args(["tag", tag]));
-    run(git(&f.upstream).args(["rev-parse", "HEAD"]))
-        .trim()
-        .to_string()
-}
-
 fn pin(f: &Fixture, reg: &str, args: &[&str]) -> Output {
     occm_forge(f.path())
         .arg("pin")
@@ -106,7 +91,7 @@ fn pin_moves_a_minor_to_a_new_tag_and_pins_its_base_keeping_comments() {
 
     let new_runner = format!("{runner}:v2.4.0-go1.25.3-bookworm.0");
     let digest = push_base(&f, &runner, "v2.4.0-go1.25.3-bookworm.0");
-    let commit = upstream_release(&f, "v1.34.2", "1.25.3", &new_runner);
+    let commit = f.release("v1.34.2", "1.25.3", &new_runner);
 
     let o = pin(&f, &reg.addr, &["--k8s", "1.34", "--tag", "v1.34.2"]);
     assert!(o.status.success(), "{}", stderr(&o));
@@ -151,8 +136,7 @@ fn pin_moves_a_minor_to_a_new_tag_and_pins_its_base_keeping_comments() {
 #[test]
 fn pin_adds_a_new_minor_from_the_previous_one() {
     let f = fixture(&["linux/amd64"]);
-    let commit = upstream_release(
-        &f,
+    let commit = f.release(
         "v1.36.0",
         "1.26.2",
         "registry.k8s.io/build-image/go-runner:v2.4.0-go1.26.2-bookworm.0",

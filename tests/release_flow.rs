@@ -14,18 +14,11 @@ fn forge(f: &Fixture, args: &[&str]) -> Output {
 }
 
 fn tag_upstream(f: &Fixture, tag: &str) -> String {
-    std::fs::write(
-        f.upstream.join("Dockerfile"),
-        format!("ARG GOLANG_IMAGE=golang:{}\nARG DISTROLESS_IMAGE=registry.k8s.io/build-image/go-runner:v2.4.0-go1.25.3-bookworm.0\n", local_go_version()),
+    f.release(
+        tag,
+        &local_go_version(),
+        "registry.k8s.io/build-image/go-runner:v2.4.0-go1.25.3-bookworm.0",
     )
-    .unwrap();
-    std::fs::write(f.upstream.join("CHANGELOG"), tag).unwrap();
-    run(git(&f.upstream).args(["add", "-A"]));
-    run(git(&f.upstream).args(["commit", "-q", "-m", tag]));
-    run(git(&f.upstream).args(["tag", tag]));
-    run(git(&f.upstream).args(["rev-parse", "HEAD"]))
-        .trim()
-        .to_string()
 }
 
 #[test]

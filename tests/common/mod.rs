@@ -360,6 +360,22 @@ images:
         std::fs::write(&self.config, cfg).unwrap();
     }
 
+    /// Releases a new upstream tag: a commit whose Dockerfile names Go `go` and base `runner`
+    /// (upstream's `ARG GOLANG_IMAGE` / `ARG DISTROLESS_IMAGE`), tagged `tag`. Returns the commit.
+    pub fn release(&self, tag: &str, go: &str, runner: &str) -> String {
+        write(
+            &self.upstream.join("Dockerfile"),
+            &format!(
+                "# fixture {tag}\nARG GOLANG_IMAGE=golang:{go}\nARG DISTROLESS_IMAGE={runner}\nFROM ${{DISTROLESS_IMAGE}}\n"
+            ),
+        );
+        commit_all(&self.upstream, tag);
+        run(git(&self.upstream).args(["tag", tag]));
+        run(git(&self.upstream).args(["rev-parse", "HEAD"]))
+            .trim()
+            .to_string()
+    }
+
     /// The fixture's path as a string.
     pub fn path(&self) -> &Path {
         self.dir.path()
