@@ -426,6 +426,13 @@ fn build_on_a_pulled_docker_base_keeps_its_entrypoint_and_media_types() {
         .output()
         .unwrap();
     assert!(o.status.success(), "build failed: {}", stderr(&o));
+    // The base lives on the same registry: its layer is mounted, not uploaded again.
+    let publish = stderr(&o)
+        .lines()
+        .find(|l| l.starts_with("occm-forge: publish"))
+        .unwrap()
+        .to_string();
+    assert!(publish.contains(" 1 mounted"), "{publish}");
     let tag_ref = format!("docker://{repo}:v1.34.1-occmforge.1");
     let raw: serde_json::Value = serde_json::from_str(&skopeo(&[
         "inspect",
