@@ -327,11 +327,18 @@ pub fn load(path: &Path) -> Result<Config, ConfigError> {
         location: String::new(),
         message: format!("cannot read: {e}"),
     })?;
-    parse(path, &text)
+    parse_checked(path, &text, true)
 }
 
-/// Parses `images.toml` text; `path` is used for messages and to resolve relative paths.
+/// Parses `images.toml` text; `path` is used for messages and to resolve relative paths. Patch
+/// files are not looked for (see [`load`]).
 pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigError> {
+    parse_checked(path, text, false)
+}
+
+/// Parses and validates; with `check_files`, every patch named in a series or in `[patches]` must
+/// exist in `patches_dir` (a misspelt `[patches."…"]` key would otherwise silently un-guard a fix).
+fn parse_checked(path: &Path, text: &str, check_files: bool) -> Result<Config, ConfigError> {
     let err_at = |span: Option<std::ops::Range<usize>>, message: String| ConfigError {
         file: path.to_path_buf(),
         location: span
@@ -390,6 +397,11 @@ pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigError> {
     }
     validate_tag_scheme(&raw.tag).map_err(|m| err_at(span_of(&["tag"]), m))?;
 
+    let minors_for_files: Vec<(String, Vec<String>)> = raw
+        .minors
+        .iter()
+        .map(|(k, m)| (k.clone(), m.patches.clone()))
+        .collect();
     let mut minors = BTreeMap::new();
     for (key, m) in raw.minors {
         let here =
@@ -513,6 +525,36 @@ pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigError> {
     if minors.is_empty() {
         return Err(err_at(None, "no [minors.\"1.NN\"] entries".to_string()));
     }
+    let patches_dir = resolve(&raw.patches_dir);
+    if check_files {
+        for name in raw.patches.keys() {
+            if !patches_dir.join(name).is_file() {
+                return Err(err_at(
+                    doc.get("patches")
+                        .and_then(|t| t.as_table_like())
+                        .and_then(|t| t.get_key_value(name))
+                        .and_then(|(k, _)| k.span()),
+                    format!(
+                        "patches.\"{name}\": no such file in {}",
+                        patches_dir.display()
+                    ),
+                ));
+            }
+        }
+        for (key, m) in &minors_for_files {
+            for name in m {
+                if !patches_dir.join(name).is_file() {
+                    return Err(err_at(
+                        span_of(&["minors", key, "patches"]),
+                        format!(
+                            "minors.\"{key}\".patches: {name}: no such file in {}",
+                            patches_dir.display()
+                        ),
+                    ));
+                }
+            }
+        }
+    }
     for (name, info) in &raw.patches {
         if info.guarded_by.is_empty() {
             return Err(err_at(
@@ -536,7 +578,7 @@ pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigError> {
         repository: raw.repository,
         tag_scheme: raw.tag,
         digest_manifest: resolve(&raw.digest_manifest),
-        patches_dir: resolve(&raw.patches_dir),
+        patches_dir,
         insecure_registries: raw.registry.insecure,
         ca_files: raw.registry.ca_files.iter().map(|p| resolve(p)).collect(),
         patches: raw.patches,
@@ -551,7 +593,11 @@ impl Config {
             file: self.path.clone(),
             location: String::new(),
             message: format!(
-                "unknown Kubernetes minor {minor}; images.toml has {}",
+                "unknown Kubernetes minor {minor}; {} has {}",
+                self.path
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default(),
                 self.minors
                     .keys()
                     .map(ToString::to_string)

@@ -7,8 +7,9 @@
 //!   `created` is the image's epoch, so the same image always gets the same SBOM bytes.
 //! - Provenance: an in-toto Statement v1 (`https://in-toto.io/Statement/v1`) with predicate
 //!   `https://slsa.dev/provenance/v1` naming the upstream commit, each patch with its sha256, the
-//!   base digest, the Go version and the platforms. Only `runDetails.metadata` carries
-//!   wall-clock times; the statement lives outside the image.
+//!   base digest, the Go version and the platforms. It carries no wall-clock time (the digest
+//!   manifest's `built_at` does), so the same build gives the same statement and the same
+//!   referrer, and rebuilds do not pile up referrers.
 
 use std::collections::BTreeMap;
 
@@ -261,10 +262,6 @@ pub struct ProvenanceInput<'a> {
     pub base: (&'a str, Option<&'a str>),
     /// The epoch used inside the image.
     pub epoch: i64,
-    /// Build start and end (seconds since the epoch, wall clock).
-    pub started_on: i64,
-    /// Build end.
-    pub finished_on: i64,
 }
 
 /// The SLSA provenance v1 in-toto statement of a build.
@@ -322,7 +319,6 @@ pub fn slsa_provenance(i: &ProvenanceInput<'_>) -> Vec<u8> {
             },
             "runDetails": {
                 "builder": {"id": BUILD_TYPE.replace(":build:", ":builder:"), "version": {"occm-forge": env!("CARGO_PKG_VERSION")}},
-                "metadata": {"startedOn": rfc3339(i.started_on), "finishedOn": rfc3339(i.finished_on)},
             },
         },
     });

@@ -50,8 +50,8 @@ pub enum Error {
     /// The base image or the layout failed.
     #[error("image: {0}")]
     Image(#[from] image::ImageError),
-    /// The registry refused or could not be reached.
-    #[error("publish: {0}")]
+    /// The registry refused or could not be reached (the message names the registry).
+    #[error(transparent)]
     Registry(#[from] registry::RegistryError),
     /// The digest manifest could not be read or written, or a tag would be reused.
     #[error("record: {0}")]

@@ -124,7 +124,7 @@ pub enum LockError {
     },
     /// The tag would be reused for different inputs.
     #[error(
-        "digest manifest {path}: tag {tag} was recorded for {minor} with {what}; bump `revision` for {minor} in images.toml"
+        "digest manifest {path}: {minor}: {what}; tags never move to other content: bump `revision` for {minor} in images.toml"
     )]
     TagReuse {
         /// The file.
@@ -230,49 +230,143 @@ pub fn read(path: &Path) -> Result<DigestManifest, LockError> {
     Ok(m)
 }
 
-/// Refuses to reuse `tag` for `minor` when the manifest already records that tag with another
-/// upstream commit or patch series: a tag must change whenever its inputs do.
+/// The inputs that determine an image: a tag must change whenever one of them does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Inputs<'a> {
+    /// Upstream commit.
+    pub upstream_commit: &'a str,
+    /// Patch-series sha256.
+    pub patch_series_sha256: &'a str,
+    /// Base image as used (`static` or a reference).
+    pub base_image: &'a str,
+    /// Go version.
+    pub go_version: &'a str,
+    /// Platforms.
+    pub platforms: &'a [String],
+}
+
+impl Entry {
+    /// This entry's inputs.
+    pub fn inputs(&self) -> Inputs<'_> {
+        Inputs {
+            upstream_commit: &self.upstream_commit,
+            patch_series_sha256: &self.patch_series_sha256,
+            base_image: &self.base_image,
+            go_version: &self.go_version,
+            platforms: &self.platforms,
+        }
+    }
+}
+
+/// What differs between two input sets, in words; `None` when they are the same.
+fn input_difference(old: &Inputs<'_>, new: &Inputs<'_>) -> Option<String> {
+    let pairs = [
+        (
+            "upstream commit",
+            old.upstream_commit.to_string(),
+            new.upstream_commit.to_string(),
+        ),
+        (
+            "patch series",
+            old.patch_series_sha256.to_string(),
+            new.patch_series_sha256.to_string(),
+        ),
+        (
+            "base",
+            old.base_image.to_string(),
+            new.base_image.to_string(),
+        ),
+        ("Go", old.go_version.to_string(), new.go_version.to_string()),
+        (
+            "platforms",
+            old.platforms.join(","),
+            new.platforms.join(","),
+        ),
+    ];
+    pairs
+        .into_iter()
+        .find(|(_, a, b)| a != b)
+        .map(|(what, a, b)| format!("{what} {a}, not {b}"))
+}
+
+/// Refuses to reuse `tag` for `minor` when the manifest already records that tag for other
+/// inputs (commit, patch series, base, Go, platforms): a tag must change whenever its inputs do.
 pub fn check_tag(
     path: &Path,
     minor: Minor,
     tag: &str,
-    upstream_commit: &str,
-    series_sha256: &str,
+    inputs: &Inputs<'_>,
 ) -> Result<(), LockError> {
     let m = read(path)?;
     if let Some(e) = m.images.get(&minor)
         && e.tag == tag
+        && let Some(difference) = input_difference(&e.inputs(), inputs)
     {
-        let what = if e.upstream_commit != upstream_commit {
-            Some(format!(
-                "upstream commit {}, not {upstream_commit}",
-                e.upstream_commit
-            ))
-        } else if e.patch_series_sha256 != series_sha256 {
-            Some(format!(
-                "patch series {}, not {series_sha256}",
-                &e.patch_series_sha256
-            ))
-        } else {
-            None
-        };
-        if let Some(what) = what {
-            return Err(LockError::TagReuse {
-                path: path.to_path_buf(),
-                minor,
-                tag: tag.to_string(),
-                what,
-            });
-        }
+        let what = format!("tag {tag} was recorded with {difference}");
+        return Err(LockError::TagReuse {
+            path: path.to_path_buf(),
+            minor,
+            tag: tag.to_string(),
+            what,
+        });
     }
     Ok(())
 }
 
-/// Sets `minor`'s entry, leaving the others untouched, and rewrites the file atomically.
-pub fn record(path: &Path, minor: Minor, entry: Entry) -> Result<(), LockError> {
+/// Why `new` may not replace `old` (same minor), if it may not: the same tag for other inputs or
+/// another digest, or an unpublished build over a published one.
+pub fn replacement_conflict(old: &Entry, new: &Entry) -> Option<String> {
+    if old.tag == new.tag {
+        if let Some(what) = input_difference(&old.inputs(), &new.inputs()) {
+            return Some(format!("tag {} was recorded with {what}", new.tag));
+        }
+        if old.digest != new.digest && old.published {
+            return Some(format!(
+                "tag {} was published as {}, this is {}",
+                new.tag, old.digest, new.digest
+            ));
+        }
+    }
+    if old.published && !new.published {
+        return Some(format!(
+            "the recorded {} is published and this entry is not",
+            old.image
+        ));
+    }
+    None
+}
+
+/// What [`record`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Recorded {
+    /// The entry was written.
+    Written,
+    /// An unpublished build left the published entry of its minor alone.
+    KeptPublished,
+}
+
+/// Sets `minor`'s entry, leaving the others untouched, and rewrites the file atomically. An
+/// unpublished entry never replaces a published one ([`Recorded::KeptPublished`]); a published
+/// entry whose tag is recorded with other inputs or another digest is refused
+/// ([`LockError::TagReuse`]).
+pub fn record(path: &Path, minor: Minor, entry: Entry) -> Result<Recorded, LockError> {
     let mut m = read(path)?;
+    if let Some(old) = m.images.get(&minor) {
+        if old.published && !entry.published {
+            return Ok(Recorded::KeptPublished);
+        }
+        if let Some(what) = replacement_conflict(old, &entry) {
+            return Err(LockError::TagReuse {
+                path: path.to_path_buf(),
+                minor,
+                tag: entry.tag.clone(),
+                what,
+            });
+        }
+    }
     m.images.insert(minor, entry);
-    write(path, &m)
+    write(path, &m)?;
+    Ok(Recorded::Written)
 }
 
 /// Folds fragments (digest manifests written by `build --manifest-fragment`, one per parallel
@@ -282,6 +376,12 @@ pub fn record(path: &Path, minor: Minor, entry: Entry) -> Result<(), LockError> 
 pub fn merge(path: &Path, fragments: &[PathBuf]) -> Result<Vec<Minor>, LockError> {
     let mut incoming: BTreeMap<Minor, (Entry, PathBuf)> = BTreeMap::new();
     for f in fragments {
+        if !f.is_file() {
+            return Err(LockError::Read {
+                path: f.clone(),
+                message: "no such fragment file".into(),
+            });
+        }
         let fragment = read(f)?;
         if fragment.images.is_empty() {
             return Err(LockError::Read {
@@ -306,7 +406,17 @@ pub fn merge(path: &Path, fragments: &[PathBuf]) -> Result<Vec<Minor>, LockError
     }
     let mut m = read(path)?;
     let minors: Vec<Minor> = incoming.keys().copied().collect();
-    for (minor, (entry, _)) in incoming {
+    for (minor, (entry, from)) in incoming {
+        if let Some(what) = m
+            .images
+            .get(&minor)
+            .and_then(|old| replacement_conflict(old, &entry))
+        {
+            return Err(LockError::Read {
+                path: from,
+                message: format!("{minor}: {what}; nothing merged"),
+            });
+        }
         m.images.insert(minor, entry);
     }
     write(path, &m)?;
@@ -376,39 +486,50 @@ mod tests {
     }
 
     #[test]
-    fn tag_reuse_with_other_series_is_refused() {
+    fn a_tag_never_moves_to_other_inputs_or_content() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("l.yaml");
         let minor = "1.30".parse().unwrap();
-        record(&p, minor, entry("v1.30.3-occmforge.1")).unwrap();
-        assert!(
-            check_tag(
-                &p,
-                minor,
-                "v1.30.3-occmforge.1",
-                &"c".repeat(40),
-                &"d".repeat(64)
-            )
-            .is_ok()
+        let published = entry("v1.30.3-occmforge.1");
+        assert_eq!(
+            record(&p, minor, published.clone()).unwrap(),
+            Recorded::Written
         );
-        let e = check_tag(
-            &p,
-            minor,
-            "v1.30.3-occmforge.1",
-            &"c".repeat(40),
-            &"e".repeat(64),
-        )
-        .unwrap_err();
-        assert!(e.to_string().contains("bump `revision` for 1.30"), "{e}");
+        let same = published.inputs();
+        assert!(check_tag(&p, minor, "v1.30.3-occmforge.1", &same).is_ok());
+        let series = "e".repeat(64);
+        let other = Inputs {
+            patch_series_sha256: &series,
+            ..same.clone()
+        };
+        let e = check_tag(&p, minor, "v1.30.3-occmforge.1", &other)
+            .unwrap_err()
+            .to_string();
         assert!(
-            check_tag(
-                &p,
-                minor,
-                "v1.30.3-occmforge.2",
-                &"c".repeat(40),
-                &"e".repeat(64)
-            )
-            .is_ok()
+            e.contains("bump `revision` for 1.30") && e.contains("patch series"),
+            "{e}"
         );
+        let base = Inputs {
+            base_image: "registry.k8s.io/build-image/go-runner:x@sha256:1",
+            ..same.clone()
+        };
+        assert!(
+            check_tag(&p, minor, "v1.30.3-occmforge.1", &base)
+                .unwrap_err()
+                .to_string()
+                .contains("base static")
+        );
+        assert!(check_tag(&p, minor, "v1.30.3-occmforge.2", &other).is_ok());
+
+        // Another digest under the published tag is refused.
+        let mut moved = published.clone();
+        moved.digest = format!("sha256:{}", "f".repeat(64));
+        assert!(record(&p, minor, moved).is_err());
+        // An unpublished build leaves the published entry alone.
+        let mut local = published.clone();
+        local.published = false;
+        local.built_at = "2027-01-01T00:00:00Z".into();
+        assert_eq!(record(&p, minor, local).unwrap(), Recorded::KeptPublished);
+        assert_eq!(read(&p).unwrap().images[&minor], published);
     }
 }

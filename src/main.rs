@@ -254,6 +254,9 @@ struct BuildArgs {
     /// fragments in with `manifest merge`).
     #[arg(long, value_name = "FILE")]
     manifest_fragment: Option<PathBuf>,
+    /// Push even when the tag already serves another image (tags are otherwise never moved).
+    #[arg(long)]
+    replace_tag: bool,
 }
 
 fn default_cache_dir() -> PathBuf {
@@ -290,9 +293,15 @@ async fn build(cli: &Cli, args: &BuildArgs) -> Result<(), occm_forge::Error> {
         base: args.base.clone(),
         wait_for_lock: !args.no_wait,
         manifest_fragment: args.manifest_fragment.clone(),
+        replace_tag: args.replace_tag,
         source_date_epoch: source_date_epoch()
             .map_err(|e| occm_forge::Error::Usage(e.to_string()))?,
     };
+    if let Some(path) = &args.timings {
+        // Fail now, not after the digest manifest was written.
+        std::fs::write(path, b"[]")
+            .map_err(|e| occm_forge::Error::Io(format!("--timings {}: {e}", path.display())))?;
+    }
     let reporter = Terminal::new(cli.quiet, "");
     let outcome = pipeline::build(&opts, &registry, &reporter).await?;
     if let Some(path) = &args.timings {
@@ -303,8 +312,11 @@ async fn build(cli: &Cli, args: &BuildArgs) -> Result<(), occm_forge::Error> {
     let mut stdout = std::io::stdout().lock();
     let line = if args.json {
         serde_json::to_string(&outcome).expect("outcome serialises")
-    } else {
+    } else if outcome.entry.published {
         outcome.entry.image.clone()
+    } else {
+        // Not pushed: the image exists only in the layout.
+        format!("oci:{}:{}", outcome.layout.display(), outcome.entry.tag)
     };
     writeln!(stdout, "{line}").map_err(|e| occm_forge::Error::Io(format!("stdout: {e}")))?;
     Ok(())
@@ -315,7 +327,14 @@ fn registry_client(
     args: &RegistryArgs,
 ) -> Result<Retrying<OciRegistry>, occm_forge::Error> {
     let mut insecure = config.insecure_registries.clone();
-    insecure.extend(args.insecure_registry.iter().cloned());
+    for host in &args.insecure_registry {
+        if host.contains("://") || host.contains('/') || host.is_empty() {
+            return Err(occm_forge::Error::Usage(format!(
+                "--insecure-registry {host}: give host[:port], not a URL"
+            )));
+        }
+        insecure.push(host.clone());
+    }
     let mut ca_files = config.ca_files.clone();
     ca_files.extend(args.ca_file.iter().cloned());
     OciRegistry::new(&OciRegistryConfig {
@@ -346,12 +365,16 @@ async fn verify_registry(cli: &Cli, args: &AuditArgs) -> Result<(), occm_forge::
     let mut findings = Vec::new();
     for minor in &minors {
         let Some(entry) = manifest.images.get(minor) else {
-            findings.push(Finding {
-                minor: *minor,
-                field: "entry".into(),
-                message: format!("no entry in {}", config.digest_manifest.display()),
-            });
-            continue;
+            return Err(occm_forge::Error::Usage(format!(
+                "{}: no entry for {minor}; it has {}",
+                config.digest_manifest.display(),
+                manifest
+                    .images
+                    .keys()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
         };
         if !entry.published {
             findings.push(Finding {
@@ -393,6 +416,7 @@ async fn verify_registry(cli: &Cli, args: &AuditArgs) -> Result<(), occm_forge::
                 source_date_epoch: Some(entry.source_date_epoch),
                 wait_for_lock: true,
                 manifest_fragment: None,
+                replace_tag: false,
             };
             let reporter = Terminal::new(cli.quiet, format!("rebuild {minor}: "));
             let rebuilt = pipeline::build(&opts, &registry, &reporter).await?;
@@ -447,7 +471,12 @@ async fn pin(cli: &Cli, args: &PinArgs) -> Result<(), occm_forge::Error> {
     }
     if outcome.changes.is_empty() {
         if !cli.quiet {
-            eprintln!("occm-forge: {} is up to date", args.inputs.config.display());
+            let state = if outcome.warnings.is_empty() {
+                "up to date"
+            } else {
+                "unchanged"
+            };
+            eprintln!("occm-forge: {} is {state}", args.inputs.config.display());
         }
         return Ok(());
     }
@@ -469,17 +498,23 @@ fn upstream_check(cli: &Cli, args: &UpstreamArgs) -> Result<u8, occm_forge::Erro
         .clone()
         .unwrap_or_else(|| config.upstream.clone());
     let tags = tokio::task::block_in_place(|| occm_forge::source::list_tags(&url))?;
-    let report = occm_forge::upstream::check(&config, tags.iter().map(|(t, _)| t.as_str()));
+    let report = occm_forge::upstream::check(&config, &tags);
     let text = if args.json {
         serde_json::to_string(&report).expect("report serialises")
     } else {
         let mut t = String::new();
         for m in &report.minors {
-            let state = if m.newer {
+            let mut state = if m.newer {
                 format!("{} is newer", m.latest)
             } else {
                 "up to date".into()
             };
+            if let Some(c) = &m.moved_to {
+                state.push_str(&format!(
+                    "; WARNING: {} now points at {c}, not the pinned commit",
+                    m.pinned
+                ));
+            }
             t.push_str(&format!("{}  {}  {state}\n", m.minor, m.pinned));
         }
         for u in &report.untracked {
@@ -699,7 +734,9 @@ fn main() -> ExitCode {
     };
     let filter = tracing_subscriber::EnvFilter::try_from_env("OCCM_FORGE_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("warn,occm_forge={level}")));
+    use std::io::IsTerminal;
     tracing_subscriber::fmt()
+        .with_ansi(std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none())
         .with_writer(std::io::stderr)
         .with_env_filter(filter)
         .without_time()

@@ -44,6 +44,8 @@ pub struct BuildOptions {
     /// Write this minor's entry to this fragment file instead of the digest manifest
     /// (`--manifest-fragment`; fold fragments in with `manifest merge`).
     pub manifest_fragment: Option<PathBuf>,
+    /// Push even when the tag already serves another digest (`--replace-tag`).
+    pub replace_tag: bool,
     /// `SOURCE_DATE_EPOCH`; the upstream commit time when `None`.
     pub source_date_epoch: Option<i64>,
 }
@@ -163,12 +165,13 @@ fn plan(opts: &BuildOptions) -> Result<Plan, Error> {
             .parse()
             .map_err(|e: String| Error::Usage(format!("minors.\"{}\".base: {e}", opts.minor)))?;
         if r.digest.is_none() && !opts.allow_unpinned_base {
+            let origin = match &opts.base {
+                Some(_) => "--base".to_string(),
+                None => format!("{}: minors.\"{}\".base", cfg.path.display(), opts.minor),
+            };
             return Err(Error::Usage(format!(
-                "{}: minors.\"{}\".base `{}` has no @sha256 digest: run `occm-forge pin --k8s {}` where the registry is reachable, or build with --base static (offline) or --allow-unpinned-base",
-                cfg.path.display(),
-                opts.minor,
-                m.base,
-                opts.minor
+                "{origin} `{}` has no @sha256 digest: run `occm-forge pin --k8s {}` where the registry is reachable, or build with --base static (offline) or --allow-unpinned-base",
+                m.base, opts.minor
             )));
         }
     }
@@ -235,31 +238,48 @@ async fn run_stages(
     reporter: &dyn Reporter,
 ) -> Result<BuildOutcome, Error> {
     let cfg = &opts.config;
-    let started_on = time::OffsetDateTime::now_utc().unix_timestamp();
     let p = plan(opts)?;
     let m = &p.minor_cfg;
-    lockfile::check_tag(
-        &cfg.digest_manifest,
-        opts.minor,
-        &p.tag,
-        &m.commit,
-        &p.series_sha256,
-    )?;
+    let platforms: Vec<String> = m.platforms.iter().map(ToString::to_string).collect();
+    let inputs = lockfile::Inputs {
+        upstream_commit: &m.commit,
+        patch_series_sha256: &p.series_sha256,
+        base_image: &m.base,
+        go_version: &m.go,
+        platforms: &platforms,
+    };
+    lockfile::check_tag(&cfg.digest_manifest, opts.minor, &p.tag, &inputs)?;
     let mut stages = Stages {
         reports: Vec::new(),
         reporter,
     };
     let repo: RepositoryName = p.repository.parse().map_err(Error::Usage)?;
-    if opts.push {
-        // Fail before minutes of Go work when the registry cannot be reached.
-        if let Some(d) = registry.manifest_digest(&repo, &p.tag).await? {
-            tracing::info!(
-                "{repo}:{} exists ({}); it will be replaced if the digest differs",
-                p.tag,
-                short(&d)
-            );
+
+    // Checks that fail in seconds rather than after minutes of Go work.
+    preflight_output(&opts.output)?;
+    if !m.is_static_base() {
+        let r: ImageRef = m.base.parse().map_err(Error::Usage)?;
+        let reference = r
+            .digest
+            .clone()
+            .or(r.tag.clone())
+            .unwrap_or_else(|| "latest".into());
+        if registry
+            .manifest_digest(&r.repository, &reference)
+            .await?
+            .is_none()
+        {
+            return Err(Error::Image(image::ImageError::Base(format!(
+                "base {}: not found in its registry",
+                m.base
+            ))));
         }
     }
+    let published_digest = if opts.push {
+        registry.manifest_digest(&repo, &p.tag).await?
+    } else {
+        None
+    };
 
     let scratch = scratch_dir(&opts.cache_dir, &format!("build-{}-", opts.minor))?;
 
@@ -435,8 +455,6 @@ async fn run_stages(
         ldflags: &ldflags,
         base: (&m.base, resolved.digest.as_deref()),
         epoch,
-        started_on,
-        finished_on: time::OffsetDateTime::now_utc().unix_timestamp(),
     });
     image::layout::write_file_atomically(&attest_dir.join("provenance.intoto.json"), &provenance)
         .map_err(io)?;
@@ -461,6 +479,20 @@ async fn run_stages(
 
     // 7. publish
     if opts.push {
+        if let Some(d) = &published_digest
+            && *d != built.index.digest
+            && !opts.replace_tag
+        {
+            return Err(Error::Registry(crate::registry::RegistryError {
+                registry: repo.registry.clone(),
+                operation: format!("push {}:{}", repo.path, p.tag),
+                message: format!(
+                    "the tag already serves {d}, another image than this build's {}; tags never move: bump `revision` for {} (or pass --replace-tag)",
+                    built.index.digest, opts.minor
+                ),
+                kind: crate::registry::ErrorKind::Other,
+            }));
+        }
         let t = stages.start("publish");
         let on_bytes = |bytes, total| reporter.uploaded(bytes, total);
         let published = publish::publish(registry, &repo, &built, &on_bytes).await?;
@@ -489,7 +521,7 @@ async fn run_stages(
         patch_series_sha256: p.series_sha256.clone(),
         patches: m.patches.clone(),
         already_upstream: upstreamed,
-        platforms,
+        platforms: platforms.clone(),
         manifests,
         sbom: sboms,
         provenance: Some(provenance_digest),
@@ -507,11 +539,20 @@ async fn run_stages(
         // A fragment holds this build's entry alone.
         let _ = std::fs::remove_file(record_path);
     }
-    lockfile::record(record_path, opts.minor, entry.clone())?;
+    let recorded = lockfile::record(record_path, opts.minor, entry.clone())?;
     stages.done(
         "record",
         t,
-        format!("{} in {}", opts.minor, display_rel(record_path)),
+        match recorded {
+            lockfile::Recorded::Written => {
+                format!("{} in {}", opts.minor, display_rel(record_path))
+            }
+            lockfile::Recorded::KeptPublished => format!(
+                "{} in {} kept: it is published and this build was not pushed",
+                opts.minor,
+                display_rel(record_path)
+            ),
+        },
     )?;
     drop(scratch);
     tracing::debug!("image {} ({})", entry.image, short(&entry.digest));
@@ -522,6 +563,14 @@ async fn run_stages(
         digest_manifest: record_path.clone(),
         timings: stages.reports,
     })
+}
+
+/// Fails unless `dir` can be created and written (a read-only or mistyped `--output` is caught
+/// before the long stages).
+fn preflight_output(dir: &Path) -> Result<(), Error> {
+    let err = |e: std::io::Error| Error::Io(format!("--output {}: {e}", dir.display()));
+    std::fs::create_dir_all(dir).map_err(err)?;
+    tempfile::tempfile_in(dir).map(drop).map_err(err)
 }
 
 /// A fresh scratch directory under `<cache>/tmp`, removed when dropped.

@@ -52,6 +52,14 @@ pub enum SourceError {
         /// libgit2's message.
         message: String,
     },
+    /// The tags of the source could not be listed.
+    #[error("cannot list the tags of {url}: {message}")]
+    List {
+        /// Source URL or path.
+        url: String,
+        /// The cause.
+        message: String,
+    },
     /// The tag points at another commit than the pin: upstream moved it, or the pin is wrong.
     #[error(
         "tag {tag} in {url} points at {actual}, but images.toml pins {expected}; refusing to build a moved tag"
@@ -148,6 +156,9 @@ pub fn fetch_tag(url: &str, tag: &str, cache_dir: &Path) -> Result<FetchedTag, S
         url: url.to_string(),
         message,
     };
+    if is_local_path(&normalised) && !Path::new(&normalised).exists() {
+        return Err(fetch_err("no such directory".into()));
+    }
     match local_repository(&normalised) {
         Some(src) => copy_tag(&src, &store, tag, &local_ref)
             .map_err(|e| fetch_err(e.message().to_string()))?,
@@ -189,12 +200,14 @@ pub fn read_file(store: &Path, commit: &str, path: &str) -> Option<Vec<u8>> {
 /// fetching objects: a local repository is read directly, a remote is asked with `ls-remote`.
 /// Tags whose target cannot be read (partial mirrors) are left out.
 pub fn list_tags(url: &str) -> Result<Vec<(String, String)>, SourceError> {
-    let err = |message: String| SourceError::Fetch {
-        tag: "*".into(),
+    let err = |message: String| SourceError::List {
         url: url.to_string(),
         message,
     };
     let normalised = normalise_url(url);
+    if is_local_path(&normalised) && !Path::new(&normalised).exists() {
+        return Err(err("no such directory".into()));
+    }
     let mut tags = std::collections::BTreeMap::new();
     if let Some(repo) = local_repository(&normalised) {
         let refs = repo
@@ -231,6 +244,11 @@ pub fn list_tags(url: &str) -> Result<Vec<(String, String)>, SourceError> {
         }
     }
     Ok(tags.into_iter().collect())
+}
+
+/// Whether `url` names a path on this machine rather than a remote.
+fn is_local_path(url: &str) -> bool {
+    !url.contains("://") && !url.starts_with("git@")
 }
 
 /// The source as a repository on this machine, if it is one (a path or a `file://` URL).

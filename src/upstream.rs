@@ -20,6 +20,9 @@ pub struct MinorStatus {
     pub latest: String,
     /// Whether `latest` is newer than `pinned`.
     pub newer: bool,
+    /// The commit the pinned tag points at now, when upstream moved it away from the pin.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub moved_to: Option<String>,
 }
 
 /// A minor upstream has released but images.toml does not track.
@@ -53,11 +56,11 @@ pub fn release_version(tag: &str) -> Option<(u32, u32, u32)> {
     parts.next().is_none().then_some(v)
 }
 
-/// Compares the pins with the upstream tag names.
-pub fn check<'a>(config: &Config, tags: impl IntoIterator<Item = &'a str>) -> UpstreamReport {
+/// Compares the pins with the upstream tags (name, commit).
+pub fn check(config: &Config, tags: &[(String, String)]) -> UpstreamReport {
     let mut releases: Vec<((u32, u32, u32), &str)> = tags
-        .into_iter()
-        .filter_map(|t| release_version(t).map(|v| (v, t)))
+        .iter()
+        .filter_map(|(t, _)| release_version(t).map(|v| (v, t.as_str())))
         .collect();
     releases.sort();
     let newest_of = |minor: Minor| {
@@ -74,11 +77,16 @@ pub fn check<'a>(config: &Config, tags: impl IntoIterator<Item = &'a str>) -> Up
             Some((v, t)) if pinned.is_none_or(|p| v > p) => (t, true),
             _ => (m.upstream_tag.clone(), false),
         };
+        let moved_to = tags
+            .iter()
+            .find(|(t, c)| *t == m.upstream_tag && *c != m.commit)
+            .map(|(_, c)| c.clone());
         minors.push(MinorStatus {
             minor: *minor,
             pinned: m.upstream_tag.clone(),
             latest,
             newer,
+            moved_to,
         });
     }
     let newest_tracked = config.minors.keys().max().copied();
@@ -145,7 +153,11 @@ test_packages = ["./pkg/openstack/"]
             "openstack-cinder-csi-2.36.0",
             "1.12.0",
         ];
-        let r = check(&cfg, tags);
+        let tags: Vec<(String, String)> = tags
+            .iter()
+            .map(|t| (t.to_string(), "0".repeat(40)))
+            .collect();
+        let r = check(&cfg, &tags);
         assert!(r.new);
         assert_eq!(
             r.minors[0].latest, "v1.34.10",
@@ -160,7 +172,26 @@ test_packages = ["./pkg/openstack/"]
                 latest: "v1.36.1".into()
             }]
         );
-        let r = check(&cfg, ["v1.34.1", "v1.35.0"]);
+        let pinned = |t: &str, c: &str| (t.to_string(), c.to_string());
+        let r = check(
+            &cfg,
+            &[
+                pinned("v1.34.1", "63ec67a04b40fee4ff43fec11c3d31f2a90c9ad2"),
+                pinned("v1.35.0", "a031201ff26f3df433192b91df2be0e7d50acb70"),
+            ],
+        );
         assert!(!r.new);
+        assert_eq!(r.minors[0].moved_to, None);
+        let r = check(
+            &cfg,
+            &[
+                pinned("v1.34.1", &"1".repeat(40)),
+                pinned("v1.35.0", "a031201ff26f3df433192b91df2be0e7d50acb70"),
+            ],
+        );
+        assert_eq!(
+            r.minors[0].moved_to.as_deref(),
+            Some("1111111111111111111111111111111111111111")
+        );
     }
 }

@@ -199,11 +199,11 @@ pub fn verify(req: &VerifyRequest<'_>, reporter: &dyn Reporter) -> Result<MinorR
             Err(e) => (TestSummary::default(), Some(format!("{label}: {e}"))),
         };
         let (p, f, s) = summary.counts();
-        stages.done(
-            "test",
-            t,
-            format!("go{}: {p} passed, {f} failed, {s} skipped", m.go),
-        )?;
+        let detail = match &problem {
+            Some(_) => format!("go{}: the tests could not run (see the table)", m.go),
+            None => format!("go{}: {p} passed, {f} failed, {s} skipped", m.go),
+        };
+        stages.done("test", t, detail)?;
         Ok((patched, summary, problem))
     };
 

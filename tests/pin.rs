@@ -4,39 +4,9 @@
 
 mod common;
 
-use std::process::{Command, Output};
+use std::process::Output;
 
 use common::*;
-
-/// Pushes a tiny OCI base image (made with umoci) to `repo:tag` and returns its digest.
-fn push_base(f: &Fixture, repo: &str, tag: &str) -> String {
-    require_tool("umoci");
-    let layout = f.path().join(format!("base-{tag}"));
-    let l = layout.display().to_string();
-    run(Command::new("umoci").args(["init", "--layout", &l]));
-    run(Command::new("umoci").args(["new", "--image", &format!("{l}:{tag}")]));
-    run(Command::new("umoci").args([
-        "config",
-        "--image",
-        &format!("{l}:{tag}"),
-        "--config.entrypoint",
-        "/go-runner",
-    ]));
-    skopeo(&[
-        "copy",
-        "--quiet",
-        "--dest-tls-verify=false",
-        &format!("oci:{l}:{tag}"),
-        &format!("docker://{repo}:{tag}"),
-    ]);
-    let raw = skopeo(&[
-        "inspect",
-        "--tls-verify=false",
-        "--raw",
-        &format!("docker://{repo}:{tag}"),
-    ]);
-    format!("sha256:{}", sha256_hex(raw.as_bytes()))
-}
 
 fn pin(f: &Fixture, reg: &str, args: &[&str]) -> Output {
     occm_forge(f.path())
@@ -90,7 +60,7 @@ fn pin_moves_a_minor_to_a_new_tag_and_pins_its_base_keeping_comments() {
     );
 
     let new_runner = format!("{runner}:v2.4.0-go1.25.3-bookworm.0");
-    let digest = push_base(&f, &runner, "v2.4.0-go1.25.3-bookworm.0");
+    let digest = push_base(f.path(), &runner, "v2.4.0-go1.25.3-bookworm.0");
     let commit = f.release("v1.34.2", "1.25.3", &new_runner);
 
     let o = pin(&f, &reg.addr, &["--k8s", "1.34", "--tag", "v1.34.2"]);

@@ -118,10 +118,7 @@ fn credentials_tls_and_refusals() {
     assert_eq!(o.status.code(), Some(8), "{}", stderr(&o));
     let line = last_line(&o);
     assert!(
-        line.starts_with(&format!(
-            "occm-forge: error: publish: registry {}: ",
-            s.reg.addr
-        )),
+        line.starts_with(&format!("occm-forge: error: registry {}: ", s.reg.addr)),
         "{line}"
     );
     assert!(

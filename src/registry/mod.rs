@@ -36,6 +36,16 @@ impl FromStr for RepositoryName {
         if s.is_empty() || s.contains(['@', ' ']) {
             return Err(format!("`{s}` is not a repository name"));
         }
+        if s.contains("://") {
+            return Err(format!(
+                "`{s}`: give registry/path without a scheme (http:// or https://)"
+            ));
+        }
+        if s.rsplit('/').next().is_some_and(|last| last.contains(':')) && s.contains('/') {
+            return Err(format!(
+                "`{s}`: a repository carries no tag; the tag comes from images.toml `tag`"
+            ));
+        }
         let (registry, path) = match s.split_once('/') {
             Some((first, rest)) if first.contains(['.', ':']) || first == "localhost" => {
                 (first.to_string(), rest.to_string())

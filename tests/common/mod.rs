@@ -885,3 +885,33 @@ fn proxy_connection(
             .and_then(|_| conn.write_all(resp_body));
     }
 }
+
+/// Pushes a tiny OCI base image (made with umoci) to `repo:tag` and returns its digest.
+pub fn push_base(dir: &Path, repo: &str, tag: &str) -> String {
+    require_tool("umoci");
+    let layout = dir.join(format!("base-{tag}"));
+    let l = layout.display().to_string();
+    run(Command::new("umoci").args(["init", "--layout", &l]));
+    run(Command::new("umoci").args(["new", "--image", &format!("{l}:{tag}")]));
+    run(Command::new("umoci").args([
+        "config",
+        "--image",
+        &format!("{l}:{tag}"),
+        "--config.entrypoint",
+        "/go-runner",
+    ]));
+    skopeo(&[
+        "copy",
+        "--quiet",
+        "--dest-tls-verify=false",
+        &format!("oci:{l}:{tag}"),
+        &format!("docker://{repo}:{tag}"),
+    ]);
+    let raw = skopeo(&[
+        "inspect",
+        "--tls-verify=false",
+        "--raw",
+        &format!("docker://{repo}:{tag}"),
+    ]);
+    format!("sha256:{}", sha256_hex(raw.as_bytes()))
+}
