@@ -216,7 +216,12 @@ pub fn sha256_digest(bytes: &[u8]) -> String {
 
 /// A short form of a digest for messages: `sha256:` plus 12 hex characters.
 pub fn short(digest: &str) -> &str {
-    &digest[..digest.len().min(19)]
+    if digest.starts_with("sha256:") {
+        &digest[..digest.len().min(19)]
+    } else {
+        // A tag or other reference stays whole.
+        digest
+    }
 }
 
 #[cfg(test)]
