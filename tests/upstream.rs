@@ -237,3 +237,94 @@ fn real_pr_3083_tree_reports_patch_0002_as_already_upstream() {
         ]
     );
 }
+
+/// The real OCCM chart of v1.34.1, rendered by `helm template` with `render --format helm-values`,
+/// runs exactly the image of the digest manifest (the chart has no digest field; the digest rides
+/// in the tag).
+#[test]
+fn real_chart_renders_the_pinned_image() {
+    let Some(mirror) = mirror() else { return };
+    let helm = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(".tools/bin/helm");
+    assert!(
+        helm.is_file(),
+        "`helm` is not installed in .tools/bin: run scripts/test"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let archive = Command::new("git")
+        .args([
+            "-C",
+            &mirror,
+            "archive",
+            "v1.34.1",
+            "charts/openstack-cloud-controller-manager",
+        ])
+        .output()
+        .unwrap();
+    assert!(archive.status.success());
+    let mut tar = Command::new("tar")
+        .arg("-x")
+        .arg("-C")
+        .arg(dir.path())
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(tar.stdin.as_mut().unwrap(), &archive.stdout).unwrap();
+    assert!(tar.wait().unwrap().success());
+
+    // The chart depends on Bitnami's `common` chart (not reachable here) for one helper,
+    // `common.labels.standard`; a stub library chart provides it.
+    let common = dir
+        .path()
+        .join("charts/openstack-cloud-controller-manager/charts/common");
+    std::fs::create_dir_all(common.join("templates")).unwrap();
+    std::fs::write(
+        common.join("Chart.yaml"),
+        "apiVersion: v2\nname: common\nversion: 2.14.1\ntype: library\n",
+    )
+    .unwrap();
+    std::fs::write(
+        common.join("templates/_labels.tpl"),
+        "{{- define \"common.labels.standard\" -}}\napp.kubernetes.io/name: {{ .Chart.Name }}\napp.kubernetes.io/instance: {{ .Release.Name }}\n{{- end -}}\n",
+    )
+    .unwrap();
+
+    let config = project_config(dir.path());
+    let digest = format!("sha256:{}", "ab".repeat(32));
+    let repo = "registry.example.internal/occm/openstack-cloud-controller-manager";
+    let image = format!("{repo}:v1.34.1-occmforge.1@{digest}");
+    std::fs::write(
+        dir.path().join("images.lock.yaml"),
+        format!(
+            "schema_version: 1\nimages:\n  '1.34':\n    image: {image}\n    repository: {repo}\n    tag: v1.34.1-occmforge.1\n    digest: {digest}\n    published: true\n    upstream_tag: v1.34.1\n    upstream_commit: 63ec67a04b40fee4ff43fec11c3d31f2a90c9ad2\n    patch_series_sha256: {h}\n    patches: []\n    platforms: [linux/amd64]\n    manifests: {{linux/amd64: {digest}}}\n    go_version: 1.25.1\n    base_image: static\n    source_date_epoch: 0\n    built_at: '2026-11-29T00:00:00Z'\n",
+            h = "0".repeat(64)
+        ),
+    )
+    .unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_occm-forge"))
+        .current_dir(dir.path())
+        .args([
+            "render",
+            "--k8s",
+            "1.34",
+            "--format",
+            "helm-values",
+            "--config",
+        ])
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let values = dir.path().join("values.yaml");
+    std::fs::write(&values, &o.stdout).unwrap();
+    let out = run(Command::new(&helm)
+        .args(["template", "occm"])
+        .arg(dir.path().join("charts/openstack-cloud-controller-manager"))
+        .arg("--values")
+        .arg(&values));
+    let lines: Vec<&str> = out
+        .lines()
+        .filter(|l| l.trim_start().starts_with("image:"))
+        .collect();
+    assert_eq!(lines.len(), 1, "{out}");
+    assert_eq!(lines[0].trim(), format!("image: \"{image}\""));
+}
