@@ -303,11 +303,8 @@ impl Registry for OciRegistry {
         digest: &str,
         data: Bytes,
     ) -> Result<(), RegistryError> {
-        let (r, auth) = self.reference(repo, digest).await?;
-        self.client
-            .auth(&r, &auth, oci_client::RegistryOperation::Push)
-            .await
-            .map_err(|e| error(repo, format!("authenticate to push {}", repo.path), e))?;
+        // Tokens: oci-client fetches one per repository and operation on first use and caches it.
+        let (r, _auth) = self.reference(repo, digest).await?;
         self.client
             .push_blob(&r, data, digest)
             .await
@@ -319,20 +316,12 @@ impl Registry for OciRegistry {
         if repo.registry != from.registry {
             return false;
         }
-        let Ok((r, auth)) = self.reference(repo, digest).await else {
+        let Ok((r, _)) = self.reference(repo, digest).await else {
             return false;
         };
         let Ok((source, _)) = self.reference(from, digest).await else {
             return false;
         };
-        if self
-            .client
-            .auth(&r, &auth, oci_client::RegistryOperation::Push)
-            .await
-            .is_err()
-        {
-            return false;
-        }
         match self.client.mount_blob(&r, &source, digest).await {
             Ok(()) => true,
             Err(e) => {
@@ -362,12 +351,8 @@ impl Registry for OciRegistry {
         media_type: &str,
         body: Bytes,
     ) -> Result<(), RegistryError> {
-        let (r, auth) = self.reference(repo, reference).await?;
+        let (r, _) = self.reference(repo, reference).await?;
         let op = || format!("push manifest {}:{}", repo.path, short(reference));
-        self.client
-            .auth(&r, &auth, oci_client::RegistryOperation::Push)
-            .await
-            .map_err(|e| error(repo, op(), e))?;
         let content_type = media_type.parse().map_err(|_| RegistryError {
             registry: repo.registry.clone(),
             operation: op(),
