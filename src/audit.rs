@@ -8,6 +8,7 @@
 //! is one [`Finding`].
 
 use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 use serde_json::Value;
@@ -17,6 +18,7 @@ use crate::describe::{IN_TOTO_MEDIA_TYPE, SPDX_MEDIA_TYPE};
 use crate::image::referrer::fallback_tag;
 use crate::image::spec::{Index, Manifest, keys};
 use crate::lockfile::Entry;
+use crate::pipeline::BuildOptions;
 use crate::registry::{ErrorKind, Registry, RegistryError, RepositoryName, sha256_digest, short};
 
 /// One mismatch between the registry and the digest manifest.
@@ -140,6 +142,70 @@ impl Checker<'_> {
         }
         Ok(())
     }
+}
+
+/// Checks an entry: one recorded without `--push` is a finding of its own (there is nothing in
+/// the registry to compare); a published one goes through [`check_entry`].
+pub async fn check(
+    registry: &dyn Registry,
+    config: &Config,
+    minor: Minor,
+    entry: &Entry,
+) -> Result<Vec<Finding>, RegistryError> {
+    if !entry.published {
+        return Ok(vec![Finding {
+            minor,
+            field: "published".into(),
+            message: "the entry was recorded without --push; nothing in the registry to check"
+                .into(),
+        }]);
+    }
+    check_entry(registry, config, minor, entry).await
+}
+
+/// Build options that rebuild `entry` from images.toml the way it was built — on the base it
+/// records (by digest) and its `SOURCE_DATE_EPOCH` — into `scratch`, pushing and recording
+/// nothing where it matters (the digest manifest is a scratch copy).
+pub fn rebuild_options(
+    config: &Config,
+    minor: Minor,
+    entry: &Entry,
+    source: Option<String>,
+    cache_dir: PathBuf,
+    scratch: &Path,
+) -> BuildOptions {
+    let mut config = config.clone();
+    config.digest_manifest = scratch.join("images.lock.yaml");
+    BuildOptions {
+        config,
+        minor,
+        source,
+        push: false,
+        repository: Some(entry.repository.clone()),
+        output: scratch.join("out"),
+        cache_dir,
+        allow_unpinned_base: false,
+        base: Some(match &entry.base_digest {
+            Some(d) if !entry.base_image.contains('@') => format!("{}@{d}", entry.base_image),
+            _ => entry.base_image.clone(),
+        }),
+        source_date_epoch: Some(entry.source_date_epoch),
+        wait_for_lock: true,
+        manifest_fragment: None,
+        replace_tag: false,
+    }
+}
+
+/// The finding when a rebuild's index digest differs from the recorded one.
+pub fn rebuild_finding(minor: Minor, entry: &Entry, rebuilt_digest: &str) -> Option<Finding> {
+    (rebuilt_digest != entry.digest).then(|| Finding {
+        minor,
+        field: "rebuild".into(),
+        message: format!(
+            "rebuilding from images.toml gives {rebuilt_digest}, the digest manifest records {}",
+            entry.digest
+        ),
+    })
 }
 
 /// Checks one digest-manifest entry against the registry; see the module documentation.

@@ -19,11 +19,11 @@ pub mod patches;
 pub mod pin;
 pub mod pipeline;
 pub mod progress;
+pub mod redgreen;
 pub mod registry;
 pub mod render;
 pub mod source;
 pub mod upstream;
-pub mod verify;
 
 /// Any failure of occm-forge, by stage. `Display` is one line; [`Error::exit_code`] maps the
 /// stage to the process exit status documented in README.md.

@@ -11,10 +11,10 @@ use occm_forge::config::{self, Minor};
 use occm_forge::interrupt;
 use occm_forge::pipeline::{self, BuildOptions};
 use occm_forge::progress::Terminal;
+use occm_forge::redgreen;
 use occm_forge::registry::auth::AuthFiles;
 use occm_forge::registry::oci::{OciRegistry, OciRegistryConfig};
 use occm_forge::registry::retry::{RetryPolicy, Retrying};
-use occm_forge::verify;
 
 #[derive(Parser)]
 #[command(
@@ -353,7 +353,7 @@ fn registry_client(
 }
 
 async fn verify_registry(cli: &Cli, args: &AuditArgs) -> Result<(), occm_forge::Error> {
-    use occm_forge::audit::{self, Finding};
+    use occm_forge::audit;
     let config = config::load(&args.inputs.config)?;
     let manifest = occm_forge::lockfile::read(&config.digest_manifest)?;
     let registry = registry_client(&config, &args.registry)?;
@@ -376,16 +376,7 @@ async fn verify_registry(cli: &Cli, args: &AuditArgs) -> Result<(), occm_forge::
                     .join(", ")
             )));
         };
-        if !entry.published {
-            findings.push(Finding {
-                minor: *minor,
-                field: "published".into(),
-                message: "the entry was recorded without --push; nothing in the registry to check"
-                    .into(),
-            });
-            continue;
-        }
-        let found = audit::check_entry(&registry, &config, *minor, entry).await?;
+        let found = audit::check(&registry, &config, *minor, entry).await?;
         if !cli.quiet && found.is_empty() {
             eprintln!(
                 "occm-forge: verify {minor}: {} matches the digest manifest",
@@ -393,47 +384,27 @@ async fn verify_registry(cli: &Cli, args: &AuditArgs) -> Result<(), occm_forge::
             );
         }
         findings.extend(found);
-        if args.rebuild {
+        if args.rebuild && entry.published {
             let scratch = tempfile::tempdir().map_err(|e| occm_forge::Error::Io(e.to_string()))?;
-            let mut cfg = config.clone();
-            cfg.digest_manifest = scratch.path().join("images.lock.yaml");
-            let opts = BuildOptions {
-                config: cfg,
-                minor: *minor,
-                source: args.inputs.source.clone(),
-                push: false,
-                repository: Some(entry.repository.clone()),
-                output: scratch.path().join("out"),
-                cache_dir: cache_dir(cli),
-                allow_unpinned_base: false,
-                // Rebuild on the base the entry was built on, by its digest.
-                base: Some(match &entry.base_digest {
-                    Some(d) if !entry.base_image.contains('@') => {
-                        format!("{}@{d}", entry.base_image)
-                    }
-                    _ => entry.base_image.clone(),
-                }),
-                source_date_epoch: Some(entry.source_date_epoch),
-                wait_for_lock: true,
-                manifest_fragment: None,
-                replace_tag: false,
-            };
+            let opts = audit::rebuild_options(
+                &config,
+                *minor,
+                entry,
+                args.inputs.source.clone(),
+                cache_dir(cli),
+                scratch.path(),
+            );
             let reporter = Terminal::new(cli.quiet, format!("rebuild {minor}: "));
             let rebuilt = pipeline::build(&opts, &registry, &reporter).await?;
-            if rebuilt.entry.digest != entry.digest {
-                findings.push(Finding {
-                    minor: *minor,
-                    field: "rebuild".into(),
-                    message: format!(
-                        "rebuilding from images.toml gives {}, the digest manifest records {}",
-                        rebuilt.entry.digest, entry.digest
-                    ),
-                });
-            } else if !cli.quiet {
-                eprintln!(
-                    "occm-forge: verify {minor}: the rebuild gives the same digest {}",
-                    entry.digest
-                );
+            match audit::rebuild_finding(*minor, entry, &rebuilt.entry.digest) {
+                Some(f) => findings.push(f),
+                None if !cli.quiet => {
+                    eprintln!(
+                        "occm-forge: verify {minor}: the rebuild gives the same digest {}",
+                        entry.digest
+                    )
+                }
+                None => {}
             }
         }
     }
@@ -599,8 +570,8 @@ fn cache_dir(cli: &Cli) -> PathBuf {
 fn patches_verify(cli: &Cli, args: &VerifyArgs) -> Result<(), occm_forge::Error> {
     let config = config::load(&args.inputs.config)?;
     let cache = cache_dir(cli);
-    let report = verify::verify(
-        &verify::VerifyRequest {
+    let report = redgreen::verify(
+        &redgreen::VerifyRequest {
             config: &config,
             minor: args.k8s,
             source: args.inputs.source.as_deref(),
@@ -611,7 +582,7 @@ fn patches_verify(cli: &Cli, args: &VerifyArgs) -> Result<(), occm_forge::Error>
     let text = if args.json {
         serde_json::to_string(&report).expect("report serialises")
     } else {
-        verify::render_markdown(std::slice::from_ref(&report))
+        redgreen::render_markdown(std::slice::from_ref(&report))
     };
     print_stdout(&text)?;
     if report.ok() {
@@ -633,39 +604,21 @@ fn patches_matrix(cli: &Cli, args: &MatrixArgs) -> Result<(), occm_forge::Error>
         args.k8s.clone()
     };
     let reporter = Terminal::new(cli.quiet, "");
-    let mut reports = Vec::new();
-    for minor in minors {
-        let req = verify::VerifyRequest {
-            config: &config,
-            minor,
-            source: args.inputs.source.as_deref(),
-            cache_dir: &cache,
-        };
-        let report = verify::verify(&req, &reporter);
-        match report {
-            Ok(r) => reports.push(r),
-            Err(e) => {
-                let m = config.minor(minor)?;
-                reports.push(verify::MinorReport {
-                    minor,
-                    upstream_tag: m.upstream_tag.clone(),
-                    commit: m.commit.clone(),
-                    go: m.go.clone(),
-                    rows: vec![],
-                    totals: (0, 0, 0),
-                    problems: vec![e.to_string()],
-                })
-            }
-        }
-    }
-    let table = verify::render_markdown(&reports);
+    let reports = redgreen::matrix(
+        &config,
+        &minors,
+        args.inputs.source.as_deref(),
+        &cache,
+        &reporter,
+    )?;
+    let table = redgreen::render_markdown(&reports);
     if let Some(path) = &args.output {
-        let doc = format!(
-            "# Patch matrix\n\nGenerated by `occm-forge patches matrix` on {} from images.toml and the patch series; do not edit by hand.\nEach fix patch's guard tests run on the upstream tree without the fix patches (\"without fix\") and with the whole series (\"with fix\").\n\n{table}",
-            occm_forge::image::spec::rfc3339(time_now())
-        );
-        occm_forge::image::layout::write_file_atomically(path, doc.as_bytes())
-            .map_err(|e| occm_forge::Error::Io(format!("{}: {e}", path.display())))?;
+        let now = time::OffsetDateTime::now_utc().unix_timestamp();
+        occm_forge::image::layout::write_file_atomically(
+            path,
+            redgreen::matrix_document(&reports, now).as_bytes(),
+        )
+        .map_err(|e| occm_forge::Error::Io(format!("{}: {e}", path.display())))?;
     }
     print_stdout(&table)?;
     let bad: Vec<String> = reports
@@ -682,13 +635,6 @@ fn patches_matrix(cli: &Cli, args: &MatrixArgs) -> Result<(), occm_forge::Error>
             if bad.len() == 1 { "does" } else { "do" }
         )))
     }
-}
-
-fn time_now() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0)
 }
 
 fn print_stdout(text: &str) -> Result<(), occm_forge::Error> {
