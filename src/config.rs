@@ -587,6 +587,23 @@ fn parse_checked(path: &Path, text: &str, check_files: bool) -> Result<Config, C
 }
 
 impl Config {
+    /// The tests that must run and pass for a minor: its `required_tests` plus the `guarded_by`
+    /// tests of every fix patch in its series, each once, in that order.
+    pub fn required_tests(&self, m: &MinorConfig) -> Vec<String> {
+        let mut required = m.required_tests.clone();
+        let guards = m
+            .patches
+            .iter()
+            .filter_map(|p| self.patches.get(p))
+            .flat_map(|i| &i.guarded_by);
+        for t in guards {
+            if !required.contains(t) {
+                required.push(t.clone());
+            }
+        }
+        required
+    }
+
     /// The entry for `minor`, or an error listing the minors that exist.
     pub fn minor(&self, minor: Minor) -> Result<&MinorConfig, ConfigError> {
         self.minors.get(&minor).ok_or_else(|| ConfigError {

@@ -175,16 +175,7 @@ fn plan(opts: &BuildOptions) -> Result<Plan, Error> {
             )));
         }
     }
-    let mut required_tests = m.required_tests.clone();
-    for name in &m.patches {
-        if let Some(info) = cfg.patches.get(name) {
-            for t in &info.guarded_by {
-                if !required_tests.contains(t) {
-                    required_tests.push(t.clone());
-                }
-            }
-        }
-    }
+    let required_tests = cfg.required_tests(&m);
     Ok(Plan {
         minor_cfg: m,
         series,

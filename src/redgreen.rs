@@ -161,6 +161,22 @@ impl Reporter for Labelled<'_> {
     }
 }
 
+/// Each guard's outcome without the fix and, when the fix was applied, with it.
+fn guard_results(
+    tests: &[String],
+    without: &TestSummary,
+    with: Option<&TestSummary>,
+) -> Vec<GuardResult> {
+    tests
+        .iter()
+        .map(|t| GuardResult {
+            test: t.clone(),
+            without_fix: outcome_text(without.outcome_of(t)),
+            with_fix: with.and_then(|w| outcome_text(w.outcome_of(t))),
+        })
+        .collect()
+}
+
 /// Runs the red and the green test run for `req.minor` and judges every patch.
 ///
 /// Errors: images.toml, source and patch failures as in `build` (a patch that does not apply
@@ -234,15 +250,7 @@ pub fn verify(req: &VerifyRequest<'_>, reporter: &dyn Reporter) -> Result<MinorR
             });
             continue;
         };
-        let guards: Vec<GuardResult> = info
-            .guarded_by
-            .iter()
-            .map(|t| GuardResult {
-                test: t.clone(),
-                without_fix: outcome_text(red.outcome_of(t)),
-                with_fix: outcome_text(green.outcome_of(t)),
-            })
-            .collect();
+        let guards = guard_results(&info.guarded_by, &red, Some(&green));
         let all = |v: &dyn Fn(&GuardResult) -> bool| guards.iter().all(v);
         let verdict = if applied.outcome == PatchOutcome::AlreadyUpstream {
             Verdict::AlreadyUpstream
@@ -267,15 +275,8 @@ pub fn verify(req: &VerifyRequest<'_>, reporter: &dyn Reporter) -> Result<MinorR
         if m.patches.contains(name) {
             continue;
         }
-        let guards: Vec<GuardResult> = info
-            .guarded_by
-            .iter()
-            .map(|t| GuardResult {
-                test: t.clone(),
-                without_fix: outcome_text(green.outcome_of(t)),
-                with_fix: None,
-            })
-            .collect();
+        // Not carried: the whole-series run is the run without this fix.
+        let guards = guard_results(&info.guarded_by, &green, None);
         let verdict = if !ran {
             Verdict::NotRun
         } else if guards
@@ -297,12 +298,7 @@ pub fn verify(req: &VerifyRequest<'_>, reporter: &dyn Reporter) -> Result<MinorR
         });
     }
 
-    let mut required = m.required_tests.clone();
-    for name in &m.patches {
-        if let Some(info) = cfg.patches.get(name) {
-            required.extend(info.guarded_by.iter().cloned());
-        }
-    }
+    let required = cfg.required_tests(m);
     let totals = green.counts();
     let mut problems: Vec<String> = red_problem.into_iter().chain(green_problem).collect();
     if ran && let Err(e) = test::check(green, &required) {
