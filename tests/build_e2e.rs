@@ -598,3 +598,76 @@ fn progress_is_drawn_on_a_terminal_only() {
     assert!(o.status.success());
     assert_eq!(stderr(&o), "");
 }
+
+#[test]
+fn a_multi_platform_base_index_is_resolved_per_platform() {
+    // A first image (an OCI index of amd64 and arm64) becomes the base of a second one.
+    let reg = TestRegistry::start();
+    let f = fixture(&["linux/amd64", "linux/arm64"]);
+    let base_repo = reg.repo("base/occm");
+    f.write_config(&base_repo, &["linux/amd64", "linux/arm64"], "static", &[]);
+    let o = occm_forge(f.path())
+        .args([
+            "build",
+            "--k8s",
+            "1.33",
+            "--push",
+            "--insecure-registry",
+            &reg.addr,
+            "--source",
+        ])
+        .arg(&f.upstream)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let base = stdout(&o).trim().to_string();
+    let base_index: serde_json::Value = serde_json::from_str(&skopeo(&[
+        "inspect",
+        "--tls-verify=false",
+        "--raw",
+        // skopeo (containers/image) takes a tag or a digest, not both.
+        &format!("docker://{base_repo}@{}", base.rsplit_once('@').unwrap().1),
+    ]))
+    .unwrap();
+
+    let repo = reg.repo(REPO_PATH);
+    f.write_config(&repo, &["linux/amd64", "linux/arm64"], &base, &[]);
+    let o = occm_forge(f.path())
+        .args([
+            "build",
+            "--k8s",
+            "1.34",
+            "--push",
+            "--insecure-registry",
+            &reg.addr,
+            "--source",
+        ])
+        .arg(&f.upstream)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    for (i, arch) in ["amd64", "arm64"].iter().enumerate() {
+        let config: serde_json::Value = serde_json::from_str(&skopeo(&[
+            "inspect",
+            "--tls-verify=false",
+            "--override-arch",
+            arch,
+            "--config",
+            &format!("docker://{repo}:v1.34.1-occmforge.1"),
+        ]))
+        .unwrap();
+        assert_eq!(config["architecture"], *arch);
+        // Each platform is based on the base's manifest for that platform.
+        assert_eq!(
+            config["config"]["Labels"]["org.opencontainers.image.base.digest"],
+            base_index["manifests"][i]["digest"],
+            "{arch}"
+        );
+        // The base's two layers (static base and its binary) come first, then ours.
+        assert_eq!(
+            config["rootfs"]["diff_ids"].as_array().unwrap().len(),
+            3,
+            "{arch}"
+        );
+    }
+}

@@ -178,26 +178,26 @@ pub async fn pull_base(
             "manifest digest mismatch: expected {d}, got {top_digest}"
         )));
     }
-    let media_type = serde_json::from_slice::<Value>(&top)
-        .ok()
-        .and_then(|v| {
-            v.get("mediaType")
-                .and_then(Value::as_str)
-                .map(str::to_string)
-        })
-        .unwrap_or_default();
-    let is_index = matches!(
+    let top_json: Value =
+        serde_json::from_slice(&top).map_err(|e| base_err(format!("invalid manifest: {e}")))?;
+    let media_type = top_json["mediaType"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    // An index (or manifest list) names platform manifests; the base then has one per platform.
+    let index: Option<Index> = if matches!(
         media_type.as_str(),
         super::spec::OCI_INDEX | super::spec::DOCKER_LIST
-    ) || serde_json::from_slice::<Value>(&top)
-        .ok()
-        .is_some_and(|v| v.get("manifests").is_some());
+    ) || top_json.get("manifests").is_some()
+    {
+        Some(serde_json::from_slice(&top).map_err(|e| base_err(format!("invalid index: {e}")))?)
+    } else {
+        None
+    };
 
     let mut out = BTreeMap::new();
     for p in platforms {
-        let (manifest_bytes, manifest_digest) = if is_index {
-            let index: Index = serde_json::from_slice(&top)
-                .map_err(|e| base_err(format!("invalid index: {e}")))?;
+        let (manifest_bytes, manifest_digest) = if let Some(index) = &index {
             let entry = index
                 .manifests
                 .iter()
