@@ -40,6 +40,27 @@ pub fn write_blob(layout: &Path, digest: &str, data: &[u8]) -> std::io::Result<(
     write_file_atomically(&path, data)
 }
 
+/// Stores the blob in file `from` under its digest unless it is already there, copying the file
+/// (no read into memory) through a temporary file and a rename.
+pub fn copy_blob(layout: &Path, digest: &str, from: &Path) -> std::io::Result<()> {
+    let path = blob_path(layout, digest);
+    if path.exists() {
+        return Ok(());
+    }
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir)?;
+    let tmp = tempfile::NamedTempFile::new_in(dir)?;
+    std::fs::copy(from, tmp.path())?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        tmp.as_file()
+            .set_permissions(std::fs::Permissions::from_mode(0o644))?;
+    }
+    tmp.persist(&path).map_err(|e| e.error)?;
+    Ok(())
+}
+
 /// Reads a blob.
 pub fn read_blob(layout: &Path, digest: &str) -> std::io::Result<Vec<u8>> {
     std::fs::read(blob_path(layout, digest))

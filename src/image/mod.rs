@@ -173,12 +173,8 @@ pub fn assemble(req: &ImageRequest<'_>) -> Result<BuiltImage, ImageError> {
         for l in &base.layers {
             match &l.data {
                 LayerData::Cached(p) => {
-                    let dst = layout::blob_path(req.layout_dir, &l.descriptor.digest);
-                    if !dst.exists() {
-                        let bytes = std::fs::read(p).map_err(|e| io(p, e))?;
-                        layout::write_blob(req.layout_dir, &l.descriptor.digest, &bytes)
-                            .map_err(|e| io(&dst, e))?;
-                    }
+                    layout::copy_blob(req.layout_dir, &l.descriptor.digest, p)
+                        .map_err(|e| io(p, e))?;
                 }
                 LayerData::Inline(bytes) => {
                     layout::write_blob(req.layout_dir, &l.descriptor.digest, bytes)
