@@ -9,12 +9,12 @@ use std::path::{Path, PathBuf};
 
 use occm_forge::config::{self, Minor, Platform};
 use occm_forge::describe;
+use occm_forge::digest_manifest;
 use occm_forge::go::build::{BuildInfo, Module};
 use occm_forge::image::base::{self, BaseLayer, LayerData, PlatformBase, ResolvedBase};
 use occm_forge::image::layer;
 use occm_forge::image::spec::{Descriptor, Family};
 use occm_forge::image::{self, ImageRequest};
-use occm_forge::lockfile;
 
 const EPOCH: i64 = 1_760_539_416;
 const TAG: &str = "v1.34.1-occmforge.1";
@@ -99,6 +99,7 @@ fn docker_base(dir: &Path) -> ResolvedBase {
             "b".repeat(64)
         ),
         name: Some("registry.example.internal/base/go-runner:v2.4.0".into()),
+        repository: Some("registry.example.internal/base/go-runner".into()),
         digest: Some(format!("sha256:{}", "b".repeat(64))),
         platforms: out,
     }
@@ -287,7 +288,7 @@ fn digest_manifest_bytes() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("images.lock.yaml");
     let h = |c: &str| format!("sha256:{}", c.repeat(64));
-    let entry = lockfile::Entry {
+    let entry = digest_manifest::Entry {
         image: format!("{REPOSITORY}:{TAG}@{}", h("a")),
         repository: REPOSITORY.into(),
         tag: TAG.into(),
@@ -315,13 +316,13 @@ fn digest_manifest_bytes() {
         built_at: "2026-12-01T00:00:00Z".into(),
     };
     let minor: Minor = "1.34".parse().unwrap();
-    lockfile::record(&path, minor, entry.clone()).unwrap();
+    digest_manifest::record(&path, minor, entry.clone()).unwrap();
     let mut other = entry;
     other.base_image = format!("registry.k8s.io/build-image/go-runner:v2.4.0@{}", h("5"));
     other.base_digest = Some(h("5"));
     other.already_upstream = vec![];
     other.published = false;
-    lockfile::record(&path, "1.9".parse().unwrap(), other).unwrap();
+    digest_manifest::record(&path, "1.9".parse().unwrap(), other).unwrap();
     assert_eq!(
         std::fs::read_to_string(&path).unwrap(),
         include_str!("golden/digest-manifest.yaml")
