@@ -49,8 +49,12 @@ enum Command {
     /// Upstream release tags against the pins.
     #[command(subcommand)]
     Upstream(UpstreamCommand),
-    /// Render the digest manifest for Magnum, Helm or Atmosphere.
+    /// Render the digest manifest for Magnum, Helm or Atmosphere, or rewrite a running cluster's
+    /// ClusterResourceSet Secret (crs-secret, stdin to stdout).
     Render(RenderArgs),
+    /// Copy a minor's published image (index, manifests, blobs, SBOM and provenance referrers) to
+    /// another repository with every digest unchanged, check it there and record it as a mirror.
+    Copy(CopyArgs),
     /// The Kubernetes minors images.toml tracks, as a JSON array (for CI matrices).
     Minors(MinorsArgs),
     /// Digest-manifest maintenance.
@@ -142,7 +146,7 @@ struct UpstreamArgs {
 }
 
 #[derive(Args)]
-#[command(group = clap::ArgGroup::new("which").required(true).args(["k8s", "all"]))]
+#[command(group = clap::ArgGroup::new("which").required(true).args(["k8s", "all", "image"]))]
 struct RenderArgs {
     /// The minor to render.
     #[arg(long = "k8s", value_name = "MINOR")]
@@ -150,15 +154,56 @@ struct RenderArgs {
     /// Render every minor of the digest manifest.
     #[arg(long)]
     all: bool,
-    /// magnum-label, magnum-prefix-tag, helm-values or atmosphere-vars.
+    /// magnum-tag, magnum-prefix-tag, helm-values, atmosphere-vars, crs-secret or magnum-label.
     #[arg(long, value_name = "FORMAT")]
     format: occm_forge::render::Format,
+    /// The cluster's container_infra_prefix: the image must be recorded at
+    /// <PREFIX>/openstack-cloud-controller-manager (magnum-tag, magnum-prefix-tag, crs-secret).
+    #[arg(long, value_name = "PREFIX")]
+    prefix: Option<String>,
+    /// magnum-label: your magnum-cluster-api is patched to read cloud_provider_image (no release does).
+    #[arg(long)]
+    patched_magnum_cluster_api: bool,
+    /// crs-secret: set this image reference instead of a minor's (e.g. the previous one, to revert).
+    #[arg(long, value_name = "REF")]
+    image: Option<String>,
+    /// crs-secret: also set minReadySeconds and readiness/liveness probes on OCCM's /healthz.
+    #[arg(long)]
+    observable: bool,
+    /// crs-secret: also set updateStrategy OnDelete, so pods are replaced as you delete them.
+    #[arg(long)]
+    on_delete: bool,
     /// images.toml (for the digest manifest's path).
     #[arg(long, default_value = "images.toml", value_name = "FILE")]
     config: PathBuf,
     /// Render entries recorded without --push too.
     #[arg(long)]
     allow_unpublished: bool,
+}
+
+#[derive(Args)]
+#[command(group = clap::ArgGroup::new("target").required(true).args(["to", "prefix"]))]
+struct CopyArgs {
+    /// The minor whose published image is copied.
+    #[arg(long = "k8s", value_name = "MINOR")]
+    k8s: Minor,
+    /// Target repository, registry/path without tag.
+    #[arg(long, value_name = "REPO")]
+    to: Option<String>,
+    /// Target as a cluster's container_infra_prefix: <PREFIX>/openstack-cloud-controller-manager.
+    #[arg(long, value_name = "PREFIX")]
+    prefix: Option<String>,
+    /// images.toml (for the digest manifest's path).
+    #[arg(long, default_value = "images.toml", value_name = "FILE")]
+    config: PathBuf,
+    #[command(flatten)]
+    registry: RegistryArgs,
+    /// Refuse at once when another run holds the digest manifest.
+    #[arg(long)]
+    no_wait: bool,
+    /// Print the result as a JSON object instead of the mirror's image reference.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args)]
@@ -382,6 +427,9 @@ async fn verify_registry(cli: &Cli, args: &AuditArgs) -> Result<(), occm_forge::
                 "occm-forge: verify {minor}: {} matches the digest manifest",
                 entry.image
             );
+            for m in &entry.mirrors {
+                eprintln!("occm-forge: verify {minor}: mirror {m} matches too");
+            }
         }
         findings.extend(found);
         if args.rebuild && entry.published {
@@ -504,6 +552,21 @@ fn upstream_check(cli: &Cli, args: &UpstreamArgs) -> Result<u8, occm_forge::Erro
 }
 
 fn render(args: &RenderArgs) -> Result<(), occm_forge::Error> {
+    use occm_forge::render::{Format, RenderOptions};
+    let crs = args.format == Format::CrsSecret;
+    if args.all && crs || args.image.is_some() && !crs {
+        return Err(occm_forge::Error::Usage(
+            "crs-secret takes --k8s MINOR or --image REF; --image is for crs-secret only".into(),
+        ));
+    }
+    let opts = RenderOptions {
+        allow_unpublished: args.allow_unpublished,
+        prefix: args.prefix.clone(),
+        patched_magnum_cluster_api: args.patched_magnum_cluster_api,
+    };
+    if crs {
+        return render_crs_secret(args, &opts);
+    }
     let config = config::load(&args.config)?;
     let manifest = occm_forge::lockfile::read(&config.digest_manifest)?;
     let entries: Vec<(Minor, &occm_forge::lockfile::Entry)> = match args.k8s {
@@ -524,11 +587,110 @@ fn render(args: &RenderArgs) -> Result<(), occm_forge::Error> {
             config.digest_manifest.display()
         )));
     }
-    let out = occm_forge::render::render(args.format, &entries, args.allow_unpublished)?;
+    let out = occm_forge::render::render_with(args.format, &entries, &opts)?;
     for w in &out.warnings {
         eprintln!("occm-forge: warning: {w}");
     }
     print_stdout(&out.text)
+}
+
+/// `render --format crs-secret`: the Secret on stdin, rewritten, on stdout.
+fn render_crs_secret(
+    args: &RenderArgs,
+    opts: &occm_forge::render::RenderOptions,
+) -> Result<(), occm_forge::Error> {
+    let image = match (&args.image, args.k8s) {
+        (Some(image), _) => image.clone(),
+        (None, Some(minor)) => {
+            let config = config::load(&args.config)?;
+            let manifest = occm_forge::lockfile::read(&config.digest_manifest)?;
+            let entry = manifest.images.get(&minor).ok_or_else(|| {
+                occm_forge::Error::Usage(format!(
+                    "{}: no entry for {minor}",
+                    config.digest_manifest.display()
+                ))
+            })?;
+            occm_forge::render::pinned_image(minor, entry, opts)?
+        }
+        (None, None) => unreachable!("clap requires --k8s or --image"),
+    };
+    let mut input = String::new();
+    std::io::Read::read_to_string(&mut std::io::stdin(), &mut input)
+        .map_err(|e| occm_forge::Error::Io(format!("stdin: {e}")))?;
+    let out = occm_forge::crs::rewrite_secret(
+        &input,
+        &occm_forge::crs::RewriteOptions {
+            image,
+            observable: args.observable,
+            on_delete: args.on_delete,
+        },
+    )?;
+    for w in &out.warnings {
+        eprintln!("occm-forge: warning: {w}");
+    }
+    eprintln!(
+        "occm-forge: DaemonSet {} ran {}; revert with --image {}",
+        out.daemonset, out.previous_image, out.previous_image
+    );
+    print_stdout(&out.secret)
+}
+
+async fn copy(cli: &Cli, args: &CopyArgs) -> Result<(), occm_forge::Error> {
+    use occm_forge::copy::{CopyError, CopyRequest};
+    let config = config::load(&args.config)?;
+    let registry = registry_client(&config, &args.registry)?;
+    let to = match (&args.to, &args.prefix) {
+        (Some(to), _) => to.clone(),
+        (None, Some(p)) => occm_forge::render::mcapi_repository(p),
+        (None, None) => unreachable!("clap requires --to or --prefix"),
+    };
+    let req = CopyRequest {
+        config: &config,
+        minor: args.k8s,
+        to,
+        wait_for_lock: !args.no_wait,
+    };
+    let path = config.digest_manifest.clone();
+    let mut on_wait = |holder: String| {
+        eprintln!(
+            "occm-forge: waiting for another occm-forge run on {} ({holder})",
+            path.display()
+        )
+    };
+    let outcome = match occm_forge::copy::copy(&req, &registry, &mut on_wait, &|_, _| {}).await {
+        Err(CopyError::Check { mirror, findings }) => {
+            print_stdout(
+                &findings
+                    .iter()
+                    .map(|f| format!("{f}\n"))
+                    .collect::<String>(),
+            )?;
+            return Err(CopyError::Check { mirror, findings }.into());
+        }
+        r => r?,
+    };
+    if !cli.quiet {
+        let c = &outcome.copied;
+        eprintln!(
+            "occm-forge: copied {} ({} manifests, {} referrers; {} blobs uploaded, {} already present, {} mounted); {}",
+            c.reference,
+            c.manifests,
+            c.referrers,
+            c.uploaded,
+            c.present,
+            c.mounted,
+            if outcome.recorded {
+                "recorded as a mirror"
+            } else {
+                "already recorded as a mirror"
+            }
+        );
+    }
+    print_stdout(&if args.json {
+        serde_json::to_string(&outcome).expect("outcome serialises")
+    } else {
+        outcome.copied.reference.clone()
+    })
 }
 
 fn minors(args: &MinorsArgs) -> Result<(), occm_forge::Error> {
@@ -720,6 +882,7 @@ fn main() -> ExitCode {
             Command::Pin(args) => pin(&cli, args).await.map(|_| 0),
             Command::Upstream(UpstreamCommand::Check(args)) => upstream_check(&cli, args),
             Command::Render(args) => render(args).map(|_| 0),
+            Command::Copy(args) => copy(&cli, args).await.map(|_| 0),
             Command::Minors(args) => minors(args).map(|_| 0),
             Command::Manifest(ManifestCommand::Merge(args)) => manifest_merge(&cli, args).map(|_| 0),
             Command::Patches(PatchesCommand::Verify(args)) => patches_verify(&cli, args).map(|_| 0),

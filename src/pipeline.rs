@@ -521,6 +521,7 @@ async fn run_stages(
         base_digest: resolved.digest.clone(),
         source_date_epoch: epoch,
         built_at: image::spec::rfc3339(time::OffsetDateTime::now_utc().unix_timestamp()),
+        mirrors: vec![],
     };
     let record_path = opts
         .manifest_fragment
