@@ -1016,8 +1016,9 @@ fn copy_keeps_every_digest_and_verify_checks_the_mirror() {
     );
 }
 
-/// Gated: upstream's real OCCM chart (v1.34.1, from the mirror) rendered the way
-/// magnum-cluster-api renders it, put into the Secret, and rewritten by crs-secret.
+/// Gated: upstream's real OCCM chart (the releases magnum-cluster-api vendors or may vendor:
+/// v1.34.1, v1.35.0, v1.36.0, from the mirror) rendered the way magnum-cluster-api renders it,
+/// put into the Secret, and rewritten by crs-secret.
 #[test]
 #[ignore = "needs OCCM_FORGE_UPSTREAM_MIRROR (a clone or mirror of kubernetes/cloud-provider-openstack)"]
 fn real_chart_in_a_magnum_secret_changes_one_line() {
@@ -1025,21 +1026,90 @@ fn real_chart_in_a_magnum_secret_changes_one_line() {
         .expect("set OCCM_FORGE_UPSTREAM_MIRROR to a clone or mirror of cloud-provider-openstack");
     let f = fixture(&["linux/amd64"]);
     write_lock(&f);
+    for tag in ["v1.34.1", "v1.35.0", "v1.36.0"] {
+        let chart = upstream_chart(&mirror, tag, &f.path().join(tag));
+        let manifests = helm_template(&chart, &mcapi_values(None, "v1.34.1"));
+        assert_eq!(occm_image(&manifests), UPSTREAM_IMAGE, "{tag}");
+        let secret = magnum_secret(&manifests, false);
+        let pinned = format!("{REPO}:v1.34.1-occmforge.1@{DIGEST_34}");
+        let o = forge_stdin(
+            f.path(),
+            &["render", "--format", "crs-secret", "--k8s", "1.34"],
+            &secret,
+        );
+        assert!(o.status.success(), "{tag}: {}", stderr(&o));
+        let (key, _) = occm_key(&stdout(&o));
+        assert_eq!(
+            manifests
+                .lines()
+                .zip(key.lines())
+                .filter(|(a, b)| a != b)
+                .count(),
+            1,
+            "{tag}"
+        );
+        assert_eq!(occm_image(&key), pinned, "{tag}");
+        let o = forge_stdin(
+            f.path(),
+            &[
+                "render",
+                "--format",
+                "crs-secret",
+                "--image",
+                UPSTREAM_IMAGE,
+            ],
+            &stdout(&o),
+        );
+        assert_eq!(occm_key(&stdout(&o)).0, manifests, "{tag}");
+        // The rollout settings fit the real chart's container (loopback bind, host network).
+        let o = forge_stdin(
+            f.path(),
+            &[
+                "render",
+                "--format",
+                "crs-secret",
+                "--k8s",
+                "1.34",
+                "--observable",
+                "--on-delete",
+            ],
+            &secret,
+        );
+        assert!(o.status.success(), "{tag}: {}", stderr(&o));
+        let (key, _) = occm_key(&stdout(&o));
+        let ds = documents(&key)
+            .into_iter()
+            .find(|d| d["kind"] == "DaemonSet")
+            .unwrap();
+        assert_eq!(ds["spec"]["minReadySeconds"], Value::from(60), "{tag}");
+        assert_eq!(ds["spec"]["updateStrategy"]["type"], "OnDelete", "{tag}");
+        assert_eq!(
+            ds["spec"]["template"]["spec"]["containers"][0]["readinessProbe"]["httpGet"]["port"],
+            Value::from(10258),
+            "{tag}"
+        );
+    }
+}
+
+/// Upstream's chart at `tag`, extracted from the mirror into `dir`, with a stub for Bitnami's
+/// `common` (not reachable offline), which provides one helper.
+fn upstream_chart(mirror: &str, tag: &str, dir: &Path) -> PathBuf {
+    std::fs::create_dir_all(dir).unwrap();
     let archive = Command::new("git")
         .args([
             "-C",
-            &mirror,
+            mirror,
             "archive",
-            "v1.34.1",
+            tag,
             "charts/openstack-cloud-controller-manager",
         ])
         .output()
         .unwrap();
-    assert!(archive.status.success(), "{}", stderr(&archive));
+    assert!(archive.status.success(), "{tag}: {}", stderr(&archive));
     let mut tar = Command::new("tar")
         .arg("-x")
         .arg("-C")
-        .arg(f.path())
+        .arg(dir)
         .stdin(Stdio::piped())
         .spawn()
         .unwrap();
@@ -1049,8 +1119,7 @@ fn real_chart_in_a_magnum_secret_changes_one_line() {
         .write_all(&archive.stdout)
         .unwrap();
     assert!(tar.wait().unwrap().success());
-    let chart = f.path().join("charts/openstack-cloud-controller-manager");
-    // Bitnami's `common` (not reachable offline) provides one helper; a stub library chart does.
+    let chart = dir.join("charts/openstack-cloud-controller-manager");
     let common = chart.join("charts/common");
     std::fs::create_dir_all(common.join("templates")).unwrap();
     std::fs::write(
@@ -1063,61 +1132,5 @@ fn real_chart_in_a_magnum_secret_changes_one_line() {
         "{{- define \"common.labels.standard\" -}}\napp.kubernetes.io/name: {{ .Chart.Name }}\napp.kubernetes.io/instance: {{ .Release.Name }}\n{{- end -}}\n",
     )
     .unwrap();
-    let manifests = helm_template(&chart, &mcapi_values(None, "v1.34.1"));
-    assert_eq!(occm_image(&manifests), UPSTREAM_IMAGE);
-    let secret = magnum_secret(&manifests, false);
-    let pinned = format!("{REPO}:v1.34.1-occmforge.1@{DIGEST_34}");
-    let o = forge_stdin(
-        f.path(),
-        &["render", "--format", "crs-secret", "--k8s", "1.34"],
-        &secret,
-    );
-    assert!(o.status.success(), "{}", stderr(&o));
-    let (key, _) = occm_key(&stdout(&o));
-    assert_eq!(
-        manifests
-            .lines()
-            .zip(key.lines())
-            .filter(|(a, b)| a != b)
-            .count(),
-        1
-    );
-    assert_eq!(occm_image(&key), pinned);
-    let o = forge_stdin(
-        f.path(),
-        &[
-            "render",
-            "--format",
-            "crs-secret",
-            "--image",
-            UPSTREAM_IMAGE,
-        ],
-        &stdout(&o),
-    );
-    assert_eq!(occm_key(&stdout(&o)).0, manifests);
-    // The rollout settings fit the real chart's container (loopback bind, host network).
-    let o = forge_stdin(
-        f.path(),
-        &[
-            "render",
-            "--format",
-            "crs-secret",
-            "--k8s",
-            "1.34",
-            "--observable",
-            "--on-delete",
-        ],
-        &secret,
-    );
-    assert!(o.status.success(), "{}", stderr(&o));
-    let (key, _) = occm_key(&stdout(&o));
-    let ds = documents(&key)
-        .into_iter()
-        .find(|d| d["kind"] == "DaemonSet")
-        .unwrap();
-    assert_eq!(ds["spec"]["minReadySeconds"], Value::from(60));
-    assert_eq!(
-        ds["spec"]["template"]["spec"]["containers"][0]["readinessProbe"]["httpGet"]["port"],
-        Value::from(10258)
-    );
+    chart
 }
