@@ -657,7 +657,13 @@ async fn copy(cli: &Cli, args: &CopyArgs) -> Result<(), occm_forge::Error> {
             path.display()
         )
     };
-    let outcome = match occm_forge::copy::copy(&req, &registry, &mut on_wait, &|_, _| {}).await {
+    use occm_forge::pipeline::Reporter as _;
+    let reporter = Terminal::new(cli.quiet, "");
+    let started = std::time::Instant::now();
+    reporter.started("copy");
+    let on_bytes = |bytes, total| reporter.uploaded(bytes, total);
+    let result = occm_forge::copy::copy(&req, &registry, &mut on_wait, &on_bytes).await;
+    let outcome = match result {
         Err(CopyError::Check { mirror, findings }) => {
             print_stdout(
                 &findings
@@ -669,10 +675,12 @@ async fn copy(cli: &Cli, args: &CopyArgs) -> Result<(), occm_forge::Error> {
         }
         r => r?,
     };
-    if !cli.quiet {
-        let c = &outcome.copied;
-        eprintln!(
-            "occm-forge: copied {} ({} manifests, {} referrers; {} blobs uploaded, {} already present, {} mounted); {}",
+    let c = &outcome.copied;
+    reporter.finished(&occm_forge::pipeline::StageReport {
+        stage: "copy",
+        seconds: started.elapsed().as_secs_f64(),
+        detail: format!(
+            "{} ({} manifests, {} referrers; {} blobs uploaded, {} already present, {} mounted); {}",
             c.reference,
             c.manifests,
             c.referrers,
@@ -684,8 +692,8 @@ async fn copy(cli: &Cli, args: &CopyArgs) -> Result<(), occm_forge::Error> {
             } else {
                 "already recorded as a mirror"
             }
-        );
-    }
+        ),
+    });
     print_stdout(&if args.json {
         serde_json::to_string(&outcome).expect("outcome serialises")
     } else {

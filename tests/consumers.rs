@@ -1016,6 +1016,74 @@ fn copy_keeps_every_digest_and_verify_checks_the_mirror() {
     );
 }
 
+#[test]
+fn copy_retries_through_injected_registry_faults() {
+    let a = TestRegistry::start();
+    let b = TestRegistry::start();
+    let f = fixture(&["linux/amd64"]);
+    let repo = a.repo("occm/openstack-cloud-controller-manager");
+    f.write_config(&repo, &["linux/amd64"], "static", &[]);
+    let o = occm_forge(f.path())
+        .args([
+            "build",
+            "--k8s",
+            "1.34",
+            "--push",
+            "--insecure-registry",
+            &a.addr,
+        ])
+        .arg("--source")
+        .arg(&f.upstream)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let rule = |method, path_contains, fault, times| FaultRule {
+        method,
+        path_contains,
+        fault,
+        times,
+        after: 0,
+    };
+    let proxy = FaultProxy::start(
+        &b.addr,
+        vec![
+            rule("HEAD", "/blobs/", Fault::Status500, 2),
+            rule("POST", "/blobs/uploads/", Fault::Reset, 1),
+            rule("PUT", "/manifests/sha256:", Fault::Status500, 1),
+            rule("PUT", "/manifests/v1.34.1", Fault::Reset, 1),
+        ],
+    );
+    let target = proxy.repo("faulty/openstack-cloud-controller-manager");
+    let o = occm_forge(f.path())
+        .args(["copy", "--k8s", "1.34", "--to", &target])
+        .args([
+            "--insecure-registry",
+            &a.addr,
+            "--insecure-registry",
+            &proxy.addr,
+        ])
+        .output()
+        .unwrap();
+    let (s500, resets, _) = proxy.injected();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!((s500, resets), (3, 2), "every planned fault was injected");
+    assert!(
+        stderr(&o).matches("retrying in").count() >= 5,
+        "{}",
+        stderr(&o)
+    );
+    // What the target holds, read directly, is the recorded image.
+    let lock = read_lock(&f.lock);
+    let e = &lock["images"]["1.34"];
+    let direct = b.repo("faulty/openstack-cloud-controller-manager");
+    let raw = raw(&direct, e["tag"].as_str().unwrap());
+    assert_eq!(
+        format!("sha256:{}", sha256_hex(raw.as_bytes())),
+        e["digest"].as_str().unwrap()
+    );
+    assert_eq!(e["mirrors"][0].as_str(), Some(target.as_str()));
+}
+
 /// Gated: upstream's real OCCM chart (the releases magnum-cluster-api vendors or may vendor:
 /// v1.34.1, v1.35.0, v1.36.0, from the mirror) rendered the way magnum-cluster-api renders it,
 /// put into the Secret, and rewritten by crs-secret.
