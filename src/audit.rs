@@ -13,13 +13,16 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::config::{Config, Minor};
+use crate::config::{Config, Minor, Platform};
 use crate::describe::{IN_TOTO_MEDIA_TYPE, SPDX_MEDIA_TYPE};
+use crate::digest_manifest::Entry;
 use crate::image::referrer::fallback_tag;
 use crate::image::spec::{Index, Manifest, keys};
-use crate::lockfile::Entry;
-use crate::pipeline::BuildOptions;
-use crate::registry::{ErrorKind, Registry, RegistryError, RepositoryName, sha256_digest, short};
+use crate::plan::{BuildPlan, Overrides};
+use crate::reference::RepositoryName;
+use crate::registry::{ErrorKind, Registry, RegistryError};
+use crate::stage::Reporter;
+use crate::util::{join, sha256_digest, short};
 
 /// One mismatch between the registry and the digest manifest.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -144,6 +147,95 @@ impl Checker<'_> {
     }
 }
 
+/// What `occm-forge verify` checks.
+#[derive(Debug, Clone)]
+pub struct AuditRequest<'a> {
+    /// The loaded images.toml (its digest manifest is read).
+    pub config: &'a Config,
+    /// Minors to check; every entry of the digest manifest when empty.
+    pub minors: &'a [Minor],
+    /// Also rebuild each published entry and compare digests.
+    pub rebuild: bool,
+    /// `--source` for rebuilds.
+    pub source: Option<&'a str>,
+    /// occm-forge's cache directory (rebuilds).
+    pub cache_dir: &'a Path,
+}
+
+/// Checks every requested entry of the digest manifest against the registry (and rebuilds it
+/// when asked). `note` hears one line per entry that matches; `rebuild_reporter` gives the
+/// reporter of each minor's rebuild.
+///
+/// Returns every finding, in minor order. Errors: the digest manifest cannot be read; a minor
+/// has no entry ([`crate::Error::Usage`]); the registry cannot be asked; a rebuild fails.
+pub async fn audit(
+    req: &AuditRequest<'_>,
+    registry: &dyn Registry,
+    note: &(dyn Fn(String) + Sync),
+    rebuild_reporter: &dyn Fn(Minor) -> Box<dyn Reporter>,
+) -> Result<Vec<Finding>, crate::Error> {
+    let path = &req.config.digest_manifest;
+    let manifest = crate::digest_manifest::read(path)?;
+    let minors: Vec<Minor> = if req.minors.is_empty() {
+        manifest.images.keys().copied().collect()
+    } else {
+        req.minors.to_vec()
+    };
+    let mut findings = Vec::new();
+    for minor in minors {
+        let Some(entry) = manifest.images.get(&minor) else {
+            return Err(crate::Error::Usage(format!(
+                "{}: no entry for {minor}; it has {}",
+                path.display(),
+                join(manifest.images.keys())
+            )));
+        };
+        let found = check(registry, req.config, minor, entry).await?;
+        if found.is_empty() {
+            note(format!(
+                "verify {minor}: {} matches the digest manifest",
+                entry.image
+            ));
+            for m in &entry.mirrors {
+                note(format!("verify {minor}: mirror {m} matches too"));
+            }
+        }
+        findings.extend(found);
+        if req.rebuild && entry.published {
+            let reporter = rebuild_reporter(minor);
+            match rebuild(req, minor, entry, registry, reporter.as_ref()).await? {
+                Some(f) => findings.push(f),
+                None => note(format!(
+                    "verify {minor}: the rebuild gives the same digest {}",
+                    entry.digest
+                )),
+            }
+        }
+    }
+    Ok(findings)
+}
+
+/// Rebuilds `entry` in a scratch directory; a finding when the digest differs.
+async fn rebuild(
+    req: &AuditRequest<'_>,
+    minor: Minor,
+    entry: &Entry,
+    registry: &dyn Registry,
+    reporter: &dyn Reporter,
+) -> Result<Option<Finding>, crate::Error> {
+    let scratch = tempfile::tempdir().map_err(|e| crate::Error::Io(e.to_string()))?;
+    let plan = rebuild_plan(
+        req.config,
+        minor,
+        entry,
+        req.source.map(str::to_string),
+        req.cache_dir.to_path_buf(),
+        scratch.path(),
+    )?;
+    let rebuilt = crate::pipeline::build(&plan, registry, reporter).await?;
+    Ok(rebuild_finding(minor, entry, &rebuilt.entry.digest))
+}
+
 /// Checks an entry: one recorded without `--push` is a finding of its own (there is nothing in
 /// the registry to compare); a published one goes through [`check_entry`], and so does each of
 /// its `mirrors` (the entry with its repository replaced; findings' field starts `mirror <repo>: `).
@@ -172,37 +264,38 @@ pub async fn check(
     Ok(findings)
 }
 
-/// Build options that rebuild `entry` from images.toml the way it was built — on the base it
-/// records (by digest) and its `SOURCE_DATE_EPOCH` — into `scratch`, pushing and recording
-/// nothing where it matters (the digest manifest is a scratch copy).
-pub fn rebuild_options(
+/// The plan that rebuilds `entry` from images.toml the way it was built — on the base it records
+/// (by digest) and its `SOURCE_DATE_EPOCH` — into `scratch`, pushing nothing and recording only
+/// into a scratch digest manifest.
+///
+/// Errors: as [`BuildPlan::resolve`].
+pub fn rebuild_plan(
     config: &Config,
     minor: Minor,
     entry: &Entry,
     source: Option<String>,
     cache_dir: PathBuf,
     scratch: &Path,
-) -> BuildOptions {
+) -> Result<BuildPlan, crate::Error> {
     let mut config = config.clone();
     config.digest_manifest = scratch.join("images.lock.yaml");
-    BuildOptions {
-        config,
-        minor,
+    let overrides = Overrides {
         source,
-        push: false,
         repository: Some(entry.repository.clone()),
-        output: scratch.join("out"),
-        cache_dir,
-        allow_unpinned_base: false,
         base: Some(match &entry.base_digest {
             Some(d) if !entry.base_image.contains('@') => format!("{}@{d}", entry.base_image),
             _ => entry.base_image.clone(),
         }),
+        allow_unpinned_base: false,
+        push: false,
+        output: scratch.join("out"),
+        cache_dir,
         source_date_epoch: Some(entry.source_date_epoch),
-        wait_for_lock: true,
         manifest_fragment: None,
         replace_tag: false,
-    }
+        wait_for_lock: true,
+    };
+    BuildPlan::resolve(&config, minor, &overrides)
 }
 
 /// The finding when a rebuild's index digest differs from the recorded one.
@@ -242,7 +335,6 @@ pub async fn check_entry(
         minor,
         findings: Vec::new(),
     };
-
     match registry.manifest_digest(&repo, &entry.tag).await? {
         None => c.find("tag", format!("{repo}:{} does not exist", entry.tag)),
         Some(d) if d != entry.digest => c.find(
@@ -254,10 +346,9 @@ pub async fn check_entry(
         ),
         Some(_) => {}
     }
-
     if let Some(bytes) = c.manifest("digest", &entry.digest).await? {
-        let index: Index = match serde_json::from_slice(&bytes) {
-            Ok(i) => i,
+        match serde_json::from_slice::<Index>(&bytes) {
+            Ok(index) => c.index(config, entry, &index).await?,
             Err(e) => {
                 c.find(
                     "digest",
@@ -265,29 +356,37 @@ pub async fn check_entry(
                 );
                 return Ok(c.findings);
             }
-        };
+        }
+    }
+    c.referrers(entry).await?;
+    Ok(c.findings)
+}
+
+impl Checker<'_> {
+    /// The index lists exactly the recorded platforms with the recorded manifests, and each
+    /// platform's config carries the entry's labels.
+    async fn index(
+        &mut self,
+        config: &Config,
+        entry: &Entry,
+        index: &Index,
+    ) -> Result<(), RegistryError> {
         let listed: BTreeMap<String, String> = index
             .manifests
             .iter()
             .filter_map(|m| {
                 m.platform.as_ref().map(|p| {
-                    let mut name = format!("{}/{}", p.os, p.architecture);
-                    if let Some(v) = p
-                        .variant
-                        .as_deref()
-                        .filter(|v| !(p.architecture == "arm64" && *v == "v8"))
-                    {
-                        name.push('/');
-                        name.push_str(v);
-                    }
+                    let name = Platform::name_of(&p.os, &p.architecture, p.variant.as_deref());
                     (name, m.digest.clone())
                 })
             })
             .collect();
         for platform in &entry.platforms {
             match (listed.get(platform), entry.manifests.get(platform)) {
-                (None, _) => c.find("platforms", format!("{platform} is missing from the index")),
-                (Some(got), Some(want)) if got != want => c.find(
+                (None, _) => {
+                    self.find("platforms", format!("{platform} is missing from the index"))
+                }
+                (Some(got), Some(want)) if got != want => self.find(
                     format!("manifest {platform}"),
                     format!("index lists {got}, the digest manifest records {want}"),
                 ),
@@ -296,66 +395,87 @@ pub async fn check_entry(
         }
         for (platform, digest) in &listed {
             if !entry.platforms.contains(platform) {
-                c.find(
+                self.find(
                     "platforms",
                     format!("{platform} is in the index but not in the digest manifest"),
                 );
             }
-            let Some(bytes) = c.manifest(&format!("manifest {platform}"), digest).await? else {
-                continue;
-            };
-            let Ok(m) = serde_json::from_slice::<Manifest>(&bytes) else {
-                c.find(format!("manifest {platform}"), "is not an image manifest");
-                continue;
-            };
-            let config_bytes = match registry.pull_blob(&repo, &m.config.digest).await {
-                Ok(b) => b,
-                Err(e) if e.kind == ErrorKind::NotFound => {
-                    c.find(
-                        format!("config {platform}"),
-                        format!("{} is missing", m.config.digest),
-                    );
-                    continue;
-                }
-                Err(e) => return Err(e),
-            };
-            let cfg: Value = serde_json::from_slice(&config_bytes).unwrap_or(Value::Null);
-            let labels = &cfg["config"]["Labels"];
-            for (key, want) in [
-                (keys::SOURCE, config.upstream.as_str()),
-                (keys::REVISION, entry.upstream_commit.as_str()),
-                (keys::VERSION, entry.tag.as_str()),
-            ] {
-                let got = labels[key].as_str().unwrap_or("");
-                if got != want {
-                    c.find(
-                        format!("label {key} ({platform})"),
-                        format!("is {got:?}, expected {want:?}"),
-                    );
-                }
-            }
+            self.labels(config, entry, platform, digest).await?;
         }
+        Ok(())
     }
 
-    for platform in &entry.platforms {
-        match (entry.sbom.get(platform), entry.manifests.get(platform)) {
-            (Some(sbom), Some(subject)) => {
-                c.referrer(&format!("sbom {platform}"), sbom, SPDX_MEDIA_TYPE, subject)
-                    .await?
+    /// The platform image's config carries the source, revision and version labels of the entry.
+    async fn labels(
+        &mut self,
+        config: &Config,
+        entry: &Entry,
+        platform: &str,
+        digest: &str,
+    ) -> Result<(), RegistryError> {
+        let Some(bytes) = self
+            .manifest(&format!("manifest {platform}"), digest)
+            .await?
+        else {
+            return Ok(());
+        };
+        let Ok(m) = serde_json::from_slice::<Manifest>(&bytes) else {
+            self.find(format!("manifest {platform}"), "is not an image manifest");
+            return Ok(());
+        };
+        let config_bytes = match self.registry.pull_blob(&self.repo, &m.config.digest).await {
+            Ok(b) => b,
+            Err(e) if e.kind == ErrorKind::NotFound => {
+                self.find(
+                    format!("config {platform}"),
+                    format!("{} is missing", m.config.digest),
+                );
+                return Ok(());
             }
-            (None, _) => c.find(
-                format!("sbom {platform}"),
-                "the digest manifest records no SBOM",
-            ),
-            _ => {}
+            Err(e) => return Err(e),
+        };
+        let cfg: Value = serde_json::from_slice(&config_bytes).unwrap_or(Value::Null);
+        let labels = &cfg["config"]["Labels"];
+        for (key, want) in [
+            (keys::SOURCE, config.upstream.as_str()),
+            (keys::REVISION, entry.upstream_commit.as_str()),
+            (keys::VERSION, entry.tag.as_str()),
+        ] {
+            let got = labels[key].as_str().unwrap_or("");
+            if got != want {
+                self.find(
+                    format!("label {key} ({platform})"),
+                    format!("is {got:?}, expected {want:?}"),
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// The SBOM of every platform and the provenance are referrers of their subjects.
+    async fn referrers(&mut self, entry: &Entry) -> Result<(), RegistryError> {
+        for platform in &entry.platforms {
+            match (entry.sbom.get(platform), entry.manifests.get(platform)) {
+                (Some(sbom), Some(subject)) => {
+                    self.referrer(&format!("sbom {platform}"), sbom, SPDX_MEDIA_TYPE, subject)
+                        .await?
+                }
+                (None, _) => self.find(
+                    format!("sbom {platform}"),
+                    "the digest manifest records no SBOM",
+                ),
+                _ => {}
+            }
+        }
+        match &entry.provenance {
+            Some(p) => {
+                self.referrer("provenance", p, IN_TOTO_MEDIA_TYPE, &entry.digest)
+                    .await
+            }
+            None => {
+                self.find("provenance", "the digest manifest records no provenance");
+                Ok(())
+            }
         }
     }
-    match &entry.provenance {
-        Some(p) => {
-            c.referrer("provenance", p, IN_TOTO_MEDIA_TYPE, &entry.digest)
-                .await?
-        }
-        None => c.find("provenance", "the digest manifest records no provenance"),
-    }
-    Ok(c.findings)
 }

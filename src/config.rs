@@ -12,6 +12,8 @@ use std::str::FromStr;
 
 use serde::Deserialize;
 
+use crate::util::{is_sha256_digest, is_valid_tag};
+
 /// The default upstream repository.
 pub const DEFAULT_UPSTREAM: &str = "https://github.com/kubernetes/cloud-provider-openstack";
 /// The default tag scheme: the upstream tag plus a downstream revision, e.g. `v1.34.1-occmforge.1`.
@@ -99,6 +101,23 @@ impl Platform {
             (Some(v), _) => Some(v),
             (None, "arm64") => Some("v8"),
             _ => None,
+        }
+    }
+
+    /// Whether an OCI platform (an index entry's or a config's `os`, `architecture`, `variant`)
+    /// is this platform. `arm64` with no variant and `arm64/v8` are the same platform.
+    pub fn matches(&self, os: &str, arch: &str, variant: Option<&str>) -> bool {
+        os == self.os
+            && arch == self.arch
+            && (variant == self.variant() || (self.variant.is_none() && variant.is_none()))
+    }
+
+    /// The `os/arch[/variant]` name occm-forge records for an OCI platform: an implied variant
+    /// (`v8` of `arm64`) is left out, as in images.toml.
+    pub fn name_of(os: &str, arch: &str, variant: Option<&str>) -> String {
+        match variant.filter(|v| !(arch == "arm64" && *v == "v8")) {
+            Some(v) => format!("{os}/{arch}/{v}"),
+            None => format!("{os}/{arch}"),
         }
     }
 
@@ -302,14 +321,6 @@ pub fn render_tag(scheme: &str, inputs: &TagInputs<'_>) -> String {
             "{series}",
             &inputs.series_sha256[..12.min(inputs.series_sha256.len())],
         )
-}
-
-/// True for a valid OCI distribution-spec tag: `[a-zA-Z0-9_][a-zA-Z0-9._-]{0,127}`.
-pub fn is_valid_tag(tag: &str) -> bool {
-    let mut chars = tag.chars();
-    matches!(chars.next(), Some(c) if c.is_ascii_alphanumeric() || c == '_')
-        && tag.len() <= 128
-        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'))
 }
 
 /// Reads and validates `images.toml`.
@@ -604,6 +615,11 @@ impl Config {
         required
     }
 
+    /// Where upstream is fetched from: `source` (`--source`) when given, else `upstream`.
+    pub fn fetch_url(&self, source: Option<&str>) -> String {
+        source.map_or_else(|| self.upstream.clone(), str::to_string)
+    }
+
     /// The entry for `minor`, or an error listing the minors that exist.
     pub fn minor(&self, minor: Minor) -> Result<&MinorConfig, ConfigError> {
         self.minors.get(&minor).ok_or_else(|| ConfigError {
@@ -647,15 +663,6 @@ fn validate_tag_scheme(scheme: &str) -> Result<(), String> {
         ));
     }
     Ok(())
-}
-
-/// True for `sha256:` followed by 64 lowercase hex characters.
-pub fn is_sha256_digest(d: &str) -> bool {
-    d.strip_prefix("sha256:").is_some_and(|h| {
-        h.len() == 64
-            && h.bytes()
-                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-    })
 }
 
 fn line_col(text: &str, offset: usize) -> (usize, usize) {

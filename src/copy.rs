@@ -22,10 +22,12 @@ use bytes::Bytes;
 
 use crate::audit::{self, Finding};
 use crate::config::{Config, Minor};
+use crate::digest_manifest::{self, DigestManifestError, Entry};
 use crate::image::referrer::{fallback_tag, merge_referrers};
 use crate::image::spec::{self, Descriptor, Index, Manifest};
-use crate::lockfile::{self, Entry, LockError};
-use crate::registry::{ErrorKind, Registry, RegistryError, RepositoryName, short};
+use crate::reference::RepositoryName;
+use crate::registry::{ErrorKind, Registry, RegistryError};
+use crate::util::short;
 
 /// How many blobs are copied at once.
 pub const COPY_CONCURRENCY: usize = 4;
@@ -356,7 +358,7 @@ pub enum CopyError {
     Registry(#[from] RegistryError),
     /// The digest manifest could not be locked, read or written (exit 9).
     #[error("copy: {0}")]
-    Record(#[from] LockError),
+    Record(#[from] DigestManifestError),
     /// The target does not serve what the entry records after the copy; nothing recorded (exit 10).
     #[error("copy: {mirror} does not match the digest manifest after the copy ({} mismatch{}); nothing recorded", findings.len(), if findings.len() == 1 { "" } else { "es" })]
     Check {
@@ -390,9 +392,10 @@ pub async fn copy(
     on_bytes: &(dyn Fn(u64, u64) + Sync),
 ) -> Result<CopyOutcome, CopyError> {
     let path = &req.config.digest_manifest;
-    let _lock =
-        tokio::task::block_in_place(|| lockfile::lock_run(path, req.wait_for_lock, on_wait))?;
-    let manifest = lockfile::read(path)?;
+    let _lock = tokio::task::block_in_place(|| {
+        digest_manifest::lock_run(path, req.wait_for_lock, on_wait)
+    })?;
+    let manifest = digest_manifest::read(path)?;
     let entry = manifest.images.get(&req.minor).ok_or_else(|| {
         CopyError::Usage(format!("{}: no entry for {}", path.display(), req.minor))
     })?;
@@ -431,7 +434,7 @@ pub async fn copy(
             findings,
         });
     }
-    let recorded = lockfile::record_mirror(path, req.minor, &entry.digest, &target)?;
+    let recorded = digest_manifest::record_mirror(path, req.minor, &entry.digest, &target)?;
     Ok(CopyOutcome {
         minor: req.minor,
         copied,

@@ -366,7 +366,7 @@ fn probe_value(port: u16, loopback: bool, liveness: bool) -> Value {
 /// `opts`; every other byte stays. The result is parsed again and must equal the original with
 /// exactly these changes, or nothing is returned.
 pub fn set_occm_image(text: &str, opts: &RewriteOptions) -> Result<Edited, CrsError> {
-    if let Err(e) = opts.image.parse::<crate::registry::ImageRef>() {
+    if let Err(e) = opts.image.parse::<crate::reference::ImageRef>() {
         return fail(format!("--image {e}"));
     }
     let mut found = Vec::new();

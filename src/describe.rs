@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 use serde_json::{Value, json};
 
 use crate::go::build::BuildInfo;
-use crate::image::spec::rfc3339;
+use crate::util::rfc3339;
 
 /// SPDX JSON media type (and referrer artifact type).
 pub const SPDX_MEDIA_TYPE: &str = "application/spdx+json";

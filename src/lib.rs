@@ -2,9 +2,21 @@
 //! tested, published and digest-pinned openstack-cloud-controller-manager (OCCM) image, one per
 //! Kubernetes minor.
 //!
-//! Stages, one module each, data flowing one way: [`config`] → [`source`] → [`patches`] →
-//! [`go`] (test, build) → [`image`] → [`registry`] (publish) → [`lockfile`]. [`pipeline`]
-//! sequences them; the binary only parses arguments and wires.
+//! Layers, each importing only the ones before it:
+//!
+//! - [`util`], [`reference`]: digests, atomic writes, times; image references.
+//! - [`config`]: images.toml, validated with file:line:column.
+//! - [`image`]: OCI types, deterministic layers, pure image composition, the OCI layout.
+//! - [`registry`]: the `Registry` trait, its `oci-client` implementation, retries,
+//!   credentials, base pulls and the push.
+//! - The stage modules, each with one public entry taking plain data: [`source`], [`patches`],
+//!   [`go`] (test, build), [`image`], [`describe`], [`registry::publish`], [`digest_manifest`].
+//! - [`stage`] (the `Stage` trait and `Runner`), [`stages`] (the build's stages),
+//!   [`plan`] (settings resolved once into a `BuildPlan`), [`pipeline`] (the build).
+//! - Commands built on them: [`redgreen`] (`patches verify`), [`audit`] (`verify`), [`pin`],
+//!   [`upstream`], [`render`], and [`report`] (the text every command prints).
+//!
+//! The binary only parses arguments, calls one of these, and prints.
 
 #![warn(missing_docs)]
 
@@ -13,19 +25,25 @@ pub mod config;
 pub mod copy;
 pub mod crs;
 pub mod describe;
+pub mod digest_manifest;
 pub mod go;
 pub mod image;
 pub mod interrupt;
-pub mod lockfile;
 pub mod patches;
 pub mod pin;
 pub mod pipeline;
+pub mod plan;
 pub mod progress;
 pub mod redgreen;
+pub mod reference;
 pub mod registry;
 pub mod render;
+pub mod report;
 pub mod source;
+pub mod stage;
+pub mod stages;
 pub mod upstream;
+pub mod util;
 
 /// Any failure of occm-forge, by stage. `Display` is one line; [`Error::exit_code`] maps the
 /// stage to the process exit status documented in README.md.
@@ -49,18 +67,25 @@ pub enum Error {
     /// Cross-compiling failed.
     #[error("build: {0}")]
     Build(#[from] go::build::BuildError),
-    /// The base image or the layout failed.
+    /// The layout could not be written, or the base does not fit (a missing platform, mixed
+    /// media types).
     #[error("image: {0}")]
     Image(#[from] image::ImageError),
-    /// The registry refused or could not be reached (the message names the registry).
+    /// The base could not be pulled or did not verify against its digest.
+    #[error("image: {0}")]
+    Base(#[from] registry::pull::PullError),
+    /// The push failed (the message names the registry and the operation).
+    #[error("publish: {0}")]
+    Publish(#[source] registry::RegistryError),
+    /// The registry refused or could not be reached outside a push (the message names it).
     #[error(transparent)]
     Registry(#[from] registry::RegistryError),
     /// The digest manifest could not be read or written, or a tag would be reused.
     #[error("record: {0}")]
-    Lock(#[from] lockfile::LockError),
+    DigestManifest(#[from] digest_manifest::DigestManifestError),
     /// `patches verify`: a fix patch is not guarded, or a guard fails with the fix.
     #[error("verify: {0}")]
-    Verify(String),
+    Proof(String),
     /// `verify`: the registry does not serve what the digest manifest records.
     #[error("verify: {0}")]
     Mismatch(String),
@@ -90,11 +115,11 @@ impl Error {
             Error::Copy(e) => e.exit_code(),
             Error::Source(_) => 3,
             Error::Patch(_) => 4,
-            Error::Test(_) | Error::Verify(_) => 5,
+            Error::Test(_) | Error::Proof(_) => 5,
             Error::Build(_) => 6,
-            Error::Image(_) => 7,
-            Error::Registry(_) => 8,
-            Error::Lock(_) => 9,
+            Error::Image(_) | Error::Base(_) => 7,
+            Error::Publish(_) | Error::Registry(_) => 8,
+            Error::DigestManifest(_) => 9,
             Error::Mismatch(_) => 10,
             Error::Interrupted(sig) => (128 + sig).clamp(0, 255) as u8,
             Error::Io(_) => 1,

@@ -8,7 +8,9 @@ use std::path::Path;
 use toml_edit::{DocumentMut, Item, Table, Value};
 
 use crate::config::{self, Minor, STATIC_BASE};
-use crate::registry::{ImageRef, Registry};
+use crate::reference::ImageRef;
+use crate::registry::Registry;
+use crate::util::write_file_atomically;
 use crate::{Error, source};
 
 /// What to pin.
@@ -88,6 +90,9 @@ fn max_position(table: &Table) -> isize {
         .unwrap_or(0)
 }
 
+/// Keys a minor carries itself; every other key may come from `[defaults]`.
+pub const PER_MINOR_KEYS: &[&str] = &["upstream_tag", "commit", "go", "base", "revision"];
+
 /// Rewrites images.toml; see the module documentation.
 ///
 /// Errors: invalid images.toml (before or after the change: nothing is written then); an unknown
@@ -101,153 +106,204 @@ pub async fn pin(req: &PinRequest<'_>, registry: &dyn Registry) -> Result<PinOut
     let mut doc: DocumentMut = text
         .parse()
         .map_err(|e: toml_edit::TomlError| Error::Usage(format!("{}: {e}", path.display())))?;
-    let key = req.minor.to_string();
+    if doc.get("minors").and_then(Item::as_table).is_none() {
+        return Err(Error::Usage(format!(
+            "{}: no [minors] table",
+            path.display()
+        )));
+    }
     let mut out = PinOutcome::default();
-    let minors = doc["minors"]
-        .as_table_mut()
-        .ok_or_else(|| Error::Usage(format!("{}: no [minors] table", path.display())))?;
-
     if req.new_minor {
-        if cfg.minors.contains_key(&req.minor) {
-            return Err(Error::Usage(format!(
-                "{}: minor {} exists already; pin it without --new-minor",
-                path.display(),
-                req.minor
-            )));
-        }
-        if req.tag.is_none() {
-            return Err(Error::Usage("--new-minor needs --tag".into()));
-        }
-        let template = cfg
-            .minors
-            .keys()
-            .filter(|m| **m < req.minor)
-            .max()
-            .or_else(|| cfg.minors.keys().min())
-            .copied()
-            .expect("images.toml has at least one minor");
-        let mut table = minors[&template.to_string()]
-            .as_table()
-            .cloned()
-            .expect("minor entries are tables");
-        let position = max_position(doc.as_table()) + 1;
-        table.set_position(Some(position));
-        doc["minors"]
-            .as_table_mut()
-            .expect("checked above")
-            .insert(&key, Item::Table(table));
-        out.changes.push(format!(
-            "minors.\"{key}\": added from minors.\"{template}\""
-        ));
+        add_minor(&cfg, &mut doc, req, &mut out)?;
     } else {
         cfg.minor(req.minor)?;
     }
+    let key = req.minor.to_string();
     let table = doc["minors"][&key]
         .as_table_mut()
         .expect("the minor's entry is a table");
-    let note = |out: &mut PinOutcome, field: &str, old: Option<String>, new: &str| {
-        if let Some(old) = old {
-            out.changes
-                .push(format!("minors.\"{key}\".{field}: {old} → \"{new}\""));
-        }
-    };
-
     if let Some(tag) = req.tag {
-        let url = req
-            .source
-            .map(str::to_string)
-            .unwrap_or_else(|| cfg.upstream.clone());
-        let fetched = tokio::task::block_in_place(|| source::fetch_tag(&url, tag, req.cache_dir))?;
-        let old_tag = table
-            .get("upstream_tag")
-            .and_then(Item::as_str)
-            .map(str::to_string);
-        note(
-            &mut out,
-            "upstream_tag",
-            set(table, "upstream_tag", tag),
-            tag,
-        );
-        note(
-            &mut out,
-            "commit",
-            set(table, "commit", fetched.commit.as_str()),
-            &fetched.commit,
-        );
-        // A new upstream tag starts the downstream revisions again.
-        if (req.new_minor || old_tag.as_deref() != Some(tag))
-            && let Some(old) = set(table, "revision", 1i64)
-        {
-            out.changes
-                .push(format!("minors.\"{key}\".revision: {old} → 1"));
-        }
-        match source::read_file(&fetched.store, &fetched.commit, "Dockerfile") {
-            Some(bytes) => {
-                let (go, runner) = dockerfile_images(&String::from_utf8_lossy(&bytes));
-                match go {
-                    Some(go) => note(&mut out, "go", set(table, "go", go.as_str()), &go),
-                    None => out.warnings.push(format!(
-                        "{tag}: the Dockerfile has no ARG GOLANG_IMAGE; `go` kept"
-                    )),
-                }
-                let is_static = table.get("base").and_then(Item::as_str) == Some(STATIC_BASE);
-                if let (Some(runner), false) = (runner, is_static) {
-                    let current = table.get("base").and_then(Item::as_str).unwrap_or_default();
-                    // Keep the digest when the reference is unchanged; it is re-resolved below.
-                    if current.split('@').next() != Some(runner.as_str()) {
-                        note(
-                            &mut out,
-                            "base",
-                            set(table, "base", runner.as_str()),
-                            &runner,
-                        );
-                    }
-                }
-            }
-            None => out
-                .warnings
-                .push(format!("{tag}: no Dockerfile; `go` and `base` kept")),
-        }
+        move_to_tag(&cfg, table, &key, req, tag, &mut out)?;
     }
+    pin_base(table, &key, registry, &mut out).await?;
+    write_checked(path, &text, &doc)?;
+    Ok(out)
+}
 
-    let base = table
-        .get("base")
+/// Adds `[minors."<new>"]` modelled on the closest lower minor (the lowest when none is lower):
+/// its per-minor keys, plus any key `[defaults]` does not provide.
+fn add_minor(
+    cfg: &config::Config,
+    doc: &mut DocumentMut,
+    req: &PinRequest<'_>,
+    out: &mut PinOutcome,
+) -> Result<(), Error> {
+    let path = req.config_path;
+    if cfg.minors.contains_key(&req.minor) {
+        return Err(Error::Usage(format!(
+            "{}: minor {} exists already; pin it without --new-minor",
+            path.display(),
+            req.minor
+        )));
+    }
+    if req.tag.is_none() {
+        return Err(Error::Usage("--new-minor needs --tag".into()));
+    }
+    let template = cfg
+        .minors
+        .keys()
+        .filter(|m| **m < req.minor)
+        .max()
+        .or_else(|| cfg.minors.keys().min())
+        .copied()
+        .expect("images.toml has at least one minor");
+    let defaults: Vec<String> = doc
+        .get("defaults")
+        .and_then(Item::as_table)
+        .map(|t| t.iter().map(|(k, _)| k.to_string()).collect())
+        .unwrap_or_default();
+    let mut table = doc["minors"][&template.to_string()]
+        .as_table()
+        .cloned()
+        .expect("minor entries are tables");
+    table.retain(|k, _| PER_MINOR_KEYS.contains(&k) || !defaults.iter().any(|d| d == k));
+    table.set_position(Some(max_position(doc.as_table()) + 1));
+    doc["minors"]
+        .as_table_mut()
+        .expect("checked by the caller")
+        .insert(&req.minor.to_string(), Item::Table(table));
+    out.changes.push(format!(
+        "minors.\"{}\": added from minors.\"{template}\"",
+        req.minor
+    ));
+    Ok(())
+}
+
+/// Records `change` when `old` is `Some` (the key changed).
+fn note(out: &mut PinOutcome, key: &str, field: &str, old: Option<String>, new: &str) {
+    if let Some(old) = old {
+        out.changes
+            .push(format!("minors.\"{key}\".{field}: {old} → \"{new}\""));
+    }
+}
+
+/// Moves the minor to upstream tag `tag`: its commit, a fresh revision, and the Go version and
+/// go-runner base of that tag's Dockerfile.
+fn move_to_tag(
+    cfg: &config::Config,
+    table: &mut Table,
+    key: &str,
+    req: &PinRequest<'_>,
+    tag: &str,
+    out: &mut PinOutcome,
+) -> Result<(), Error> {
+    let url = cfg.fetch_url(req.source);
+    let fetched = tokio::task::block_in_place(|| source::fetch_tag(&url, tag, req.cache_dir))?;
+    let old_tag = table
+        .get("upstream_tag")
         .and_then(Item::as_str)
-        .unwrap_or_default()
-        .to_string();
-    if base != STATIC_BASE {
-        let r: ImageRef = base
-            .parse()
-            .map_err(|e: String| Error::Usage(format!("minors.\"{key}\".base: {e}")))?;
-        match &r.tag {
-            None => out.warnings.push(format!(
-                "minors.\"{key}\".base `{base}` has no tag to resolve; kept"
-            )),
-            Some(t) => match registry.manifest_digest(&r.repository, t).await {
-                Ok(Some(d)) => {
-                    let pinned = ImageRef {
-                        digest: Some(d),
-                        ..r.clone()
-                    }
-                    .to_string();
-                    note(
-                        &mut out,
-                        "base",
-                        set(table, "base", pinned.as_str()),
-                        &pinned,
-                    );
-                }
-                Ok(None) => out.warnings.push(format!(
-                    "base {}:{t} does not exist; minors.\"{key}\".base kept",
-                    r.repository
-                )),
-                Err(e) => out.warnings.push(format!(
-                    "base digest not resolved ({e}); minors.\"{key}\".base keeps `{base}`"
-                )),
-            },
-        }
+        .map(str::to_string);
+    note(
+        out,
+        key,
+        "upstream_tag",
+        set(table, "upstream_tag", tag),
+        tag,
+    );
+    note(
+        out,
+        key,
+        "commit",
+        set(table, "commit", fetched.commit.as_str()),
+        &fetched.commit,
+    );
+    // A new upstream tag starts the downstream revisions again.
+    if (req.new_minor || old_tag.as_deref() != Some(tag))
+        && let Some(old) = set(table, "revision", 1i64)
+    {
+        out.changes
+            .push(format!("minors.\"{key}\".revision: {old} → 1"));
     }
+    let Some(bytes) = source::read_file(&fetched.store, &fetched.commit, "Dockerfile") else {
+        out.warnings
+            .push(format!("{tag}: no Dockerfile; `go` and `base` kept"));
+        return Ok(());
+    };
+    let (go, runner) = dockerfile_images(&String::from_utf8_lossy(&bytes));
+    match go {
+        Some(go) => note(out, key, "go", set(table, "go", go.as_str()), &go),
+        None => out.warnings.push(format!(
+            "{tag}: the Dockerfile has no ARG GOLANG_IMAGE; `go` kept"
+        )),
+    }
+    let current = table.get("base").and_then(Item::as_str).map(str::to_string);
+    if let Some(runner) = runner
+        && current.as_deref() != Some(STATIC_BASE)
+        // Keep the digest when the reference is unchanged; it is re-resolved afterwards.
+        && current.as_deref().and_then(|c| c.split('@').next()) != Some(runner.as_str())
+    {
+        note(
+            out,
+            key,
+            "base",
+            set(table, "base", runner.as_str()),
+            &runner,
+        );
+    }
+    Ok(())
+}
 
+/// Resolves the minor's own base reference to a digest through the registry; a failure is a
+/// warning and the reference is kept.
+async fn pin_base(
+    table: &mut Table,
+    key: &str,
+    registry: &dyn Registry,
+    out: &mut PinOutcome,
+) -> Result<(), Error> {
+    let Some(base) = table.get("base").and_then(Item::as_str).map(str::to_string) else {
+        return Ok(());
+    };
+    if base == STATIC_BASE {
+        return Ok(());
+    }
+    let r: ImageRef = base
+        .parse()
+        .map_err(|e: String| Error::Usage(format!("minors.\"{key}\".base: {e}")))?;
+    let Some(t) = &r.tag else {
+        out.warnings.push(format!(
+            "minors.\"{key}\".base `{base}` has no tag to resolve; kept"
+        ));
+        return Ok(());
+    };
+    match registry.manifest_digest(&r.repository, t).await {
+        Ok(Some(d)) => {
+            let pinned = ImageRef {
+                digest: Some(d),
+                ..r.clone()
+            }
+            .to_string();
+            note(
+                out,
+                key,
+                "base",
+                set(table, "base", pinned.as_str()),
+                &pinned,
+            );
+        }
+        Ok(None) => out.warnings.push(format!(
+            "base {}:{t} does not exist; minors.\"{key}\".base kept",
+            r.repository
+        )),
+        Err(e) => out.warnings.push(format!(
+            "base digest not resolved ({e}); minors.\"{key}\".base keeps `{base}`"
+        )),
+    }
+    Ok(())
+}
+
+/// Writes the document back when it changed and is still a valid images.toml.
+fn write_checked(path: &Path, old: &str, doc: &DocumentMut) -> Result<(), Error> {
     let new_text = doc.to_string();
     config::parse(path, &new_text).map_err(|e| {
         Error::Usage(format!(
@@ -256,11 +312,11 @@ pub async fn pin(req: &PinRequest<'_>, registry: &dyn Registry) -> Result<PinOut
             e.message
         ))
     })?;
-    if new_text != text {
-        crate::image::layout::write_file_atomically(path, new_text.as_bytes())
+    if new_text != old {
+        write_file_atomically(path, new_text.as_bytes())
             .map_err(|e| Error::Io(format!("{}: {e}", path.display())))?;
     }
-    Ok(out)
+    Ok(())
 }
 
 #[cfg(test)]

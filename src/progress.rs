@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use crate::pipeline::{Reporter, StageReport};
+use crate::stage::{Reporter, StageReport};
 
 /// The stderr reporter of the command line.
 pub struct Terminal {

@@ -1,6 +1,6 @@
 //! Red/green proof (`patches verify` / `patches matrix`): each fix patch is guarded by its
-//! regression tests on the real upstream tree. (The `verify` command, which checks the registry,
-//! is the `audit` module.)
+//! regression tests on the real upstream tree. In the code this is the *proof*; the `verify`
+//! command, which checks the registry against the digest manifest, is the `audit` module.
 //!
 //! For a minor, two work trees are tested: the series without its fix patches (every patch with
 //! a `[patches."…"]` entry in images.toml), where each fix's guard tests must FAIL, and the whole
@@ -9,20 +9,23 @@
 //! catalogued fix that a minor does not carry is reported when its guard tests pass there anyway
 //! (the bug is absent in that minor).
 
-use std::path::PathBuf;
+use std::path::Path;
 
 use serde::Serialize;
 
 use crate::Error;
 use crate::config::{Config, Minor};
-use crate::go::Toolchain;
 use crate::go::test::{self, Outcome, TestSummary};
-use crate::patches::{self, PatchOutcome};
-use crate::pipeline::{PatchedTree, Reporter, StageReport, Stages, patched_tree, scratch_dir};
+use crate::patches::{AppliedPatch, PatchFile, PatchOutcome};
+use crate::plan::{BuildPlan, Overrides};
+use crate::stage::{Reporter, Runner, StageReport};
+use crate::stages::test::{Judge, Tested};
+use crate::stages::{PatchStage, SourceStage, TestStage};
+use crate::util::scratch_dir;
 
-/// What to verify.
+/// What to prove.
 #[derive(Debug, Clone)]
-pub struct VerifyRequest<'a> {
+pub struct ProofRequest<'a> {
     /// The loaded images.toml.
     pub config: &'a Config,
     /// The minor.
@@ -177,147 +180,218 @@ fn guard_results(
         .collect()
 }
 
+/// One tested tree: the patches as applied and the tests as run.
+struct TestedTree {
+    commit: String,
+    applied: Vec<AppliedPatch>,
+    tested: Tested,
+}
+
+/// The source, patches and test stages of `build`, run through the same [`Runner`] on `series`
+/// in `dir`, with every stage line labelled `<minor> <label>: `. The tests are recorded, not
+/// judged: failures are what the proof looks at.
+async fn tested_tree(
+    plan: &BuildPlan,
+    label: &str,
+    series: &[PatchFile],
+    dir: &Path,
+    reporter: &dyn Reporter,
+) -> Result<TestedTree, Error> {
+    let labelled = Labelled {
+        label: format!("{} {label}", plan.minor),
+        inner: reporter,
+    };
+    let mut run = Runner::new(&labelled);
+    let tree = run
+        .run(SourceStage {
+            url: &plan.fetch_from,
+            tag: &plan.upstream_tag,
+            commit: &plan.commit,
+            cache_dir: &plan.cache_dir,
+            tree_dir: dir,
+        })
+        .await?;
+    let applied = run
+        .run(PatchStage {
+            tree: &tree,
+            series,
+            upstream_tag: &plan.upstream_tag,
+        })
+        .await?;
+    let mut tested = run
+        .run(TestStage {
+            dir: &tree.path,
+            toolchain: &plan.toolchain,
+            packages: &plan.test_packages,
+            judge: Judge::Record,
+        })
+        .await?;
+    // A run that produced no test events (e.g. modules the proxy will not serve) is a problem
+    // of this minor, not the end of a matrix: the rows still show what applied.
+    tested.problem = tested.problem.map(|p| format!("{label}: {p}"));
+    Ok(TestedTree {
+        commit: tree.commit,
+        applied,
+        tested,
+    })
+}
+
 /// Runs the red and the green test run for `req.minor` and judges every patch.
 ///
 /// Errors: images.toml, source and patch failures as in `build` (a patch that does not apply
-/// ends the verification); Go failing to produce any test events.
-pub fn verify(req: &VerifyRequest<'_>, reporter: &dyn Reporter) -> Result<MinorReport, Error> {
+/// ends the proof); Go failing to start.
+pub async fn prove(req: &ProofRequest<'_>, reporter: &dyn Reporter) -> Result<MinorReport, Error> {
     let cfg = req.config;
-    let m = cfg.minor(req.minor)?;
-    let series = patches::load_series(&cfg.patches_dir, &m.patches)?;
-    let url = req
-        .source
-        .map(str::to_string)
-        .unwrap_or_else(|| cfg.upstream.clone());
-    let toolchain = Toolchain::new(&m.go, req.cache_dir);
-    let scratch = scratch_dir(req.cache_dir, &format!("verify-{}-", req.minor))?;
-
-    let is_fix = |name: &str| cfg.patches.contains_key(name);
-    let run = |label: &str,
-               series: &[patches::PatchFile],
-               dir: PathBuf|
-     -> Result<(PatchedTree, TestSummary, Option<String>), Error> {
-        let labelled = Labelled {
-            label: format!("{} {label}", req.minor),
-            inner: reporter,
-        };
-        let mut stages = Stages {
-            reports: Vec::new(),
-            reporter: &labelled,
-        };
-        let patched = patched_tree(&url, m, req.cache_dir, &dir, series, &mut stages)?;
-        let t = stages.start("test");
-        // A run that produced no test events (e.g. modules the proxy will not serve) is a
-        // problem of this minor, not the end of a matrix: the rows still show what applied.
-        let (summary, problem) = match tokio::task::block_in_place(|| {
-            test::run_raw(&patched.tree.path, &toolchain, &m.test_packages)
-        }) {
-            Ok(s) => (s, None),
-            Err(e) => (TestSummary::default(), Some(format!("{label}: {e}"))),
-        };
-        let (p, f, s) = summary.counts();
-        let detail = match &problem {
-            Some(_) => format!("go{}: the tests could not run (see the table)", m.go),
-            None => format!("go{}: {p} passed, {f} failed, {s} skipped", m.go),
-        };
-        stages.done("test", t, detail)?;
-        Ok((patched, summary, problem))
+    let overrides = Overrides {
+        source: req.source.map(str::to_string),
+        base: Some(crate::config::STATIC_BASE.to_string()),
+        cache_dir: req.cache_dir.to_path_buf(),
+        ..Overrides::default()
     };
-
-    let without: Vec<patches::PatchFile> = series
+    let plan = BuildPlan::resolve(cfg, req.minor, &overrides)?;
+    let scratch =
+        scratch_dir(req.cache_dir, &format!("verify-{}-", req.minor)).map_err(Error::Io)?;
+    let without: Vec<PatchFile> = plan
+        .series
         .iter()
-        .filter(|p| !is_fix(&p.name))
+        .filter(|p| !cfg.patches.contains_key(&p.name))
         .cloned()
         .collect();
-    let (_, red, red_problem) = run("without fixes", &without, scratch.path().join("red"))?;
-    let (green_tree, green, green_problem) =
-        run("whole series", &series, scratch.path().join("green"))?;
-    let ran = red_problem.is_none() && green_problem.is_none();
-
-    let mut rows = Vec::new();
-    for applied in &green_tree.applied {
-        let applies = match applied.outcome {
-            PatchOutcome::Applied(_) => "applied",
-            PatchOutcome::AlreadyUpstream => "already upstream",
-        };
-        let Some(info) = cfg.patches.get(&applied.name) else {
-            rows.push(PatchRow {
-                patch: applied.name.clone(),
-                in_series: true,
-                applies: applies.into(),
-                guards: vec![],
-                verdict: Verdict::Applies,
-            });
-            continue;
-        };
-        let guards = guard_results(&info.guarded_by, &red, Some(&green));
-        let all = |v: &dyn Fn(&GuardResult) -> bool| guards.iter().all(v);
-        let verdict = if applied.outcome == PatchOutcome::AlreadyUpstream {
-            Verdict::AlreadyUpstream
-        } else if !ran {
-            Verdict::NotRun
-        } else if !all(&|g| g.with_fix.as_deref() == Some("PASS")) {
-            Verdict::Broken
-        } else if !all(&|g| g.without_fix.as_deref() == Some("FAIL")) {
-            Verdict::NotGuarding
-        } else {
-            Verdict::RedGreen
-        };
-        rows.push(PatchRow {
-            patch: applied.name.clone(),
-            in_series: true,
-            applies: applies.into(),
-            guards,
-            verdict,
-        });
-    }
-    for (name, info) in &cfg.patches {
-        if m.patches.contains(name) {
-            continue;
-        }
-        // Not carried: the whole-series run is the run without this fix.
-        let guards = guard_results(&info.guarded_by, &green, None);
-        let verdict = if !ran {
-            Verdict::NotRun
-        } else if guards
-            .iter()
-            .all(|g| g.without_fix.as_deref() == Some("PASS"))
-        {
-            Verdict::BugAbsent
-        } else if guards.iter().all(|g| g.without_fix.is_none()) {
-            Verdict::NotCarried
-        } else {
-            Verdict::Broken
-        };
-        rows.push(PatchRow {
-            patch: name.clone(),
-            in_series: false,
-            applies: "not in series".into(),
-            guards,
-            verdict,
-        });
-    }
-
-    let required = cfg.required_tests(m);
-    let totals = green.counts();
-    let mut problems: Vec<String> = red_problem.into_iter().chain(green_problem).collect();
-    if ran && let Err(e) = test::check(green, &required) {
+    let red = tested_tree(
+        &plan,
+        "without fixes",
+        &without,
+        &scratch.path().join("red"),
+        reporter,
+    )
+    .await?;
+    let green = tested_tree(
+        &plan,
+        "whole series",
+        &plan.series,
+        &scratch.path().join("green"),
+        reporter,
+    )
+    .await?;
+    let ran = red.tested.problem.is_none() && green.tested.problem.is_none();
+    let mut rows = series_rows(
+        cfg,
+        &green.applied,
+        &red.tested.summary,
+        &green.tested.summary,
+        ran,
+    );
+    rows.extend(uncarried_rows(cfg, req.minor, &green.tested.summary, ran)?);
+    let mut problems: Vec<String> = red
+        .tested
+        .problem
+        .into_iter()
+        .chain(green.tested.problem)
+        .collect();
+    let totals = green.tested.summary.counts();
+    if ran && let Err(e) = test::check(green.tested.summary, &plan.required_tests) {
         problems.push(e.to_string());
     }
     Ok(MinorReport {
         minor: req.minor,
-        upstream_tag: m.upstream_tag.clone(),
-        commit: green_tree.tree.commit.clone(),
-        go: m.go.clone(),
+        upstream_tag: plan.upstream_tag.clone(),
+        commit: green.commit,
+        go: plan.toolchain.version.clone(),
         rows,
         totals,
         problems,
     })
 }
 
-/// [`verify`] for each of `minors`; a minor that cannot be verified at all (images.toml, source
+/// The rows of the patches in the series, in series order.
+fn series_rows(
+    cfg: &Config,
+    applied: &[AppliedPatch],
+    red: &TestSummary,
+    green: &TestSummary,
+    ran: bool,
+) -> Vec<PatchRow> {
+    applied
+        .iter()
+        .map(|applied| {
+            let applies = match applied.outcome {
+                PatchOutcome::Applied(_) => "applied",
+                PatchOutcome::AlreadyUpstream => "already upstream",
+            };
+            let Some(info) = cfg.patches.get(&applied.name) else {
+                return PatchRow {
+                    patch: applied.name.clone(),
+                    in_series: true,
+                    applies: applies.into(),
+                    guards: vec![],
+                    verdict: Verdict::Applies,
+                };
+            };
+            let guards = guard_results(&info.guarded_by, red, Some(green));
+            let all = |v: &dyn Fn(&GuardResult) -> bool| guards.iter().all(v);
+            let verdict = if applied.outcome == PatchOutcome::AlreadyUpstream {
+                Verdict::AlreadyUpstream
+            } else if !ran {
+                Verdict::NotRun
+            } else if !all(&|g| g.with_fix.as_deref() == Some("PASS")) {
+                Verdict::Broken
+            } else if !all(&|g| g.without_fix.as_deref() == Some("FAIL")) {
+                Verdict::NotGuarding
+            } else {
+                Verdict::RedGreen
+            };
+            PatchRow {
+                patch: applied.name.clone(),
+                in_series: true,
+                applies: applies.into(),
+                guards,
+                verdict,
+            }
+        })
+        .collect()
+}
+
+/// The rows of catalogued fixes the minor does not carry: the whole-series run is the run
+/// without them.
+fn uncarried_rows(
+    cfg: &Config,
+    minor: Minor,
+    green: &TestSummary,
+    ran: bool,
+) -> Result<Vec<PatchRow>, Error> {
+    let m = cfg.minor(minor)?;
+    Ok(cfg
+        .patches
+        .iter()
+        .filter(|(name, _)| !m.patches.contains(name))
+        .map(|(name, info)| {
+            let guards = guard_results(&info.guarded_by, green, None);
+            let verdict = if !ran {
+                Verdict::NotRun
+            } else if guards
+                .iter()
+                .all(|g| g.without_fix.as_deref() == Some("PASS"))
+            {
+                Verdict::BugAbsent
+            } else if guards.iter().all(|g| g.without_fix.is_none()) {
+                Verdict::NotCarried
+            } else {
+                Verdict::Broken
+            };
+            PatchRow {
+                patch: name.clone(),
+                in_series: false,
+                applies: "not in series".into(),
+                guards,
+                verdict,
+            }
+        })
+        .collect())
+}
+
+/// [`prove`] for each of `minors`; a minor that cannot be proven at all (images.toml, source
 /// or patch failure) becomes a report with that error as its problem, so the matrix still covers it.
-pub fn matrix(
+pub async fn matrix(
     config: &Config,
     minors: &[Minor],
     source: Option<&str>,
@@ -326,13 +400,13 @@ pub fn matrix(
 ) -> Result<Vec<MinorReport>, Error> {
     let mut reports = Vec::new();
     for &minor in minors {
-        let req = VerifyRequest {
+        let req = ProofRequest {
             config,
             minor,
             source,
             cache_dir,
         };
-        match verify(&req, reporter) {
+        match prove(&req, reporter).await {
             Ok(r) => reports.push(r),
             Err(e) => {
                 let m = config.minor(minor)?;
@@ -355,7 +429,7 @@ pub fn matrix(
 pub fn matrix_document(reports: &[MinorReport], generated_at: i64) -> String {
     format!(
         "# Patch matrix\n\nGenerated by `occm-forge patches matrix` on {} from images.toml and the patch series; do not edit by hand.\nEach fix patch's guard tests run on the upstream tree without the fix patches (\"without fix\") and with the whole series (\"with fix\").\n\n{}",
-        crate::image::spec::rfc3339(generated_at),
+        crate::util::rfc3339(generated_at),
         render_markdown(reports)
     )
 }

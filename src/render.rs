@@ -27,8 +27,10 @@ use std::fmt;
 use std::str::FromStr;
 
 use crate::config::Minor;
-use crate::lockfile::Entry;
-use crate::registry::RepositoryName;
+use std::path::Path;
+
+use crate::digest_manifest::{DigestManifest, Entry};
+use crate::reference::RepositoryName;
 
 /// The last path segment magnum-cluster-api gives the OCCM image under `container_infra_prefix`.
 pub const MCAPI_IMAGE_NAME: &str = "openstack-cloud-controller-manager";
@@ -106,6 +108,32 @@ pub struct Rendered {
     pub text: String,
     /// Things the user must know (e.g. that the prefix moves every image).
     pub warnings: Vec<String>,
+}
+
+/// The entries to render: `minor`'s, or every entry of the manifest when `None`.
+///
+/// Errors: [`crate::Error::Usage`] when the manifest has no entry for `minor`, or none at all.
+pub fn select<'a>(
+    manifest: &'a DigestManifest,
+    path: &Path,
+    minor: Option<Minor>,
+) -> Result<Vec<(Minor, &'a Entry)>, crate::Error> {
+    let entries: Vec<(Minor, &Entry)> = match minor {
+        Some(minor) => {
+            let e = manifest.images.get(&minor).ok_or_else(|| {
+                crate::Error::Usage(format!("{}: no entry for {minor}", path.display()))
+            })?;
+            vec![(minor, e)]
+        }
+        None => manifest.images.iter().map(|(m, e)| (*m, e)).collect(),
+    };
+    if entries.is_empty() {
+        return Err(crate::Error::Usage(format!(
+            "{} has no entries",
+            path.display()
+        )));
+    }
+    Ok(entries)
 }
 
 /// Options of [`render_with`].

@@ -1,16 +1,15 @@
-//! Base images: the built-in `static` base, or a base pulled from a registry by digest, with every
-//! manifest and blob verified against its digest.
+//! Base images: what an image is stacked on. The built-in `static` base is made here; a base pulled
+//! from a registry arrives through `registry::pull` in the same [`ResolvedBase`] shape.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use serde_json::{Value, json};
 
 use super::ImageError;
 use super::layer::{self, Entry};
-use super::spec::{Descriptor, Family, Index, Manifest};
+use super::spec::{Descriptor, Family};
 use crate::config::Platform;
-use crate::registry::{ImageRef, Registry, sha256_digest, short};
 
 /// The bytes of a base layer.
 #[derive(Debug, Clone)]
@@ -52,6 +51,9 @@ pub struct ResolvedBase {
     pub reference: String,
     /// The base's name without digest (`org.opencontainers.image.base.name`); `None` for static.
     pub name: Option<String>,
+    /// The base's repository (`registry/path`), whose layers a push to the same registry can
+    /// mount; `None` for static.
+    pub repository: Option<String>,
     /// The digest the base was pulled by (its top-level manifest or index); `None` for static.
     pub digest: Option<String>,
     /// Per platform.
@@ -101,6 +103,7 @@ pub fn static_base(platforms: &[Platform], epoch: i64) -> Result<ResolvedBase, I
     Ok(ResolvedBase {
         reference: crate::config::STATIC_BASE.into(),
         name: None,
+        repository: None,
         digest: None,
         platforms: out,
     })
@@ -141,167 +144,6 @@ fn static_entries() -> Vec<Entry> {
     ]
 }
 
-/// Pulls `reference` (which must carry a digest unless `allow_unpinned`) for every platform.
-///
-/// The top-level manifest or index is fetched by digest and its sha256 checked; for an index the
-/// platform's manifest is selected (`arm64` matches variant `v8` or none) and fetched by digest;
-/// config and layers are fetched by digest, verified, and kept in `<blob_cache>/sha256/<hex>`
-/// (a cached blob is re-verified before use). Errors name the base and what did not match.
-pub async fn pull_base(
-    registry: &dyn Registry,
-    reference: &str,
-    platforms: &[Platform],
-    blob_cache: &Path,
-    allow_unpinned: bool,
-) -> Result<ResolvedBase, ImageError> {
-    let r: ImageRef = reference.parse().map_err(|e: String| ImageError::Base(e))?;
-    let base_err = |m: String| ImageError::Base(format!("base {reference}: {m}"));
-    let top_ref = match (&r.digest, &r.tag) {
-        (Some(d), _) => d.clone(),
-        (None, Some(t)) if allow_unpinned => t.clone(),
-        _ => {
-            return Err(base_err(
-                "has no @sha256 digest; pin it in images.toml (or pass --allow-unpinned-base to build from the tag)".into(),
-            ));
-        }
-    };
-    let repo = &r.repository;
-    let top = registry
-        .pull_manifest(repo, &top_ref)
-        .await
-        .map_err(|e| ImageError::Base(e.to_string()))?;
-    let top_digest = sha256_digest(&top);
-    if let Some(d) = &r.digest
-        && *d != top_digest
-    {
-        return Err(base_err(format!(
-            "manifest digest mismatch: expected {d}, got {top_digest}"
-        )));
-    }
-    let top_json: Value =
-        serde_json::from_slice(&top).map_err(|e| base_err(format!("invalid manifest: {e}")))?;
-    let media_type = top_json["mediaType"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string();
-    // An index (or manifest list) names platform manifests; the base then has one per platform.
-    let index: Option<Index> = if matches!(
-        media_type.as_str(),
-        super::spec::OCI_INDEX | super::spec::DOCKER_LIST
-    ) || top_json.get("manifests").is_some()
-    {
-        Some(serde_json::from_slice(&top).map_err(|e| base_err(format!("invalid index: {e}")))?)
-    } else {
-        None
-    };
-
-    let mut out = BTreeMap::new();
-    for p in platforms {
-        let (manifest_bytes, manifest_digest) = if let Some(index) = &index {
-            let entry = index
-                .manifests
-                .iter()
-                .find(|m| {
-                    m.platform.as_ref().is_some_and(|pl| {
-                        pl.os == p.os
-                            && pl.architecture == p.arch
-                            && (pl.variant.as_deref() == p.variant()
-                                || (p.variant.is_none() && pl.variant.is_none()))
-                    })
-                })
-                .ok_or_else(|| base_err(format!("has no {p} image")))?;
-            let bytes = registry
-                .pull_manifest(repo, &entry.digest)
-                .await
-                .map_err(|e| ImageError::Base(e.to_string()))?;
-            let got = sha256_digest(&bytes);
-            if got != entry.digest {
-                return Err(base_err(format!(
-                    "{p} manifest digest mismatch: expected {}, got {got}",
-                    entry.digest
-                )));
-            }
-            (bytes, got)
-        } else {
-            (top.clone(), top_digest.clone())
-        };
-        let manifest: Manifest = serde_json::from_slice(&manifest_bytes)
-            .map_err(|e| base_err(format!("invalid manifest: {e}")))?;
-        let family = Family::of(&manifest.media_type)
-            .or_else(|| Family::of(&media_type))
-            .unwrap_or(
-                if manifest.config.media_type == super::spec::DOCKER_CONFIG {
-                    Family::Docker
-                } else {
-                    Family::Oci
-                },
-            );
-        let config_path = fetch_blob(registry, &r, &manifest.config.digest, blob_cache).await?;
-        let config_bytes = std::fs::read(&config_path)
-            .map_err(|e| ImageError::Io(format!("{}: {e}", config_path.display())))?;
-        let config: Value = serde_json::from_slice(&config_bytes)
-            .map_err(|e| base_err(format!("invalid config: {e}")))?;
-        let (os, arch) = (
-            config["os"].as_str().unwrap_or(""),
-            config["architecture"].as_str().unwrap_or(""),
-        );
-        if os != p.os || arch != p.arch {
-            return Err(base_err(format!("the image chosen for {p} is {os}/{arch}")));
-        }
-        let diff_ids: Vec<String> = config["rootfs"]["diff_ids"]
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .filter_map(|v| v.as_str().map(str::to_string))
-                    .collect()
-            })
-            .unwrap_or_default();
-        if diff_ids.len() != manifest.layers.len() {
-            return Err(base_err(format!(
-                "{} layers but {} diff_ids in its config",
-                manifest.layers.len(),
-                diff_ids.len()
-            )));
-        }
-        let mut layers = Vec::new();
-        for (d, diff_id) in manifest.layers.iter().zip(diff_ids) {
-            if Family::of_layer(&d.media_type) != Some(family) {
-                return Err(base_err(format!(
-                    "layer {} has unsupported media type {}",
-                    short(&d.digest),
-                    d.media_type
-                )));
-            }
-            let path = fetch_blob(registry, &r, &d.digest, blob_cache).await?;
-            layers.push(BaseLayer {
-                descriptor: d.clone(),
-                diff_id,
-                data: LayerData::Cached(path),
-            });
-        }
-        out.insert(
-            p.clone(),
-            PlatformBase {
-                family,
-                config,
-                layers,
-                manifest_digest: Some(manifest_digest),
-            },
-        );
-    }
-    let name = ImageRef {
-        digest: None,
-        ..r.clone()
-    }
-    .to_string();
-    Ok(ResolvedBase {
-        reference: reference.to_string(),
-        name: Some(name),
-        digest: Some(top_digest),
-        platforms: out,
-    })
-}
-
 impl Family {
     /// The family of a layer media type (gzip or uncompressed tar).
     pub fn of_layer(media_type: &str) -> Option<Family> {
@@ -313,41 +155,4 @@ impl Family {
             _ => None,
         }
     }
-}
-
-async fn fetch_blob(
-    registry: &dyn Registry,
-    r: &ImageRef,
-    digest: &str,
-    cache: &Path,
-) -> Result<PathBuf, ImageError> {
-    let hex = digest
-        .strip_prefix("sha256:")
-        .filter(|_| crate::config::is_sha256_digest(digest))
-        .ok_or_else(|| {
-            ImageError::Base(format!(
-                "base {}: unsupported digest {digest}",
-                r.repository
-            ))
-        })?;
-    let path = cache.join("sha256").join(hex);
-    if let Ok(bytes) = std::fs::read(&path)
-        && sha256_digest(&bytes) == digest
-    {
-        return Ok(path);
-    }
-    let bytes = registry
-        .pull_blob(&r.repository, digest)
-        .await
-        .map_err(|e| ImageError::Base(e.to_string()))?;
-    let got = sha256_digest(&bytes);
-    if got != digest {
-        return Err(ImageError::Base(format!(
-            "base {}: blob digest mismatch: expected {digest}, got {got}",
-            r.repository
-        )));
-    }
-    super::layout::write_file_atomically(&path, &bytes)
-        .map_err(|e| ImageError::Io(format!("{}: {e}", path.display())))?;
-    Ok(path)
 }

@@ -8,7 +8,7 @@ use std::io::Write;
 use flate2::{Compression, GzBuilder};
 use tar::{EntryType, Header};
 
-use crate::registry::sha256_digest;
+use crate::util::sha256_digest;
 
 /// What a tar entry is.
 #[derive(Debug, Clone)]

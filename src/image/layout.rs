@@ -2,33 +2,16 @@
 //! `blobs/sha256/<hex>`. Blobs are content-addressed and written through a temporary file and a
 //! rename, so a layout is never left with a torn blob; `index.json` is rewritten the same way.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use super::compose::{BlobData, Composed};
 use super::spec::{self, Descriptor, Index};
+use crate::util::write_file_atomically;
 
 /// `<layout>/blobs/sha256/<hex>` for `digest`.
 pub fn blob_path(layout: &Path, digest: &str) -> PathBuf {
     let (alg, hex) = digest.split_once(':').unwrap_or(("sha256", digest));
     layout.join("blobs").join(alg).join(hex)
-}
-
-/// Writes `data` to `path` via a temporary file in the same directory and a rename.
-pub fn write_file_atomically(path: &Path, data: &[u8]) -> std::io::Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir)?;
-    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
-    tmp.write_all(data)?;
-    // NamedTempFile is created 0600; layouts and manifests are meant to be read by others.
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        tmp.as_file()
-            .set_permissions(std::fs::Permissions::from_mode(0o644))?;
-    }
-    tmp.as_file().sync_all()?;
-    tmp.persist(path).map_err(|e| e.error)?;
-    Ok(())
 }
 
 /// Stores a blob under its digest unless it is already there.
@@ -96,4 +79,23 @@ pub fn set_ref(layout: &Path, top: &Descriptor, ref_name: &str) -> std::io::Resu
         .insert(spec::keys::REF_NAME.to_string(), ref_name.to_string());
     index.manifests.push(entry);
     write_file_atomically(&index_path, &spec::to_bytes(&index))
+}
+
+/// Writes a composed image into the layout in one step: every blob (each once; cached base
+/// layers are copied file to file), then `index.json` pointing `ref_name` at the index.
+///
+/// Errors: the I/O error, prefixed with the path involved (the layout, or the cached blob).
+pub fn write_image(layout: &Path, image: &Composed, ref_name: &str) -> Result<(), String> {
+    fn at(p: &Path) -> impl Fn(std::io::Error) -> String + '_ {
+        move |e| format!("{}: {e}", p.display())
+    }
+    for blob in &image.blobs {
+        match &blob.data {
+            BlobData::Bytes(bytes) => {
+                write_blob(layout, &blob.digest, bytes).map_err(at(layout))?
+            }
+            BlobData::File(path) => copy_blob(layout, &blob.digest, path).map_err(at(path))?,
+        }
+    }
+    set_ref(layout, &image.index, ref_name).map_err(at(layout))
 }

@@ -55,7 +55,7 @@ pub fn attach(
         annotations: BTreeMap::new(),
         urls: vec![],
     };
-    let annotations = BTreeMap::from([(keys::CREATED.to_string(), spec::rfc3339(epoch))]);
+    let annotations = BTreeMap::from([(keys::CREATED.to_string(), crate::util::rfc3339(epoch))]);
     let manifest = Manifest {
         schema_version: 2,
         media_type: spec::OCI_MANIFEST.to_string(),

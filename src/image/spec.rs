@@ -154,7 +154,7 @@ impl Descriptor {
     pub fn of(media_type: &str, bytes: &[u8]) -> Self {
         Descriptor {
             media_type: media_type.to_string(),
-            digest: crate::registry::sha256_digest(bytes),
+            digest: crate::util::sha256_digest(bytes),
             size: bytes.len() as u64,
             platform: None,
             artifact_type: None,
@@ -213,12 +213,4 @@ pub struct Index {
 /// Serialises a spec object to the exact bytes that are hashed, written and pushed.
 pub fn to_bytes<T: Serialize>(value: &T) -> Vec<u8> {
     serde_json::to_vec(value).expect("spec types always serialise")
-}
-
-/// Seconds since the epoch → RFC 3339 UTC (`1970-01-01T00:00:00Z`).
-pub fn rfc3339(epoch: i64) -> String {
-    time::OffsetDateTime::from_unix_timestamp(epoch)
-        .unwrap_or(time::OffsetDateTime::UNIX_EPOCH)
-        .format(&time::format_description::well_known::Rfc3339)
-        .expect("RFC 3339 formatting of a valid time")
 }

@@ -18,8 +18,10 @@ use std::sync::Mutex;
 use oci_client::client::{Certificate, CertificateEncoding};
 
 use super::auth::AuthFiles;
-use super::{ErrorKind, Registry, RegistryError, RepositoryName, short};
+use super::{ErrorKind, Registry, RegistryError};
 use crate::image::spec::MANIFEST_MEDIA_TYPES;
+use crate::reference::RepositoryName;
+use crate::util::short;
 
 /// Connection settings.
 #[derive(Debug, Clone, Default)]

@@ -5,7 +5,9 @@
 
 use bytes::Bytes;
 
-use super::{ErrorKind, Registry, RegistryError, RepositoryName, short};
+use super::{ErrorKind, Registry, RegistryError};
+use crate::reference::RepositoryName;
+use crate::util::short;
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::image::referrer::{self, Attachment};
@@ -59,16 +61,16 @@ async fn push_blobs(
     on_bytes: &(dyn Fn(u64, u64) + Sync),
 ) -> Result<Counts, RegistryError> {
     use futures::{StreamExt, TryStreamExt};
-    let mut unique: Vec<&Descriptor> = Vec::new();
+    let mut unique: Vec<Descriptor> = Vec::new();
     for b in blobs {
         if !unique.iter().any(|u| u.digest == b.digest) {
-            unique.push(b);
+            unique.push(b.clone());
         }
     }
     let total: u64 = unique.iter().map(|b| b.size).sum();
     let results: Vec<Counts> = futures::stream::iter(unique)
-        .map(|blob| async move {
-            let counts = push_one(registry, repo, layout_dir, blob, mount).await?;
+        .map(|blob: Descriptor| async move {
+            let counts = push_one(registry, repo, layout_dir, &blob, mount).await?;
             on_bytes(blob.size, total);
             Ok::<_, RegistryError>(counts)
         })

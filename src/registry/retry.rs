@@ -9,7 +9,8 @@ use async_trait::async_trait;
 use backon::{ExponentialBuilder, Retryable};
 use bytes::Bytes;
 
-use super::{ErrorKind, Registry, RegistryError, RepositoryName};
+use super::{ErrorKind, Registry, RegistryError};
+use crate::reference::RepositoryName;
 
 /// Retry policy.
 #[derive(Debug, Clone, Copy)]

@@ -1,0 +1,141 @@
+//! The command line: argument types (what the user typed, nothing derived) and the dispatch to
+//! one small file per command. Each command resolves its inputs through `occm_forge::plan`,
+//! calls one library entry, and prints through [`output`].
+
+mod build;
+mod copy;
+mod manifest;
+mod minors;
+mod output;
+mod patches;
+mod pin;
+mod render;
+mod upstream;
+mod verify;
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+use occm_forge::Error;
+use occm_forge::config::{self, Config};
+use occm_forge::plan::{Environment, RegistryOverrides};
+
+pub use output::print_error;
+
+#[derive(Parser)]
+#[command(
+    name = "occm-forge",
+    version,
+    about = "Patched, tested, digest-pinned OCCM images, one per Kubernetes minor"
+)]
+pub struct Cli {
+    /// Cache directory (git objects, Go module and build caches, base blobs) [env: OCCM_FORGE_CACHE].
+    #[arg(long, global = true, value_name = "DIR")]
+    cache_dir: Option<PathBuf>,
+    /// More log output on stderr (-v debug, -vv trace).
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+    /// Only errors on stderr.
+    #[arg(short, long, global = true)]
+    pub quiet: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Build one Kubernetes minor: source → patches → test → build → image → publish → record.
+    Build(build::BuildArgs),
+    /// Check that the registry serves what the digest manifest records (and, with --rebuild, that
+    /// the pins rebuild to the same digest).
+    Verify(verify::AuditArgs),
+    /// Rewrite images.toml keeping its comments: move a minor to an upstream tag (commit, Go
+    /// version and go-runner base from that tag), add a minor, and pin base images by digest.
+    Pin(pin::PinArgs),
+    /// Upstream release tags against the pins.
+    #[command(subcommand)]
+    Upstream(upstream::UpstreamCommand),
+    /// Render the digest manifest for Magnum, Helm or Atmosphere, or rewrite a running cluster's
+    /// ClusterResourceSet Secret (crs-secret, stdin to stdout).
+    Render(render::RenderArgs),
+    /// Copy a minor's published image (index, manifests, blobs, SBOM and provenance referrers) to
+    /// another repository with every digest unchanged, check it there and record it as a mirror.
+    Copy(copy::CopyArgs),
+    /// The Kubernetes minors images.toml tracks, as a JSON array (for CI matrices).
+    Minors(minors::MinorsArgs),
+    /// Digest-manifest maintenance.
+    #[command(subcommand)]
+    Manifest(manifest::ManifestCommand),
+    /// Patch series checks on the real upstream tree.
+    #[command(subcommand)]
+    Patches(patches::PatchesCommand),
+}
+
+/// How registries are reached.
+#[derive(Args)]
+struct RegistryArgs {
+    /// Reach this registry (host:port) over plain HTTP; repeatable; adds to images.toml [registry] insecure.
+    #[arg(long = "insecure-registry", value_name = "HOST")]
+    insecure_registry: Vec<String>,
+    /// Trust this CA (PEM) for registry TLS; repeatable; adds to images.toml [registry] ca_files.
+    #[arg(long = "ca-file", value_name = "PEM")]
+    ca_file: Vec<PathBuf>,
+    /// Read registry credentials from this docker/podman auth file only (default: $REGISTRY_AUTH_FILE,
+    /// $DOCKER_CONFIG/config.json or ~/.docker/config.json, then podman's auth.json).
+    #[arg(long = "registry-config", value_name = "FILE")]
+    registry_config: Option<PathBuf>,
+    /// Retries of a registry request that failed transiently (5xx, 408, 429, reset, timeout),
+    /// with exponential backoff from 0.5 s to 10 s.
+    #[arg(long, default_value_t = 5, value_name = "N")]
+    retries: usize,
+}
+
+impl RegistryArgs {
+    fn overrides(&self) -> RegistryOverrides {
+        RegistryOverrides {
+            insecure: self.insecure_registry.clone(),
+            ca_files: self.ca_file.clone(),
+            auth_file: self.registry_config.clone(),
+            retries: self.retries,
+        }
+    }
+}
+
+/// Where the inputs come from.
+#[derive(Args)]
+struct Inputs {
+    /// images.toml to read.
+    #[arg(long, default_value = "images.toml", value_name = "FILE")]
+    config: PathBuf,
+    /// Fetch upstream from this URL or local path/mirror instead of images.toml `upstream`.
+    #[arg(long, value_name = "URL|PATH")]
+    source: Option<String>,
+}
+
+impl Inputs {
+    fn load(&self) -> Result<Config, Error> {
+        Ok(config::load(&self.config)?)
+    }
+}
+
+impl Cli {
+    /// The cache directory after the environment (`occm_forge::plan::Environment::cache_dir`).
+    fn cache_dir(&self) -> PathBuf {
+        Environment::current().cache_dir(self.cache_dir.as_deref())
+    }
+}
+
+/// Runs the command; the exit status on success (0, or 11 for `upstream check` with news).
+pub async fn run(cli: &Cli) -> Result<u8, Error> {
+    match &cli.command {
+        Command::Build(args) => build::run(cli, args).await,
+        Command::Verify(args) => verify::run(cli, args).await,
+        Command::Pin(args) => pin::run(cli, args).await,
+        Command::Upstream(cmd) => upstream::run(cli, cmd),
+        Command::Render(args) => render::run(args),
+        Command::Copy(args) => copy::run(cli, args).await,
+        Command::Minors(args) => minors::run(args),
+        Command::Manifest(cmd) => manifest::run(cli, cmd),
+        Command::Patches(cmd) => patches::run(cli, cmd).await,
+    }
+}

@@ -1,0 +1,47 @@
+//! Printing: results to stdout, notes and errors to stderr.
+
+use std::io::Write;
+
+use occm_forge::Error;
+use occm_forge::go::test::TestError;
+
+/// Writes `text` to stdout, ending it with a newline if it has none.
+pub fn print_stdout(text: &str) -> Result<(), Error> {
+    let mut stdout = std::io::stdout().lock();
+    write!(stdout, "{text}")
+        .and_then(|_| {
+            if text.ends_with('\n') {
+                Ok(())
+            } else {
+                writeln!(stdout)
+            }
+        })
+        .map_err(|e| Error::Io(format!("stdout: {e}")))
+}
+
+/// `occm-forge: <line>` on stderr unless `quiet`.
+pub fn note(quiet: bool, line: &str) {
+    if !quiet {
+        eprintln!("occm-forge: {line}");
+    }
+}
+
+/// `occm-forge: warning: <line>` on stderr.
+pub fn warn(line: &str) {
+    eprintln!("occm-forge: warning: {line}");
+}
+
+/// The error on stderr: failing tests' output (the last 40 lines of each) first, then
+/// `occm-forge: error: <one line>`.
+pub fn print_error(e: &Error) {
+    if let Error::Test(TestError::Failed { failures, .. }) = e {
+        for f in failures {
+            eprintln!("--- FAIL: {}", f.name);
+            let lines: Vec<&str> = f.output.lines().collect();
+            for line in &lines[lines.len().saturating_sub(40)..] {
+                eprintln!("    {line}");
+            }
+        }
+    }
+    eprintln!("occm-forge: error: {e}");
+}

@@ -1,0 +1,60 @@
+//! `occm-forge pin`.
+
+use clap::Args;
+use occm_forge::config::Minor;
+use occm_forge::pin::{self, PinRequest};
+use occm_forge::{Error, plan};
+
+use super::output::{note, print_stdout, warn};
+use super::{Cli, Inputs, RegistryArgs};
+
+#[derive(Args)]
+#[command(group = clap::ArgGroup::new("which").required(true).args(["k8s", "new_minor"]))]
+pub struct PinArgs {
+    /// The minor to pin.
+    #[arg(long = "k8s", value_name = "MINOR")]
+    k8s: Option<Minor>,
+    /// Add this minor, modelled on the closest lower one (needs --tag).
+    #[arg(long, value_name = "MINOR")]
+    new_minor: Option<Minor>,
+    /// Move the minor to this upstream tag.
+    #[arg(long, value_name = "TAG")]
+    tag: Option<String>,
+    #[command(flatten)]
+    inputs: Inputs,
+    #[command(flatten)]
+    registry: RegistryArgs,
+}
+
+pub async fn run(cli: &Cli, args: &PinArgs) -> Result<u8, Error> {
+    let config = args.inputs.load()?;
+    let registry = plan::registry(&config, &args.registry.overrides())?;
+    let cache = cli.cache_dir();
+    let req = PinRequest {
+        config_path: &args.inputs.config,
+        minor: args.new_minor.or(args.k8s).expect("clap requires one"),
+        new_minor: args.new_minor.is_some(),
+        tag: args.tag.as_deref(),
+        source: args.inputs.source.as_deref(),
+        cache_dir: &cache,
+    };
+    let outcome = pin::pin(&req, &registry).await?;
+    for w in &outcome.warnings {
+        warn(w);
+    }
+    if outcome.changes.is_empty() {
+        let state = if outcome.warnings.is_empty() {
+            "up to date"
+        } else {
+            "unchanged"
+        };
+        note(
+            cli.quiet,
+            &format!("{} is {state}", args.inputs.config.display()),
+        );
+        return Ok(0);
+    }
+    let text: String = outcome.changes.iter().map(|c| format!("{c}\n")).collect();
+    print_stdout(&text)?;
+    Ok(0)
+}

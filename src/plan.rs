@@ -1,0 +1,358 @@
+//! Settings resolution: images.toml, the command line and the environment merge into one
+//! [`BuildPlan`] (and one set of registry settings), in one place, before any work starts —
+//! ripgrep's low-args/high-args split: [`Overrides`] holds only what the user typed, the plan is
+//! what the program uses. References, the base and the platforms are parsed here once.
+//!
+//! Precedence, highest first (as uv's settings resolution):
+//!
+//! | setting | command line | environment | images.toml | default |
+//! |---|---|---|---|---|
+//! | cache directory | `--cache-dir` | `OCCM_FORGE_CACHE`, then `XDG_CACHE_HOME/occm-forge`, `HOME/.cache/occm-forge` | — | `$TMPDIR/occm-forge` |
+//! | where upstream is fetched | `--source` | — | `upstream` | GitHub |
+//! | target repository | `--repository` | — | `repository` | — |
+//! | base image | `--base` | — | `minors."…".base`, `[defaults] base` | — |
+//! | time inside the image | — | `SOURCE_DATE_EPOCH` | — | the upstream commit time |
+//! | plain-HTTP registries, CAs | `--insecure-registry`, `--ca-file` (added) | — | `[registry]` | none |
+//! | credentials | `--registry-config` (alone) | `REGISTRY_AUTH_FILE`, `DOCKER_CONFIG`, … | — | anonymous |
+
+use std::path::{Path, PathBuf};
+
+use crate::config::{self, Config, Minor, Platform};
+use crate::go::Toolchain;
+use crate::patches::{self, PatchFile};
+use crate::reference::{ImageRef, RepositoryName};
+use crate::registry::auth::AuthFiles;
+use crate::registry::oci::{OciRegistry, OciRegistryConfig};
+use crate::registry::retry::{RetryPolicy, Retrying};
+use crate::{Error, digest_manifest};
+
+/// The environment variables occm-forge reads, captured once (tests construct their own).
+#[derive(Debug, Clone, Default)]
+pub struct Environment {
+    /// `OCCM_FORGE_CACHE`.
+    pub cache: Option<PathBuf>,
+    /// `XDG_CACHE_HOME`.
+    pub xdg_cache_home: Option<PathBuf>,
+    /// `HOME`.
+    pub home: Option<PathBuf>,
+    /// `SOURCE_DATE_EPOCH`, unparsed.
+    pub source_date_epoch: Option<String>,
+}
+
+impl Environment {
+    /// The process environment (empty values count as unset).
+    pub fn current() -> Self {
+        let var = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty());
+        Environment {
+            cache: var("OCCM_FORGE_CACHE").map(PathBuf::from),
+            xdg_cache_home: var("XDG_CACHE_HOME").map(PathBuf::from),
+            home: var("HOME").map(PathBuf::from),
+            source_date_epoch: var("SOURCE_DATE_EPOCH").map(|v| v.to_string_lossy().into_owned()),
+        }
+    }
+
+    /// The cache directory: `flag` (`--cache-dir`), else `OCCM_FORGE_CACHE`, else
+    /// `XDG_CACHE_HOME/occm-forge`, `HOME/.cache/occm-forge`, `$TMPDIR/occm-forge`.
+    pub fn cache_dir(&self, flag: Option<&Path>) -> PathBuf {
+        flag.map(Path::to_path_buf)
+            .or_else(|| self.cache.clone())
+            .unwrap_or_else(|| {
+                self.xdg_cache_home
+                    .clone()
+                    .or_else(|| self.home.as_ref().map(|h| h.join(".cache")))
+                    .unwrap_or_else(std::env::temp_dir)
+                    .join("occm-forge")
+            })
+    }
+
+    /// `SOURCE_DATE_EPOCH` in seconds, if set.
+    ///
+    /// Errors: [`Error::Usage`] when it is not a number.
+    pub fn source_date_epoch(&self) -> Result<Option<i64>, Error> {
+        self.source_date_epoch
+            .as_deref()
+            .map(|v| {
+                v.trim().parse().map_err(|_| {
+                    Error::Usage(format!(
+                        "SOURCE_DATE_EPOCH `{v}` is not a number of seconds"
+                    ))
+                })
+            })
+            .transpose()
+    }
+}
+
+/// What the user set for one build outside images.toml: flags and environment, nothing derived.
+#[derive(Debug, Clone, Default)]
+pub struct Overrides {
+    /// `--source`: fetch upstream from this URL or path instead of images.toml `upstream`.
+    pub source: Option<String>,
+    /// `--repository`.
+    pub repository: Option<String>,
+    /// `--base`: `static` or a reference.
+    pub base: Option<String>,
+    /// `--allow-unpinned-base`.
+    pub allow_unpinned_base: bool,
+    /// `--push`.
+    pub push: bool,
+    /// `--output` (the OCI layout directory).
+    pub output: PathBuf,
+    /// The resolved cache directory ([`Environment::cache_dir`]).
+    pub cache_dir: PathBuf,
+    /// `SOURCE_DATE_EPOCH` ([`Environment::source_date_epoch`]).
+    pub source_date_epoch: Option<i64>,
+    /// `--manifest-fragment`.
+    pub manifest_fragment: Option<PathBuf>,
+    /// `--replace-tag`.
+    pub replace_tag: bool,
+    /// Not `--no-wait`.
+    pub wait_for_lock: bool,
+}
+
+/// The base an image is stacked on, parsed once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BaseSpec {
+    /// The built-in static base.
+    Static,
+    /// A base pulled from a registry.
+    Image(ImageRef),
+}
+
+/// Everything one build does, resolved; see the module documentation.
+#[derive(Debug, Clone)]
+pub struct BuildPlan {
+    /// The Kubernetes minor.
+    pub minor: Minor,
+    /// images.toml `upstream`: the `org.opencontainers.image.source` label and provenance URL.
+    pub upstream: String,
+    /// Where upstream is fetched from (`--source` or `upstream`).
+    pub fetch_from: String,
+    /// Upstream release tag.
+    pub upstream_tag: String,
+    /// The pinned commit (40 hex).
+    pub commit: String,
+    /// Go toolchain and occm-forge's Go caches.
+    pub toolchain: Toolchain,
+    /// The base as configured (`static` or a reference), recorded as `base_image`.
+    pub base_text: String,
+    /// The base, parsed.
+    pub base: BaseSpec,
+    /// Build from a base reference without a digest.
+    pub allow_unpinned_base: bool,
+    /// Target platforms.
+    pub platforms: Vec<Platform>,
+    /// The patch series, read.
+    pub series: Vec<PatchFile>,
+    /// Its sha256 (`patches::series_sha256`).
+    pub series_sha256: String,
+    /// Go packages to test.
+    pub test_packages: Vec<String>,
+    /// Tests that must run and pass (required tests plus fix guards).
+    pub required_tests: Vec<String>,
+    /// The image tag.
+    pub tag: String,
+    /// The target repository as configured.
+    pub repository: String,
+    /// The target repository, parsed.
+    pub repository_name: RepositoryName,
+    /// The OCI layout directory.
+    pub output: PathBuf,
+    /// occm-forge's cache directory.
+    pub cache_dir: PathBuf,
+    /// `SOURCE_DATE_EPOCH`; the upstream commit time when `None`.
+    pub source_date_epoch: Option<i64>,
+    /// Push and record as published.
+    pub push: bool,
+    /// Push even when the tag serves another digest.
+    pub replace_tag: bool,
+    /// Wait for another run's lock instead of refusing.
+    pub wait_for_lock: bool,
+    /// images.toml's digest manifest (the tag guard always reads it).
+    pub digest_manifest: PathBuf,
+    /// Where the entry is recorded: `--manifest-fragment` or the digest manifest.
+    pub record_to: PathBuf,
+    /// Whether `record_to` is a fragment (which then holds this entry alone).
+    pub fragment: bool,
+}
+
+impl BuildPlan {
+    /// Resolves the plan for `minor`; see the module documentation for precedence.
+    ///
+    /// Errors: an unknown minor ([`Error::Config`]); a patch file that cannot be read
+    /// ([`Error::Patch`]); a repository or base that is not a reference, or a base without a
+    /// digest unless `allow_unpinned_base` ([`Error::Usage`]).
+    pub fn resolve(config: &Config, minor: Minor, o: &Overrides) -> Result<BuildPlan, Error> {
+        let m = config.minor(minor)?;
+        let series = patches::load_series(&config.patches_dir, &m.patches)?;
+        let series_sha256 = patches::series_sha256(&series);
+        let tag = config::render_tag(
+            &config.tag_scheme,
+            &config::TagInputs {
+                upstream_tag: &m.upstream_tag,
+                revision: m.revision,
+                minor,
+                series_sha256: &series_sha256,
+            },
+        );
+        let repository = o
+            .repository
+            .clone()
+            .unwrap_or_else(|| config.repository.clone());
+        let repository_name: RepositoryName = repository
+            .parse()
+            .map_err(|e| Error::Usage(format!("repository: {e}")))?;
+        let base_text = o.base.clone().unwrap_or_else(|| m.base.clone());
+        let base = parse_base(config, minor, &base_text, o)?;
+        Ok(BuildPlan {
+            minor,
+            upstream: config.upstream.clone(),
+            fetch_from: config.fetch_url(o.source.as_deref()),
+            upstream_tag: m.upstream_tag.clone(),
+            commit: m.commit.clone(),
+            toolchain: Toolchain::new(&m.go, &o.cache_dir),
+            base_text,
+            base,
+            allow_unpinned_base: o.allow_unpinned_base,
+            platforms: m.platforms.clone(),
+            series,
+            series_sha256,
+            test_packages: m.test_packages.clone(),
+            required_tests: config.required_tests(m),
+            tag,
+            repository,
+            repository_name,
+            output: o.output.clone(),
+            cache_dir: o.cache_dir.clone(),
+            source_date_epoch: o.source_date_epoch,
+            push: o.push,
+            replace_tag: o.replace_tag,
+            wait_for_lock: o.wait_for_lock,
+            digest_manifest: config.digest_manifest.clone(),
+            record_to: o
+                .manifest_fragment
+                .clone()
+                .unwrap_or_else(|| config.digest_manifest.clone()),
+            fragment: o.manifest_fragment.is_some(),
+        })
+    }
+
+    /// The patch names of the series, in order.
+    pub fn patch_names(&self) -> Vec<String> {
+        self.series.iter().map(|p| p.name.clone()).collect()
+    }
+
+    /// The platforms as recorded (`linux/arm64`).
+    pub fn platform_names(&self) -> Vec<String> {
+        self.platforms.iter().map(ToString::to_string).collect()
+    }
+
+    /// The inputs a tag is bound to in the digest manifest.
+    pub fn tag_inputs<'a>(&'a self, platforms: &'a [String]) -> digest_manifest::Inputs<'a> {
+        digest_manifest::Inputs {
+            upstream_commit: &self.commit,
+            patch_series_sha256: &self.series_sha256,
+            base_image: &self.base_text,
+            go_version: &self.toolchain.version,
+            platforms,
+        }
+    }
+}
+
+/// Parses the base once; refuses one without a digest unless unpinned bases are allowed.
+fn parse_base(config: &Config, minor: Minor, text: &str, o: &Overrides) -> Result<BaseSpec, Error> {
+    if text == config::STATIC_BASE {
+        return Ok(BaseSpec::Static);
+    }
+    let r: ImageRef = text
+        .parse()
+        .map_err(|e: String| Error::Usage(format!("minors.\"{minor}\".base: {e}")))?;
+    if r.digest.is_none() && !o.allow_unpinned_base {
+        let origin = match &o.base {
+            Some(_) => "--base".to_string(),
+            None => format!("{}: minors.\"{minor}\".base", config.path.display()),
+        };
+        return Err(Error::Usage(format!(
+            "{origin} `{text}` has no @sha256 digest: run `occm-forge pin --k8s {minor}` where the registry is reachable, or build with --base static (offline) or --allow-unpinned-base"
+        )));
+    }
+    Ok(BaseSpec::Image(r))
+}
+
+/// How registries are reached, as the user set it on the command line (added to images.toml's
+/// `[registry]`).
+#[derive(Debug, Clone, Default)]
+pub struct RegistryOverrides {
+    /// `--insecure-registry`: more `host[:port]` reached over plain HTTP.
+    pub insecure: Vec<String>,
+    /// `--ca-file`: more CA certificates (PEM).
+    pub ca_files: Vec<PathBuf>,
+    /// `--registry-config`: the only auth file to read.
+    pub auth_file: Option<PathBuf>,
+    /// `--retries`.
+    pub retries: usize,
+}
+
+/// The registry client every command uses: the `oci-client` implementation with images.toml's
+/// and the command line's TLS settings and credentials, wrapped in retries.
+///
+/// Errors: [`Error::Usage`] for an `--insecure-registry` that is a URL, or a CA file that cannot
+/// be read or holds no PEM certificate.
+pub fn registry(config: &Config, o: &RegistryOverrides) -> Result<Retrying<OciRegistry>, Error> {
+    let mut insecure = config.insecure_registries.clone();
+    for host in &o.insecure {
+        if host.contains("://") || host.contains('/') || host.is_empty() {
+            return Err(Error::Usage(format!(
+                "--insecure-registry {host}: give host[:port], not a URL"
+            )));
+        }
+        insecure.push(host.clone());
+    }
+    let mut ca_files = config.ca_files.clone();
+    ca_files.extend(o.ca_files.iter().cloned());
+    let client = OciRegistry::new(&OciRegistryConfig {
+        insecure,
+        ca_files,
+        auth: AuthFiles::discover(o.auth_file.as_deref()),
+    })
+    .map_err(|e| Error::Usage(e.to_string()))?;
+    Ok(Retrying::new(
+        client,
+        RetryPolicy {
+            retries: o.retries,
+            ..RetryPolicy::default()
+        },
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cache_dir_precedence() {
+        let env = Environment {
+            cache: Some("/env-cache".into()),
+            xdg_cache_home: Some("/xdg".into()),
+            home: Some("/home/u".into()),
+            source_date_epoch: Some(" 42 ".into()),
+        };
+        assert_eq!(env.cache_dir(Some(Path::new("/flag"))), Path::new("/flag"));
+        assert_eq!(env.cache_dir(None), Path::new("/env-cache"));
+        let env = Environment { cache: None, ..env };
+        assert_eq!(env.cache_dir(None), Path::new("/xdg/occm-forge"));
+        let env = Environment {
+            xdg_cache_home: None,
+            ..env
+        };
+        assert_eq!(env.cache_dir(None), Path::new("/home/u/.cache/occm-forge"));
+        assert_eq!(env.source_date_epoch().unwrap(), Some(42));
+        let bad = Environment {
+            source_date_epoch: Some("yesterday".into()),
+            ..Environment::default()
+        };
+        assert_eq!(
+            bad.source_date_epoch().unwrap_err().to_string(),
+            "SOURCE_DATE_EPOCH `yesterday` is not a number of seconds"
+        );
+    }
+}

@@ -1,0 +1,104 @@
+//! The text every command prints, in one place: results for stdout and the wording of the
+//! messages that summarise them. Pure functions from plain data to strings.
+
+use std::path::Path;
+
+use crate::audit::Finding;
+use crate::config::Minor;
+use crate::pipeline::BuildOutcome;
+use crate::upstream::UpstreamReport;
+use crate::util::{join, plural};
+
+/// `build`'s stdout line: the JSON object with `json`, else the pushed reference, else
+/// `oci:<layout>:<tag>` (the image exists only in the layout).
+pub fn build_result(outcome: &BuildOutcome, json: bool) -> String {
+    if json {
+        serde_json::to_string(outcome).expect("outcome serialises")
+    } else if outcome.entry.published {
+        outcome.entry.image.clone()
+    } else {
+        format!("oci:{}:{}", outcome.layout.display(), outcome.entry.tag)
+    }
+}
+
+/// `verify`'s stdout: one line per finding.
+pub fn findings(findings: &[Finding]) -> String {
+    findings.iter().map(|f| format!("{f}\n")).collect()
+}
+
+/// `verify`'s error when something does not match.
+pub fn mismatches(n: usize, digest_manifest: &Path) -> String {
+    format!(
+        "{n} {} between the registry and {}",
+        plural(n, "mismatch", "es"),
+        digest_manifest.display()
+    )
+}
+
+/// `patches matrix`'s error naming the minors that do not verify.
+pub fn not_proven(minors: &[Minor]) -> String {
+    format!(
+        "{} {} not verify; see the table",
+        join(minors),
+        if minors.len() == 1 { "does" } else { "do" }
+    )
+}
+
+/// `upstream check`'s text: per tracked minor the pin and what is newer (or moved), then the
+/// released minors not tracked yet with the `pin` command that adds them.
+pub fn upstream(report: &UpstreamReport) -> String {
+    let mut t = String::new();
+    for m in &report.minors {
+        let mut state = if m.newer {
+            format!("{} is newer", m.latest)
+        } else {
+            "up to date".into()
+        };
+        if let Some(c) = &m.moved_to {
+            state.push_str(&format!(
+                "; WARNING: {} now points at {c}, not the pinned commit",
+                m.pinned
+            ));
+        }
+        t.push_str(&format!("{}  {}  {state}\n", m.minor, m.pinned));
+    }
+    for u in &report.untracked {
+        t.push_str(&format!(
+            "{}  not tracked  {} released: `occm-forge pin --new-minor {} --tag {}`\n",
+            u.minor, u.latest, u.minor, u.latest
+        ));
+    }
+    t
+}
+
+/// `manifest merge`'s note.
+pub fn merged(minors: &[Minor], into: &Path) -> String {
+    format!("merged {} into {}", join(minors), into.display())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wording() {
+        let p = Path::new("images.lock.yaml");
+        assert_eq!(
+            mismatches(1, p),
+            "1 mismatch between the registry and images.lock.yaml"
+        );
+        assert_eq!(
+            mismatches(3, p),
+            "3 mismatches between the registry and images.lock.yaml"
+        );
+        let m = |s: &str| s.parse::<Minor>().unwrap();
+        assert_eq!(
+            not_proven(&[m("1.31")]),
+            "1.31 does not verify; see the table"
+        );
+        assert_eq!(
+            not_proven(&[m("1.31"), m("1.32")]),
+            "1.31, 1.32 do not verify; see the table"
+        );
+    }
+}

@@ -1,0 +1,206 @@
+//! The stage interface and its runner.
+//!
+//! A stage is a value holding its inputs (plain data, borrowed from the build plan and from
+//! earlier stages' outputs) whose [`Stage::run`] returns its output and a one-line detail. The
+//! [`Runner`] does what every stage needs, once: it tells the [`Reporter`] a stage started and
+//! finished, times it, runs blocking stages inside `tokio::task::block_in_place`, drops an async
+//! stage when SIGINT or SIGTERM arrives, and stops the run at the next stage boundary after a
+//! signal ([`checkpoint`]). Cross-cutting behaviour lives here, not around each call site (ko's
+//! `build.Limiter` / `build.Caching` idea).
+
+use std::time::Instant;
+
+use async_trait::async_trait;
+use serde::Serialize;
+
+use crate::Error;
+
+/// One finished stage, as shown on stderr and written by `--timings`.
+#[derive(Debug, Clone, Serialize)]
+pub struct StageReport {
+    /// Stage name: source, patches, test, build, image, describe, publish, record.
+    pub stage: &'static str,
+    /// Wall time in seconds.
+    pub seconds: f64,
+    /// One line of what it did.
+    pub detail: String,
+}
+
+/// Receives progress: stage starts and ends, and upload progress. Implementations draw it
+/// (the binary: a line per stage on stderr, spinners and an upload bar when stderr is a TTY).
+pub trait Reporter: Sync {
+    /// A stage begins.
+    fn started(&self, _stage: &'static str) {}
+    /// A stage ended.
+    fn finished(&self, _report: &StageReport) {}
+    /// `bytes` more of the push's `total` bytes of blobs were handled (uploaded, mounted or found).
+    fn uploaded(&self, _bytes: u64, _total: u64) {}
+}
+
+/// A [`Reporter`] that reports nothing.
+pub struct Silent;
+
+impl Reporter for Silent {}
+
+/// A finished stage's output and the one-line detail of its stage line.
+#[derive(Debug)]
+pub struct Done<T> {
+    /// The output handed to later stages.
+    pub value: T,
+    /// What the stage did, e.g. `4 applied, 0 already upstream (series 13e2cfb7c113)`.
+    pub detail: String,
+}
+
+impl<T> Done<T> {
+    /// `value` with `detail`.
+    pub fn new(value: T, detail: impl Into<String>) -> Self {
+        Done {
+            value,
+            detail: detail.into(),
+        }
+    }
+}
+
+/// What a running stage may use besides its own inputs.
+pub struct StageContext<'a> {
+    /// Progress sink (the publish stage reports uploaded bytes through it).
+    pub reporter: &'a dyn Reporter,
+}
+
+/// One pipeline stage.
+#[async_trait]
+pub trait Stage: Send + Sized {
+    /// What the stage hands to later stages.
+    type Output: Send;
+
+    /// The stage name on its stage line and in `--timings` (e.g. `source`).
+    fn name(&self) -> &'static str;
+
+    /// True (the default) when [`Stage::run`] blocks the thread (git, Go, compression, disk): the
+    /// runner then runs it inside `block_in_place`. An async stage (network) returns false and is
+    /// dropped as soon as a signal arrives.
+    fn blocking(&self) -> bool {
+        true
+    }
+
+    /// Runs the stage. Errors carry the stage in their [`Error`] variant.
+    async fn run(self, cx: &StageContext<'_>) -> Result<Done<Self::Output>, Error>;
+}
+
+/// Runs stages one after another; see the module documentation.
+pub struct Runner<'a> {
+    reporter: &'a dyn Reporter,
+    reports: Vec<StageReport>,
+}
+
+impl<'a> Runner<'a> {
+    /// A runner reporting to `reporter`.
+    pub fn new(reporter: &'a dyn Reporter) -> Self {
+        Runner {
+            reporter,
+            reports: Vec::new(),
+        }
+    }
+
+    /// Runs `stage`: reports its start, runs it, reports its end and timing, then fails with
+    /// [`Error::Interrupted`] if a signal arrived meanwhile. Must be called on a multi-threaded
+    /// tokio runtime (blocking stages use `block_in_place`).
+    pub async fn run<S: Stage>(&mut self, stage: S) -> Result<S::Output, Error> {
+        let name = stage.name();
+        self.reporter.started(name);
+        let started = Instant::now();
+        let cx = StageContext {
+            reporter: self.reporter,
+        };
+        let done = if stage.blocking() {
+            let handle = tokio::runtime::Handle::current();
+            tokio::task::block_in_place(|| handle.block_on(stage.run(&cx)))
+        } else {
+            tokio::select! {
+                done = stage.run(&cx) => done,
+                _ = crate::interrupt::interrupted() => Err(Error::Interrupted(
+                    crate::interrupt::signal().unwrap_or(libc::SIGINT),
+                )),
+            }
+        }?;
+        let report = StageReport {
+            stage: name,
+            seconds: started.elapsed().as_secs_f64(),
+            detail: done.detail,
+        };
+        self.reporter.finished(&report);
+        self.reports.push(report);
+        checkpoint()?;
+        Ok(done.value)
+    }
+
+    /// The stages finished so far, in order.
+    pub fn reports(&self) -> &[StageReport] {
+        &self.reports
+    }
+
+    /// The stage reports, consuming the runner.
+    pub fn into_reports(self) -> Vec<StageReport> {
+        self.reports
+    }
+}
+
+/// Fails with [`Error::Interrupted`] once SIGINT or SIGTERM has arrived.
+pub fn checkpoint() -> Result<(), Error> {
+    match crate::interrupt::signal() {
+        Some(sig) => Err(Error::Interrupted(sig)),
+        None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use super::*;
+
+    struct Echo(&'static str, Result<u32, &'static str>);
+
+    #[async_trait]
+    impl Stage for Echo {
+        type Output = u32;
+        fn name(&self) -> &'static str {
+            self.0
+        }
+        async fn run(self, _: &StageContext<'_>) -> Result<Done<u32>, Error> {
+            match self.1 {
+                Ok(v) => Ok(Done::new(v, format!("value {v}"))),
+                Err(e) => Err(Error::Io(e.into())),
+            }
+        }
+    }
+
+    #[derive(Default)]
+    struct Recorder(Mutex<Vec<String>>);
+
+    impl Reporter for Recorder {
+        fn started(&self, stage: &'static str) {
+            self.0.lock().unwrap().push(format!("start {stage}"));
+        }
+        fn finished(&self, r: &StageReport) {
+            self.0
+                .lock()
+                .unwrap()
+                .push(format!("end {} {}", r.stage, r.detail));
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn stages_are_reported_timed_and_stop_at_the_first_error() {
+        let rec = Recorder::default();
+        let mut runner = Runner::new(&rec);
+        assert_eq!(runner.run(Echo("one", Ok(1))).await.unwrap(), 1);
+        let e = runner.run(Echo("two", Err("boom"))).await.unwrap_err();
+        assert_eq!(e.to_string(), "boom");
+        assert_eq!(runner.reports().len(), 1);
+        assert_eq!(
+            *rec.0.lock().unwrap(),
+            ["start one", "end one value 1", "start two"]
+        );
+    }
+}

@@ -1,0 +1,50 @@
+//! Stage 4, `build`: OCCM cross-compiled for every platform with upstream's ldflags.
+
+use std::path::Path;
+
+use async_trait::async_trait;
+
+use crate::Error;
+use crate::config::Platform;
+use crate::go::Toolchain;
+use crate::go::build::{self, Binary};
+use crate::stage::{Done, Stage, StageContext};
+
+/// Builds `./cmd/openstack-cloud-controller-manager` of `dir` for `platforms` into `out_dir`.
+pub struct BuildStage<'a> {
+    /// The patched work tree.
+    pub dir: &'a Path,
+    /// Toolchain and caches.
+    pub toolchain: &'a Toolchain,
+    /// The version stamped into the binary (the image tag).
+    pub version: &'a str,
+    /// Target platforms.
+    pub platforms: &'a [Platform],
+    /// Where the binaries go.
+    pub out_dir: &'a Path,
+}
+
+#[async_trait]
+impl Stage for BuildStage<'_> {
+    type Output = Vec<Binary>;
+
+    fn name(&self) -> &'static str {
+        "build"
+    }
+
+    async fn run(self, _: &StageContext<'_>) -> Result<Done<Vec<Binary>>, Error> {
+        let binaries = build::build(&build::BuildRequest {
+            dir: self.dir,
+            toolchain: self.toolchain,
+            version: self.version,
+            platforms: self.platforms,
+            out_dir: self.out_dir,
+        })?;
+        let detail = format!(
+            "{} ({})",
+            self.version,
+            crate::util::join(self.platforms.iter())
+        );
+        Ok(Done::new(binaries, detail))
+    }
+}

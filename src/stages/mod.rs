@@ -1,0 +1,24 @@
+//! The build's stages, one file each, in pipeline order. Each stage is a struct of borrowed
+//! inputs implementing [`crate::stage::Stage`]; its `run` calls the one public entry of the
+//! module that does the work (`source::checkout`, `patches::apply_series`, `go::test::run`,
+//! `go::build::build`, `image::assemble`, `describe`, `registry::publish`,
+//! `digest_manifest::record`) and words its stage line. `pipeline::build` lists them;
+//! `patches verify` and `verify --rebuild` run the same stages through the same runner.
+
+pub mod build;
+pub mod describe;
+pub mod image;
+pub mod patches;
+pub mod publish;
+pub mod record;
+pub mod source;
+pub mod test;
+
+pub use build::BuildStage;
+pub use describe::{DescribeStage, Described};
+pub use image::ImageStage;
+pub use patches::PatchStage;
+pub use publish::PublishStage;
+pub use record::RecordStage;
+pub use source::SourceStage;
+pub use test::TestStage;

@@ -1,0 +1,49 @@
+//! Stage 2, `patches`: the patch series applied and committed in the work tree.
+
+use async_trait::async_trait;
+
+use crate::Error;
+use crate::patches::{self, AppliedPatch, PatchFile, PatchOutcome};
+use crate::source::SourceTree;
+use crate::stage::{Done, Stage, StageContext};
+
+/// Applies `series` to `tree`; a patch already upstream is a warning and is skipped.
+pub struct PatchStage<'a> {
+    /// The checked-out tree.
+    pub tree: &'a SourceTree,
+    /// The series, in order.
+    pub series: &'a [PatchFile],
+    /// The upstream tag (for the "already upstream" warning).
+    pub upstream_tag: &'a str,
+}
+
+#[async_trait]
+impl Stage for PatchStage<'_> {
+    type Output = Vec<AppliedPatch>;
+
+    fn name(&self) -> &'static str {
+        "patches"
+    }
+
+    async fn run(self, _: &StageContext<'_>) -> Result<Done<Vec<AppliedPatch>>, Error> {
+        let applied = patches::apply_series(&self.tree.path, self.series, self.tree.commit_time)?;
+        let upstreamed: Vec<&str> = applied
+            .iter()
+            .filter(|a| a.outcome == PatchOutcome::AlreadyUpstream)
+            .map(|a| a.name.as_str())
+            .collect();
+        for name in &upstreamed {
+            tracing::warn!(
+                "patch {name}: already upstream in {} — drop it from the series",
+                self.upstream_tag
+            );
+        }
+        let detail = format!(
+            "{} applied, {} already upstream (series {})",
+            applied.len() - upstreamed.len(),
+            upstreamed.len(),
+            &patches::series_sha256(self.series)[..12]
+        );
+        Ok(Done::new(applied, detail))
+    }
+}

@@ -1,0 +1,77 @@
+//! Stage 7, `publish` (`--push`): the image, then its referrers, pushed in the order registries
+//! require; the tag is the last write of the image.
+
+use async_trait::async_trait;
+
+use crate::Error;
+use crate::image::BuiltImage;
+use crate::image::referrer::Attachment;
+use crate::reference::RepositoryName;
+use crate::registry::{ErrorKind, Registry, RegistryError, publish};
+use crate::stage::{Done, Stage, StageContext};
+
+/// Pushes `image` and `attachments` to `repo`.
+pub struct PublishStage<'a> {
+    /// The registry client.
+    pub registry: &'a dyn Registry,
+    /// The target repository.
+    pub repo: &'a RepositoryName,
+    /// The image (its blobs are in its layout).
+    pub image: &'a BuiltImage,
+    /// SBOM and provenance referrers in the same layout.
+    pub attachments: &'a [Attachment],
+    /// What the registry served under the tag before the build (preflight), if anything.
+    pub served_before: Option<&'a str>,
+    /// Push even when the tag serves another digest.
+    pub replace_tag: bool,
+    /// The minor (for the "bump revision" hint).
+    pub minor: crate::config::Minor,
+}
+
+#[async_trait]
+impl Stage for PublishStage<'_> {
+    type Output = publish::Published;
+
+    fn name(&self) -> &'static str {
+        "publish"
+    }
+
+    fn blocking(&self) -> bool {
+        false
+    }
+
+    async fn run(self, cx: &StageContext<'_>) -> Result<Done<publish::Published>, Error> {
+        let image = self.image;
+        if let Some(d) = self.served_before
+            && d != image.index.digest
+            && !self.replace_tag
+        {
+            return Err(Error::Publish(RegistryError {
+                registry: self.repo.registry.clone(),
+                operation: format!("push {}:{}", self.repo.path, image.tag),
+                message: format!(
+                    "the tag already serves {d}, another image than this build's {}; tags never move: bump `revision` for {} (or pass --replace-tag)",
+                    image.index.digest, self.minor
+                ),
+                kind: ErrorKind::Other,
+            }));
+        }
+        let on_bytes = |bytes: u64, total: u64| cx.reporter.uploaded(bytes, total);
+        let published = publish::publish(self.registry, self.repo, image, &on_bytes)
+            .await
+            .map_err(Error::Publish)?;
+        let referrers = publish::publish_attachments(
+            self.registry,
+            self.repo,
+            &image.layout_dir,
+            self.attachments,
+        )
+        .await
+        .map_err(Error::Publish)?;
+        let detail = format!(
+            "{} ({} blobs uploaded, {} already present, {} mounted; {referrers} referrers)",
+            published.reference, published.uploaded, published.skipped, published.mounted
+        );
+        Ok(Done::new(published, detail))
+    }
+}

@@ -1,0 +1,44 @@
+//! Stage 1, `source`: the pinned upstream tag checked out into a scratch work tree.
+
+use std::path::Path;
+
+use async_trait::async_trait;
+
+use crate::Error;
+use crate::source::{self, SourceTree};
+use crate::stage::{Done, Stage, StageContext};
+
+/// Fetches `tag` from `url` into the shared object store, refuses a moved tag, checks out.
+pub struct SourceStage<'a> {
+    /// Git URL or local path (`--source` or images.toml `upstream`).
+    pub url: &'a str,
+    /// Upstream tag.
+    pub tag: &'a str,
+    /// The commit images.toml pins.
+    pub commit: &'a str,
+    /// occm-forge's cache directory (the object store lives in `<cache>/git`).
+    pub cache_dir: &'a Path,
+    /// Where the work tree goes.
+    pub tree_dir: &'a Path,
+}
+
+#[async_trait]
+impl Stage for SourceStage<'_> {
+    type Output = SourceTree;
+
+    fn name(&self) -> &'static str {
+        "source"
+    }
+
+    async fn run(self, _: &StageContext<'_>) -> Result<Done<SourceTree>, Error> {
+        let tree = source::checkout(&source::SourceRequest {
+            url: self.url,
+            tag: self.tag,
+            pinned_commit: self.commit,
+            cache_dir: self.cache_dir,
+            tree_dir: self.tree_dir,
+        })?;
+        let detail = format!("{} at {} (matches the pin)", self.tag, &tree.commit[..12]);
+        Ok(Done::new(tree, detail))
+    }
+}

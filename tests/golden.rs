@@ -1,0 +1,372 @@
+//! Golden tests: the exact bytes occm-forge produces for fixed inputs. They pin image assembly
+//! (static base and a synthetic Docker-family base), the SBOM and provenance documents, the
+//! digest-manifest file and every minor's resolved images.toml, so that a refactor that changes
+//! any output byte fails here first. A change of these values is a change of the image format:
+//! update them only on purpose, together with the image-format version.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use occm_forge::config::{self, Minor, Platform};
+use occm_forge::describe;
+use occm_forge::digest_manifest;
+use occm_forge::go::build::{BuildInfo, Module};
+use occm_forge::image::base::{self, BaseLayer, LayerData, PlatformBase, ResolvedBase};
+use occm_forge::image::layer;
+use occm_forge::image::spec::{Descriptor, Family};
+use occm_forge::image::{self, ImageRequest};
+
+const EPOCH: i64 = 1_760_539_416;
+const TAG: &str = "v1.34.1-occmforge.1";
+const SOURCE: &str = "https://github.com/kubernetes/cloud-provider-openstack";
+const REVISION: &str = "63ec67a04b40fee4ff43fec11c3d31f2a90c9ad2";
+const REPOSITORY: &str = "registry.example.internal/occm/openstack-cloud-controller-manager";
+
+fn sha256(b: &[u8]) -> String {
+    use sha2::Digest;
+    format!("sha256:{}", hex::encode(sha2::Sha256::digest(b)))
+}
+
+fn platforms() -> Vec<Platform> {
+    vec![
+        "linux/amd64".parse().unwrap(),
+        "linux/arm64".parse().unwrap(),
+    ]
+}
+
+/// Fixed fake binaries, one per platform, written to `dir`.
+fn fake_binaries(dir: &Path) -> Vec<(Platform, PathBuf)> {
+    platforms()
+        .into_iter()
+        .map(|p| {
+            let path = dir.join(format!("occm-{}", p.arch));
+            let mut bytes =
+                format!("fake openstack-cloud-controller-manager for {p}\n").into_bytes();
+            bytes.extend((0..4096u32).map(|i| (i * 31 % 251) as u8));
+            std::fs::write(&path, bytes).unwrap();
+            (p, path)
+        })
+        .collect()
+}
+
+/// A Docker-family base with one layer and a config carrying an entrypoint, env and labels.
+fn docker_base(dir: &Path) -> ResolvedBase {
+    let layer = layer::build(
+        &[
+            layer::Entry::dir("go-runner-dir", 0o755),
+            layer::Entry::file("go-runner", 0o755, b"#!/bin/sh\nexec \"$@\"\n".to_vec()),
+        ],
+        1_700_000_000,
+    )
+    .unwrap();
+    let blob_path = dir.join("base-layer.tar.gz");
+    std::fs::write(&blob_path, &layer.blob).unwrap();
+    let mut out = BTreeMap::new();
+    for p in platforms() {
+        let config = serde_json::json!({
+            "architecture": p.arch,
+            "os": p.os,
+            "config": {
+                "Entrypoint": ["/go-runner"],
+                "Env": ["PATH=/usr/bin:/bin"],
+                "Labels": {"vendor": "synthetic"},
+            },
+            "rootfs": {"type": "layers", "diff_ids": [layer.diff_id]},
+            "history": [{"created": "2023-11-14T22:13:20Z", "created_by": "synthetic base"}],
+        });
+        let mut descriptor = Descriptor::of(Family::Docker.layer_gzip(), &layer.blob);
+        descriptor.digest = layer.digest.clone();
+        out.insert(
+            p.clone(),
+            PlatformBase {
+                family: Family::Docker,
+                config,
+                layers: vec![BaseLayer {
+                    descriptor,
+                    diff_id: layer.diff_id.clone(),
+                    data: LayerData::Cached(blob_path.clone()),
+                }],
+                manifest_digest: Some(format!(
+                    "sha256:{}",
+                    if p.arch == "amd64" { "e" } else { "f" }.repeat(64)
+                )),
+            },
+        );
+    }
+    ResolvedBase {
+        reference: format!(
+            "registry.example.internal/base/go-runner:v2.4.0@sha256:{}",
+            "b".repeat(64)
+        ),
+        name: Some("registry.example.internal/base/go-runner:v2.4.0".into()),
+        repository: Some("registry.example.internal/base/go-runner".into()),
+        digest: Some(format!("sha256:{}", "b".repeat(64))),
+        platforms: out,
+    }
+}
+
+/// Assembles an image from the fake binaries on `base`; returns (index digest, platform →
+/// manifest digest, the layout's index.json bytes).
+fn assemble(base: &ResolvedBase, dir: &Path) -> (String, BTreeMap<String, String>, Vec<u8>) {
+    let layout = dir.join("layout");
+    let bins = fake_binaries(dir);
+    let built = image::assemble(&ImageRequest {
+        binaries: &bins,
+        base,
+        tag: TAG,
+        epoch: EPOCH,
+        source: SOURCE,
+        revision: REVISION,
+        layout_dir: &layout,
+    })
+    .unwrap();
+    let manifests = built
+        .platforms
+        .iter()
+        .map(|p| (p.platform.to_string(), p.manifest.digest.clone()))
+        .collect();
+    (
+        built.index.digest,
+        manifests,
+        std::fs::read(layout.join("index.json")).unwrap(),
+    )
+}
+
+/// The image's digests as one text: index, platform manifests, and the layout's index.json.
+fn digests(index: &str, manifests: &BTreeMap<String, String>, index_json: &[u8]) -> String {
+    let mut s = format!("index {index}\n");
+    for (p, d) in manifests {
+        s.push_str(&format!("manifest {p} {d}\n"));
+    }
+    s.push_str(&format!("index.json {}\n", sha256(index_json)));
+    s
+}
+
+#[test]
+fn image_on_the_static_base() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = base::static_base(&platforms(), EPOCH).unwrap();
+    let (index, manifests, index_json) = assemble(&base, dir.path());
+    assert_eq!(
+        digests(&index, &manifests, &index_json),
+        concat!(
+            "index sha256:c48c685b5a4aacb0cabbc43085fd3eb534127f115553c1d7fac0fe860a45993a\n",
+            "manifest linux/amd64 sha256:3d3404772df5458227dc45caf7a90bb981c1ef90bb91e8145b2b733d025637a9\n",
+            "manifest linux/arm64 sha256:c9054c007a9e267f60882f5e1dedebdc2794cf29b2de4420519720d3724191e1\n",
+            "index.json sha256:15f51435b74ffa0de8bbbc227715329cdec83ae63c3135c918f360168d23c4db\n",
+        )
+    );
+}
+
+#[test]
+fn image_on_a_docker_family_base() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = docker_base(dir.path());
+    let (index, manifests, index_json) = assemble(&base, dir.path());
+    assert_eq!(
+        digests(&index, &manifests, &index_json),
+        concat!(
+            "index sha256:0e2aa246a71d12662dfbcfa9911c212c1e6006b7e402196a09baf95686dada52\n",
+            "manifest linux/amd64 sha256:7bbd4a4f6d2441f0826a085e880d19c0bd6966c19f587069fa294e44868fc0d0\n",
+            "manifest linux/arm64 sha256:2d38755219e079ddc2d5446bb68d1391a4507d987dd20bbc777b5417ce8b3d80\n",
+            "index.json sha256:a658e84229400496df6aa4c5a92bcc4ff6dea399a197228d3fd298c76ede6616\n",
+        )
+    );
+}
+
+fn build_info() -> BuildInfo {
+    let m = |path: &str, version: &str, sum: &str| Module {
+        path: path.into(),
+        version: version.into(),
+        sum: sum.into(),
+        replace: None,
+    };
+    BuildInfo {
+        go_version: "go1.25.1".into(),
+        path: "k8s.io/cloud-provider-openstack/cmd/openstack-cloud-controller-manager".into(),
+        main: m("k8s.io/cloud-provider-openstack", "(devel)", ""),
+        deps: vec![
+            m(
+                "github.com/gophercloud/gophercloud/v2",
+                "v2.8.0",
+                "h1:gopher=",
+            ),
+            m("k8s.io/client-go", "v0.34.1", "h1:client="),
+            Module {
+                replace: Some(Box::new(m("k8s.io/api", "v0.34.1", "h1:api="))),
+                ..m("k8s.io/api", "v0.0.0", "")
+            },
+        ],
+    }
+}
+
+#[test]
+fn sbom_bytes() {
+    let bi = build_info();
+    let manifest = format!("sha256:{}", "a".repeat(64));
+    let base_manifest = format!("sha256:{}", "c".repeat(64));
+    let mut input = describe::SbomInput {
+        repository: REPOSITORY,
+        tag: TAG,
+        platform: "linux/arm64",
+        arch: "arm64",
+        manifest_digest: &manifest,
+        build_info: &bi,
+        upstream_tag: "v1.34.1",
+        upstream_commit: REVISION,
+        upstream_url: SOURCE,
+        base: None,
+        epoch: EPOCH,
+    };
+    let on_static = sha256(&describe::spdx_sbom(&input));
+    input.base = Some((
+        "registry.k8s.io/build-image/go-runner:v2.4.0",
+        &base_manifest,
+    ));
+    let on_pulled = sha256(&describe::spdx_sbom(&input));
+    assert_eq!(
+        format!("{on_static} {on_pulled}"),
+        "sha256:192679991c690e7a2de5cd56abed074b9d04de9a25f31f453156f89f0e6777ae sha256:3d8a2ba306407c951678ad5da7da49a8da961cc176bd6e551019f441576fa49e"
+    );
+}
+
+#[test]
+fn provenance_bytes() {
+    let index = format!("sha256:{}", "d".repeat(64));
+    let manifests = BTreeMap::from([
+        (
+            "linux/amd64".to_string(),
+            format!("sha256:{}", "1".repeat(64)),
+        ),
+        (
+            "linux/arm64".to_string(),
+            format!("sha256:{}", "2".repeat(64)),
+        ),
+    ]);
+    let patches = [
+        describe::PatchRef {
+            name: "0001-a.patch",
+            sha256: &"3".repeat(64),
+        },
+        describe::PatchRef {
+            name: "0002-b.patch",
+            sha256: &"4".repeat(64),
+        },
+    ];
+    let platforms = vec!["linux/amd64".to_string(), "linux/arm64".to_string()];
+    let ldflags = occm_forge::go::build::ldflags(TAG);
+    let base_digest = format!("sha256:{}", "5".repeat(64));
+    let mut input = describe::ProvenanceInput {
+        repository: REPOSITORY,
+        tag: TAG,
+        index_digest: &index,
+        minor: "1.34",
+        upstream_url: SOURCE,
+        upstream_tag: "v1.34.1",
+        upstream_commit: REVISION,
+        patches: &patches,
+        series_sha256: &"6".repeat(64),
+        platforms: &platforms,
+        manifests: &manifests,
+        go_version: "1.25.1",
+        ldflags: &ldflags,
+        base: ("static", None),
+        epoch: EPOCH,
+    };
+    let on_static = sha256(&describe::slsa_provenance(&input));
+    let pulled = format!("registry.k8s.io/build-image/go-runner:v2.4.0@{base_digest}");
+    input.base = (&pulled, Some(&base_digest));
+    let on_pulled = sha256(&describe::slsa_provenance(&input));
+    assert_eq!(
+        format!("{on_static} {on_pulled}"),
+        "sha256:3a07bd110d442707f7dc4480d0de5e6c358a028484174f3b674bc7a51fe26161 sha256:20858a4048f46f9a9774894437896f78dad4f8c430ac571ca9fd0bc74e0edfdc"
+    );
+}
+
+#[test]
+fn digest_manifest_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("images.lock.yaml");
+    let h = |c: &str| format!("sha256:{}", c.repeat(64));
+    let entry = digest_manifest::Entry {
+        image: format!("{REPOSITORY}:{TAG}@{}", h("a")),
+        repository: REPOSITORY.into(),
+        tag: TAG.into(),
+        digest: h("a"),
+        published: true,
+        upstream_tag: "v1.34.1".into(),
+        upstream_commit: REVISION.into(),
+        patch_series_sha256: "6".repeat(64),
+        patches: vec!["0001-a.patch".into(), "0002-b.patch".into()],
+        already_upstream: vec!["0002-b.patch".into()],
+        platforms: vec!["linux/amd64".into(), "linux/arm64".into()],
+        manifests: BTreeMap::from([
+            ("linux/amd64".into(), h("1")),
+            ("linux/arm64".into(), h("2")),
+        ]),
+        sbom: BTreeMap::from([
+            ("linux/amd64".into(), h("7")),
+            ("linux/arm64".into(), h("8")),
+        ]),
+        provenance: Some(h("9")),
+        go_version: "1.25.1".into(),
+        base_image: "static".into(),
+        base_digest: None,
+        source_date_epoch: EPOCH,
+        built_at: "2026-12-01T00:00:00Z".into(),
+        // Empty mirrors are not written: digest manifests without copies stay byte-identical.
+        mirrors: vec![],
+    };
+    let minor: Minor = "1.34".parse().unwrap();
+    digest_manifest::record(&path, minor, entry.clone()).unwrap();
+    let mut other = entry;
+    other.base_image = format!("registry.k8s.io/build-image/go-runner:v2.4.0@{}", h("5"));
+    other.base_digest = Some(h("5"));
+    other.already_upstream = vec![];
+    other.published = false;
+    digest_manifest::record(&path, "1.9".parse().unwrap(), other).unwrap();
+    assert_eq!(
+        std::fs::read_to_string(&path).unwrap(),
+        include_str!("golden/digest-manifest.yaml")
+    );
+}
+
+/// Every minor of the project's images.toml as the build sees it: upstream tag, commit, Go,
+/// base, platforms, revision, the rendered tag, the patch series, the test packages and the
+/// required tests (guards included; as a sorted set: their order carries no meaning).
+#[test]
+fn resolved_project_config() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let cfg = config::load(&root.join("images.toml")).unwrap();
+    let mut out = String::new();
+    for (minor, m) in &cfg.minors {
+        let mut required = cfg.required_tests(m);
+        required.sort();
+        let tag = config::render_tag(
+            &cfg.tag_scheme,
+            &config::TagInputs {
+                upstream_tag: &m.upstream_tag,
+                revision: m.revision,
+                minor: *minor,
+                series_sha256: &"0".repeat(64),
+            },
+        );
+        out.push_str(&format!(
+            "[{minor}] {} {} go{} base={} platforms={} revision={} tag={tag}\n  patches: {}\n  test_packages: {}\n  required: {}\n",
+            m.upstream_tag,
+            m.commit,
+            m.go,
+            m.base,
+            m.platforms
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(","),
+            m.revision,
+            m.patches.join(" "),
+            m.test_packages.join(" "),
+            required.join(" "),
+        ));
+    }
+    assert_eq!(out, include_str!("golden/resolved-config.txt"));
+}
