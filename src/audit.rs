@@ -479,3 +479,107 @@ impl Checker<'_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::registry::memory::MemoryRegistry;
+    use crate::registry::publish;
+    use crate::testing;
+
+    fn config() -> Config {
+        crate::config::parse(
+            Path::new("/x/images.toml"),
+            r#"
+repository = "registry.example/occm/openstack-cloud-controller-manager"
+[minors."1.34"]
+upstream_tag = "v1.34.1"
+commit = "63ec67a04b40fee4ff43fec11c3d31f2a90c9ad2"
+go = "1.25.1"
+base = "static"
+platforms = ["linux/amd64", "linux/arm64"]
+revision = 1
+patches = []
+test_packages = ["./pkg/..."]
+"#,
+        )
+        .unwrap()
+    }
+
+    async fn published() -> (testing::FixtureImage, MemoryRegistry) {
+        let f = testing::image("v1.34.1-occmforge.1");
+        let reg = MemoryRegistry::new();
+        publish::publish(&reg, &f.repo, &f.image, &|_, _| {})
+            .await
+            .unwrap();
+        publish::publish_attachments(&reg, &f.repo, &f.image.layout_dir, &f.attachments)
+            .await
+            .unwrap();
+        (f, reg)
+    }
+
+    fn fields(findings: &[Finding]) -> Vec<String> {
+        findings.iter().map(|f| f.field.clone()).collect()
+    }
+
+    #[tokio::test]
+    async fn a_published_entry_matches() {
+        let (f, reg) = published().await;
+        let found = check(&reg, &config(), "1.34".parse().unwrap(), &f.entry)
+            .await
+            .unwrap();
+        assert!(found.is_empty(), "{found:?}");
+    }
+
+    #[tokio::test]
+    async fn a_retagged_image_a_lost_referrer_and_wrong_labels_are_findings() {
+        let (f, reg) = published().await;
+        let minor = "1.34".parse().unwrap();
+        let other = testing::image("v9.9.9-other.1");
+        publish::publish(&reg, &f.repo, &other.image, &|_, _| {})
+            .await
+            .unwrap();
+        reg.set_tag(
+            &f.repo,
+            "v1.34.1-occmforge.1",
+            Some(&other.image.index.digest),
+        );
+        reg.delete_manifest(&f.repo, &f.entry.provenance.clone().unwrap());
+        let found = check(&reg, &config(), minor, &f.entry).await.unwrap();
+        assert_eq!(fields(&found), ["tag", "provenance"], "{found:?}");
+        assert!(
+            found[0]
+                .message
+                .contains(&format!("serves {}", other.image.index.digest))
+        );
+
+        // An entry whose recorded tag differs from the image's version label.
+        let mut wrong = f.entry.clone();
+        wrong.upstream_commit = "1".repeat(40);
+        reg.set_tag(&f.repo, "v1.34.1-occmforge.1", Some(&f.entry.digest));
+        let found = check(&reg, &config(), minor, &wrong).await.unwrap();
+        assert_eq!(
+            fields(&found),
+            [
+                "label org.opencontainers.image.revision (linux/amd64)",
+                "label org.opencontainers.image.revision (linux/arm64)",
+                "provenance"
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn an_unpublished_entry_and_an_unreachable_registry() {
+        let (f, reg) = published().await;
+        let minor = "1.34".parse().unwrap();
+        let mut local = f.entry.clone();
+        local.published = false;
+        assert_eq!(
+            fields(&check(&reg, &config(), minor, &local).await.unwrap()),
+            ["published"]
+        );
+        reg.fail_when(|_| Some(ErrorKind::Transient));
+        let e = check(&reg, &config(), minor, &f.entry).await.unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Transient);
+    }
+}

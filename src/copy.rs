@@ -441,3 +441,130 @@ pub async fn copy(
         recorded,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::registry::memory::MemoryRegistry;
+    use crate::registry::publish;
+    use crate::testing;
+
+    fn config() -> Config {
+        crate::config::parse(
+            Path::new("/x/images.toml"),
+            r#"
+repository = "registry.example/occm/openstack-cloud-controller-manager"
+[minors."1.34"]
+upstream_tag = "v1.34.1"
+commit = "63ec67a04b40fee4ff43fec11c3d31f2a90c9ad2"
+go = "1.25.1"
+base = "static"
+platforms = ["linux/amd64", "linux/arm64"]
+revision = 1
+patches = []
+test_packages = ["./pkg/..."]
+"#,
+        )
+        .unwrap()
+    }
+
+    async fn published() -> (testing::FixtureImage, MemoryRegistry) {
+        let f = testing::image("v1.34.1-occmforge.1");
+        let reg = MemoryRegistry::new();
+        publish::publish(&reg, &f.repo, &f.image, &|_, _| {})
+            .await
+            .unwrap();
+        publish::publish_attachments(&reg, &f.repo, &f.image.layout_dir, &f.attachments)
+            .await
+            .unwrap();
+        (f, reg)
+    }
+
+    fn repo(s: &str) -> RepositoryName {
+        s.parse().unwrap()
+    }
+
+    #[tokio::test]
+    async fn every_manifest_and_blob_is_copied_byte_for_byte_and_the_tag_is_the_last_write() {
+        let (f, reg) = published().await;
+        let to = repo("mirror.example/magnum/openstack-cloud-controller-manager");
+        let copied = copy_image(&reg, &f.entry, &to, &|_, _| {}).await.unwrap();
+        assert_eq!(
+            copied.reference,
+            format!("{to}:v1.34.1-occmforge.1@{}", f.entry.digest)
+        );
+        assert_eq!((copied.manifests, copied.referrers), (2, 3));
+        assert_eq!(copied.mounted, 0);
+        let (src, dst) = (reg.repository(&f.repo), reg.repository(&to));
+        assert_eq!(dst.manifests, src.manifests);
+        assert_eq!(dst.blobs, src.blobs);
+        assert_eq!(dst.tags, src.tags, "the tag and every referrers index");
+        let pushes: Vec<String> = reg
+            .log()
+            .into_iter()
+            .filter(|op| op.kind == "push_manifest" && op.repo == to.to_string())
+            .map(|op| op.reference)
+            .collect();
+        assert_eq!(
+            pushes.last().map(String::as_str),
+            Some("v1.34.1-occmforge.1")
+        );
+        let found = audit::check_entry(
+            &reg,
+            &config(),
+            "1.34".parse().unwrap(),
+            &f.entry.at_repository(&to.to_string()),
+        )
+        .await
+        .unwrap();
+        assert!(found.is_empty(), "{found:?}");
+
+        // Again: everything is present, nothing is uploaded.
+        let again = copy_image(&reg, &f.entry, &to, &|_, _| {}).await.unwrap();
+        assert_eq!((again.uploaded, again.mounted), (0, 0));
+        assert_eq!(again.present, copied.uploaded);
+    }
+
+    #[tokio::test]
+    async fn on_the_same_registry_blobs_are_mounted() {
+        let (f, reg) = published().await;
+        let to = repo("registry.example/other/openstack-cloud-controller-manager");
+        let copied = copy_image(&reg, &f.entry, &to, &|_, _| {}).await.unwrap();
+        assert_eq!(copied.uploaded, 0);
+        assert_eq!(copied.mounted, reg.repository(&f.repo).blobs.len());
+    }
+
+    #[tokio::test]
+    async fn a_failed_copy_leaves_no_tag_and_a_taken_tag_is_refused() {
+        let (f, reg) = published().await;
+        let to = repo("mirror.example/magnum/openstack-cloud-controller-manager");
+        reg.fail_when(|op| {
+            (op.kind == "push_manifest" && op.reference.starts_with("sha256-"))
+                .then_some(ErrorKind::Other)
+        });
+        assert!(copy_image(&reg, &f.entry, &to, &|_, _| {}).await.is_err());
+        assert!(reg.repository(&to).tags.is_empty(), "no tag before the end");
+        reg.heal();
+
+        let other = testing::image("v9.9.9-other.1");
+        let taken = repo("mirror.example/taken/openstack-cloud-controller-manager");
+        publish::publish(&reg, &taken, &other.image, &|_, _| {})
+            .await
+            .unwrap();
+        reg.set_tag(
+            &taken,
+            "v1.34.1-occmforge.1",
+            Some(&other.image.index.digest),
+        );
+        let e = copy_image(&reg, &f.entry, &taken, &|_, _| {})
+            .await
+            .unwrap_err();
+        assert!(e.to_string().contains("tags never move"), "{e}");
+        assert_eq!(
+            reg.repository(&taken).tags["v1.34.1-occmforge.1"],
+            other.image.index.digest
+        );
+    }
+}

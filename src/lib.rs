@@ -45,6 +45,9 @@ pub mod stages;
 pub mod upstream;
 pub mod util;
 
+#[cfg(test)]
+mod testing;
+
 /// Any failure of occm-forge, by stage. `Display` is one line; [`Error::exit_code`] maps the
 /// stage to the process exit status documented in README.md.
 #[derive(Debug, thiserror::Error)]

@@ -322,6 +322,90 @@ fn write_checked(path: &Path, old: &str, doc: &DocumentMut) -> Result<(), Error>
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::registry::memory::MemoryRegistry;
+    use crate::registry::{ErrorKind, publish};
+
+    const CONFIG: &str = r#"repository = "registry.example/occm/openstack-cloud-controller-manager"
+
+[defaults]
+platforms = ["linux/amd64"]
+patches = []
+test_packages = ["./pkg/..."]
+
+[minors."1.34"]
+upstream_tag = "v1.34.1"
+commit = "63ec67a04b40fee4ff43fec11c3d31f2a90c9ad2"
+go = "1.25.1"
+# upstream's go-runner
+base = "registry.example/build-image/go-runner:v2.4.0"  # pinned by `pin`
+revision = 1
+"#;
+
+    async fn pin_base_with(reg: &MemoryRegistry) -> (PinOutcome, String) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("images.toml");
+        std::fs::write(&path, CONFIG).unwrap();
+        let req = PinRequest {
+            config_path: &path,
+            minor: "1.34".parse().unwrap(),
+            new_minor: false,
+            tag: None,
+            source: None,
+            cache_dir: dir.path(),
+        };
+        let out = pin(&req, reg).await.unwrap();
+        (out, std::fs::read_to_string(&path).unwrap())
+    }
+
+    #[tokio::test]
+    async fn a_base_tag_is_pinned_to_the_digest_the_registry_serves() {
+        let f = crate::testing::image("v2.4.0");
+        let reg = MemoryRegistry::new();
+        let base: crate::reference::RepositoryName =
+            "registry.example/build-image/go-runner".parse().unwrap();
+        publish::publish(&reg, &base, &f.image, &|_, _| {})
+            .await
+            .unwrap();
+        let (out, text) = pin_base_with(&reg).await;
+        let pinned = format!(
+            "registry.example/build-image/go-runner:v2.4.0@{}",
+            f.image.index.digest
+        );
+        assert_eq!(
+            out.changes,
+            [format!(
+                "minors.\"1.34\".base: \"registry.example/build-image/go-runner:v2.4.0\" → \"{pinned}\""
+            )]
+        );
+        assert!(
+            text.contains(&format!(
+                "# upstream's go-runner\nbase = \"{pinned}\"  # pinned by `pin`\n"
+            )),
+            "comments kept: {text}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_base_the_registry_cannot_resolve_is_kept_with_a_warning() {
+        let reg = MemoryRegistry::new();
+        let (out, text) = pin_base_with(&reg).await;
+        assert!(out.changes.is_empty());
+        assert_eq!(
+            out.warnings,
+            [
+                "base registry.example/build-image/go-runner:v2.4.0 does not exist; minors.\"1.34\".base kept"
+            ]
+        );
+        assert_eq!(text, CONFIG);
+        reg.fail_when(|_| Some(ErrorKind::Transient));
+        let (out, text) = pin_base_with(&reg).await;
+        assert!(
+            out.warnings[0].starts_with("base digest not resolved (registry registry.example:"),
+            "{:?}",
+            out.warnings
+        );
+        assert_eq!(text, CONFIG);
+    }
 
     #[test]
     fn reads_go_and_go_runner_from_the_dockerfile() {

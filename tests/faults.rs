@@ -114,7 +114,10 @@ fn registry_killed_mid_push_then_rerun_completes() {
     assert_eq!(o.status.code(), Some(8), "{}", stderr(&o));
     let last = stderr(&o).lines().last().unwrap_or_default().to_string();
     assert!(
-        last.starts_with(&format!("occm-forge: error: registry {}: ", proxy.addr)),
+        last.starts_with(&format!(
+            "occm-forge: error: publish: registry {}: ",
+            proxy.addr
+        )),
         "{last}"
     );
     assert_eq!(

@@ -145,6 +145,76 @@ fn pin_adds_a_new_minor_from_the_previous_one() {
     );
 }
 
+/// The fixture's images.toml with the keys its minors share moved into `[defaults]`.
+fn use_defaults(f: &Fixture) {
+    let text = std::fs::read_to_string(&f.config).unwrap();
+    let shared = [
+        "platforms = ",
+        "patches = ",
+        "test_packages = ",
+        "required_tests = ",
+    ];
+    let mut defaults = String::from("[defaults]\n");
+    for key in shared {
+        let line = text.lines().find(|l| l.starts_with(key)).unwrap();
+        defaults.push_str(line);
+        defaults.push('\n');
+    }
+    let kept: Vec<&str> = text
+        .lines()
+        .filter(|l| !shared.iter().any(|k| l.starts_with(k)))
+        .collect();
+    let kept = kept.join("\n") + "\n";
+    let at = kept.find("[minors.").unwrap();
+    std::fs::write(
+        &f.config,
+        format!("{}{defaults}\n{}", &kept[..at], &kept[at..]),
+    )
+    .unwrap();
+}
+
+#[test]
+fn pin_adds_a_new_minor_with_its_own_keys_only_when_defaults_exist() {
+    let f = fixture(&["linux/amd64"]);
+    use_defaults(&f);
+    let o = occm_forge(f.path()).arg("minors").output().unwrap();
+    assert_eq!(
+        stdout(&o),
+        "[\"1.33\",\"1.34\",\"1.35\"]\n",
+        "{}",
+        stderr(&o)
+    );
+    // The local toolchain, so that the new minor builds offline.
+    let commit = f.release(
+        "v1.36.0",
+        &local_go_version(),
+        "registry.k8s.io/build-image/go-runner:v2.4.0-go1.26.2-bookworm.0",
+    );
+    let o = pin(
+        &f,
+        "127.0.0.1:1",
+        &["--new-minor", "1.36", "--tag", "v1.36.0"],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let toml: toml::Table = std::fs::read_to_string(&f.config).unwrap().parse().unwrap();
+    let m = toml["minors"]["1.36"].as_table().unwrap();
+    let keys: Vec<&str> = m.keys().map(String::as_str).collect();
+    assert_eq!(
+        keys,
+        ["base", "commit", "go", "revision", "upstream_tag"],
+        "{m:?}"
+    );
+    assert_eq!(m["commit"].as_str(), Some(commit.as_str()));
+    // It builds from [defaults] like the others: the fixture's series and its tests.
+    let o = occm_forge(f.path())
+        .args(["-q", "build", "--k8s", "1.36", "--source"])
+        .arg(&f.upstream)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stdout(&o), "oci:out:v1.36.0-occmforge.1\n");
+}
+
 #[test]
 fn pin_keeps_the_reference_when_the_registry_is_unreachable() {
     let f = fixture(&["linux/amd64"]);

@@ -7,6 +7,8 @@
 //! (`HEAD|GET|PUT /v2/<name>/manifests/<reference>`).
 
 pub mod auth;
+#[cfg(any(test, feature = "testing"))]
+pub mod memory;
 pub mod oci;
 pub mod publish;
 pub mod pull;

@@ -264,3 +264,111 @@ pub async fn publish_attachments(
     }
     Ok(attachments.len())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::registry::memory::MemoryRegistry;
+    use crate::testing;
+
+    #[tokio::test]
+    async fn blobs_then_platform_manifests_then_the_index_by_tag_then_a_check() {
+        let f = testing::image("v1.34.1-occmforge.1");
+        let reg = MemoryRegistry::new();
+        let published = publish(&reg, &f.repo, &f.image, &|_, _| {}).await.unwrap();
+        assert_eq!(published.digest, f.image.index.digest);
+        let kinds: Vec<String> = reg
+            .log()
+            .iter()
+            .filter(|o| o.kind != "blob_exists")
+            .map(|o| o.to_string())
+            .collect();
+        let blobs = f.image.blobs().len();
+        assert!(
+            kinds[..blobs].iter().all(|k| k.starts_with("push_blob ")),
+            "{kinds:?}"
+        );
+        let manifests: Vec<String> = f
+            .image
+            .platforms
+            .iter()
+            .map(|p| format!("push_manifest {}", p.manifest.digest))
+            .collect();
+        assert_eq!(kinds[blobs..blobs + 2], manifests[..]);
+        assert_eq!(kinds[blobs + 2], "push_manifest v1.34.1-occmforge.1");
+        assert_eq!(kinds[blobs + 3], "manifest_digest v1.34.1-occmforge.1");
+        assert_eq!(kinds.len(), blobs + 4);
+
+        // A second push finds every blob and uploads nothing.
+        let again = publish(&reg, &f.repo, &f.image, &|_, _| {}).await.unwrap();
+        assert_eq!((again.uploaded, again.skipped), (0, blobs));
+    }
+
+    #[tokio::test]
+    async fn no_tag_points_at_a_half_pushed_image() {
+        let f = testing::image("v1.34.1-occmforge.1");
+        let reg = MemoryRegistry::new();
+        let second = f.image.platforms[1].manifest.digest.clone();
+        reg.fail_when(move |op| {
+            (op.kind == "push_manifest" && op.reference == second).then_some(ErrorKind::Other)
+        });
+        assert!(publish(&reg, &f.repo, &f.image, &|_, _| {}).await.is_err());
+        assert!(
+            reg.repository(&f.repo).tags.is_empty(),
+            "the tag was written"
+        );
+        reg.heal();
+        publish(&reg, &f.repo, &f.image, &|_, _| {}).await.unwrap();
+        assert_eq!(
+            reg.repository(&f.repo).tags["v1.34.1-occmforge.1"],
+            f.image.index.digest
+        );
+    }
+
+    #[tokio::test]
+    async fn referrers_fallback_index_keeps_other_referrers() {
+        let f = testing::image("v1.34.1-occmforge.1");
+        let reg = MemoryRegistry::new();
+        publish(&reg, &f.repo, &f.image, &|_, _| {}).await.unwrap();
+        // Someone else's referrer of the index (a signature) is there first.
+        let signature = referrer::attach(
+            &f.image.layout_dir,
+            &f.image.index,
+            "application/vnd.dev.cosign.artifact.sig.v1+json",
+            b"signature",
+            0,
+        )
+        .unwrap();
+        publish_attachments(
+            &reg,
+            &f.repo,
+            &f.image.layout_dir,
+            std::slice::from_ref(&signature),
+        )
+        .await
+        .unwrap();
+        // Ours, pushed twice: listed once each, the signature kept.
+        for _ in 0..2 {
+            let n = publish_attachments(&reg, &f.repo, &f.image.layout_dir, &f.attachments)
+                .await
+                .unwrap();
+            assert_eq!(n, 3);
+        }
+        let read = |subject: &str| -> Vec<String> {
+            let repo = reg.repository(&f.repo);
+            let digest = &repo.tags[&referrer::fallback_tag(subject)];
+            let index: Index = serde_json::from_slice(&repo.manifests[digest].1).unwrap();
+            index.manifests.into_iter().map(|m| m.digest).collect()
+        };
+        let provenance = &f.attachments[2].manifest.digest;
+        let mut want = vec![signature.manifest.digest.clone(), provenance.clone()];
+        want.sort();
+        assert_eq!(read(&f.image.index.digest), want);
+        for (p, sbom) in f.image.platforms.iter().zip(&f.attachments) {
+            assert_eq!(
+                read(&p.manifest.digest),
+                std::slice::from_ref(&sbom.manifest.digest)
+            );
+        }
+    }
+}

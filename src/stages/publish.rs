@@ -75,3 +75,57 @@ impl Stage for PublishStage<'_> {
         Ok(Done::new(published, detail))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::registry::memory::MemoryRegistry;
+    use crate::stage::Silent;
+    use crate::testing;
+
+    fn stage<'a>(
+        reg: &'a MemoryRegistry,
+        f: &'a testing::FixtureImage,
+        served_before: Option<&'a str>,
+        replace_tag: bool,
+    ) -> PublishStage<'a> {
+        PublishStage {
+            registry: reg,
+            repo: &f.repo,
+            image: &f.image,
+            attachments: &f.attachments,
+            served_before,
+            replace_tag,
+            minor: "1.34".parse().unwrap(),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_tag_serving_another_image_is_never_moved_unless_asked() {
+        let f = testing::image("v1.34.1-occmforge.1");
+        let reg = MemoryRegistry::new();
+        let cx = StageContext { reporter: &Silent };
+        let other = format!("sha256:{}", "f".repeat(64));
+        let e = stage(&reg, &f, Some(&other), false)
+            .run(&cx)
+            .await
+            .unwrap_err();
+        assert_eq!(e.exit_code(), 8);
+        let text = e.to_string();
+        assert!(
+            text.starts_with("publish: registry registry.example: push occm/openstack-cloud-controller-manager:v1.34.1-occmforge.1: the tag already serves sha256:ffff"),
+            "{text}"
+        );
+        assert!(text.contains("bump `revision` for 1.34"), "{text}");
+        assert!(reg.log().is_empty(), "nothing was pushed");
+
+        // The same digest is a rerun; --replace-tag moves it on purpose.
+        let digest = f.image.index.digest.clone();
+        let done = stage(&reg, &f, Some(&digest), false)
+            .run(&cx)
+            .await
+            .unwrap();
+        assert!(done.detail.ends_with("3 referrers)"), "{}", done.detail);
+        stage(&reg, &f, Some(&other), true).run(&cx).await.unwrap();
+    }
+}

@@ -1,9 +1,13 @@
 //! `images.toml`: the build inputs people edit.
 //!
 //! The file names the upstream repository, the target image repository, the tag scheme, the
-//! digest-manifest path, a catalogue of patches and one table per Kubernetes minor. Every key is
-//! checked: unknown or misspelt keys and invalid values are errors that name the file, line and
-//! column. See README.md ("images.toml reference") for the full key list.
+//! digest-manifest path, a catalogue of patches, optional `[defaults]` for the keys minors share
+//! (platforms, test packages, required tests, the patch series, the base; a minor's own key
+//! replaces the default outright, like ko's `defaultPlatforms`) and one table per Kubernetes
+//! minor. Every key is checked: unknown or misspelt keys and invalid values are errors that name
+//! the file, line and column. See README.md ("images.toml reference") for the full key list.
+//!
+//! [`raw`] holds the serde shapes and the merge of `[defaults]`; [`check`] the validation rules.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -12,7 +16,8 @@ use std::str::FromStr;
 
 use serde::Deserialize;
 
-use crate::util::{is_sha256_digest, is_valid_tag};
+mod check;
+mod raw;
 
 /// The default upstream repository.
 pub const DEFAULT_UPSTREAM: &str = "https://github.com/kubernetes/cloud-provider-openstack";
@@ -225,9 +230,8 @@ pub struct PatchInfo {
     pub guarded_by: Vec<String>,
 }
 
-/// `[minors."1.34"]`: everything needed to build one Kubernetes minor.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
+/// `[minors."1.34"]` with `[defaults]` applied: everything needed to build one Kubernetes minor.
+#[derive(Debug, Clone, PartialEq)]
 pub struct MinorConfig {
     /// Upstream release tag, e.g. `v1.34.1`.
     pub upstream_tag: String,
@@ -246,7 +250,6 @@ pub struct MinorConfig {
     /// Go packages to test, e.g. `./pkg/openstack/`.
     pub test_packages: Vec<String>,
     /// Tests that must run and pass (in addition to every fix patch's `guarded_by`).
-    #[serde(default)]
     pub required_tests: Vec<String>,
 }
 
@@ -255,47 +258,6 @@ impl MinorConfig {
     pub fn is_static_base(&self) -> bool {
         self.base == STATIC_BASE
     }
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawConfig {
-    #[serde(default = "default_upstream")]
-    upstream: String,
-    repository: String,
-    #[serde(default = "default_tag_scheme")]
-    tag: String,
-    #[serde(default = "default_manifest")]
-    digest_manifest: String,
-    #[serde(default = "default_patches_dir")]
-    patches_dir: String,
-    #[serde(default)]
-    registry: RawRegistry,
-    #[serde(default)]
-    patches: BTreeMap<String, PatchInfo>,
-    minors: BTreeMap<String, MinorConfig>,
-}
-
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-struct RawRegistry {
-    #[serde(default)]
-    insecure: Vec<String>,
-    #[serde(default)]
-    ca_files: Vec<String>,
-}
-
-fn default_upstream() -> String {
-    DEFAULT_UPSTREAM.to_string()
-}
-fn default_tag_scheme() -> String {
-    DEFAULT_TAG_SCHEME.to_string()
-}
-fn default_manifest() -> String {
-    DEFAULT_DIGEST_MANIFEST.to_string()
-}
-fn default_patches_dir() -> String {
-    "patches".to_string()
 }
 
 /// The values a tag scheme is rendered from.
@@ -326,275 +288,26 @@ pub fn render_tag(scheme: &str, inputs: &TagInputs<'_>) -> String {
 /// Reads and validates `images.toml`.
 ///
 /// Errors: unreadable file; TOML syntax; unknown or misspelt keys; a minor key that is not
-/// `1.NN`; a commit that is not 40 hex characters; a tag scheme without `{upstream_tag}` and
-/// one of `{revision}`/`{series}`, or one that renders to an invalid tag or to the upstream tag;
-/// an empty platform, patch or test-package list entry; a non-static base without `@sha256:`
-/// unless it is a plain tag reference (allowed only with `--allow-unpinned-base` at build time);
-/// a `[patches]` entry naming a file that no minor uses is allowed. Every error names
-/// `file:line:column`.
+/// `1.NN`; a commit that is not 40 hex characters; a Go version that is not `1.N[.N]`; a tag
+/// scheme without `{upstream_tag}` and one of `{revision}`/`{series}`, or one that renders to an
+/// invalid tag or to the upstream tag; an empty platform, patch or test-package list entry; a
+/// base that is not a reference or whose digest is not `sha256:<64 hex>`; a patch named in a
+/// series or in `[patches]` that is not a file in `patches_dir`. Every error names
+/// `file:line:column`; an error in a value a minor inherits from `[defaults]` points at the
+/// `[defaults]` line.
 pub fn load(path: &Path) -> Result<Config, ConfigError> {
     let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
         file: path.to_path_buf(),
         location: String::new(),
         message: format!("cannot read: {e}"),
     })?;
-    parse_checked(path, &text, true)
+    check::parse_checked(path, &text, true)
 }
 
 /// Parses `images.toml` text; `path` is used for messages and to resolve relative paths. Patch
 /// files are not looked for (see [`load`]).
 pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigError> {
-    parse_checked(path, text, false)
-}
-
-/// Parses and validates; with `check_files`, every patch named in a series or in `[patches]` must
-/// exist in `patches_dir` (a misspelt `[patches."…"]` key would otherwise silently un-guard a fix).
-fn parse_checked(path: &Path, text: &str, check_files: bool) -> Result<Config, ConfigError> {
-    let err_at = |span: Option<std::ops::Range<usize>>, message: String| ConfigError {
-        file: path.to_path_buf(),
-        location: span
-            .map(|s| {
-                let (l, c) = line_col(text, s.start);
-                format!(":{l}:{c}")
-            })
-            .unwrap_or_default(),
-        message,
-    };
-    let raw: RawConfig = toml::from_str(text)
-        .map_err(|e| err_at(e.span(), e.message().trim().replace('\n', " ")))?;
-    // A second, span-keeping parse for semantic errors.
-    let doc =
-        toml_edit::Document::parse(text).map_err(|e| err_at(e.span(), e.message().to_string()))?;
-    let span_of = |keys: &[&str]| -> Option<std::ops::Range<usize>> {
-        let mut item = doc.as_item();
-        for k in keys {
-            item = item.get(k)?;
-        }
-        item.span()
-            .or_else(|| item.as_table().and_then(|t| t.span()))
-    };
-
-    let base_dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
-    let resolve = |p: &str| {
-        let p = Path::new(p);
-        if p.is_absolute() {
-            p.to_path_buf()
-        } else {
-            base_dir.join(p)
-        }
-    };
-
-    if raw.repository.trim().is_empty()
-        || raw.repository.contains(['@', ' '])
-        || raw.repository.ends_with('/')
-    {
-        return Err(err_at(
-            span_of(&["repository"]),
-            format!(
-                "repository `{}` must be a registry/path without tag or digest",
-                raw.repository
-            ),
-        ));
-    }
-    let repo_last = raw.repository.rsplit('/').next().unwrap_or_default();
-    if repo_last.contains(':') {
-        return Err(err_at(
-            span_of(&["repository"]),
-            format!(
-                "repository `{}` must not carry a tag; the tag comes from `tag`",
-                raw.repository
-            ),
-        ));
-    }
-    validate_tag_scheme(&raw.tag).map_err(|m| err_at(span_of(&["tag"]), m))?;
-
-    let minors_for_files: Vec<(String, Vec<String>)> = raw
-        .minors
-        .iter()
-        .map(|(k, m)| (k.clone(), m.patches.clone()))
-        .collect();
-    let mut minors = BTreeMap::new();
-    for (key, m) in raw.minors {
-        let here =
-            |field: &str| span_of(&["minors", &key, field]).or_else(|| span_of(&["minors", &key]));
-        let minor: Minor = key
-            .parse()
-            .map_err(|e: String| err_at(span_of(&["minors", &key]), e))?;
-        if m.commit.len() != 40
-            || !m
-                .commit
-                .bytes()
-                .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
-        {
-            return Err(err_at(
-                here("commit"),
-                format!(
-                    "minors.\"{key}\".commit `{}` is not a 40-character lowercase hex commit id",
-                    m.commit
-                ),
-            ));
-        }
-        let tag_minor = m
-            .upstream_tag
-            .strip_prefix('v')
-            .and_then(|t| t.rsplit_once('.'))
-            .and_then(|(mm, _)| mm.parse::<Minor>().ok());
-        if tag_minor != Some(minor) {
-            return Err(err_at(
-                here("upstream_tag"),
-                format!(
-                    "minors.\"{key}\".upstream_tag `{}` is not a v{minor}.N release tag",
-                    m.upstream_tag
-                ),
-            ));
-        }
-        if m.go.is_empty()
-            || !m
-                .go
-                .split('.')
-                .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
-        {
-            return Err(err_at(
-                here("go"),
-                format!(
-                    "minors.\"{key}\".go `{}` is not a Go version such as 1.25.1",
-                    m.go
-                ),
-            ));
-        }
-        if m.base != STATIC_BASE && (m.base.contains(char::is_whitespace) || m.base.is_empty()) {
-            return Err(err_at(
-                here("base"),
-                format!(
-                    "minors.\"{key}\".base `{}` is not an image reference",
-                    m.base
-                ),
-            ));
-        }
-        if let Some((_, d)) = m.base.split_once('@')
-            && !is_sha256_digest(d)
-        {
-            return Err(err_at(
-                here("base"),
-                format!("minors.\"{key}\".base digest `{d}` is not sha256:<64 hex>"),
-            ));
-        }
-        if m.platforms.is_empty() {
-            return Err(err_at(
-                here("platforms"),
-                format!("minors.\"{key}\".platforms is empty"),
-            ));
-        }
-        let mut seen = std::collections::BTreeSet::new();
-        for p in &m.platforms {
-            if !seen.insert(p) {
-                return Err(err_at(
-                    here("platforms"),
-                    format!("minors.\"{key}\".platforms lists {p} twice"),
-                ));
-            }
-        }
-        if m.test_packages.is_empty() || m.test_packages.iter().any(|p| p.trim().is_empty()) {
-            return Err(err_at(
-                here("test_packages"),
-                format!("minors.\"{key}\".test_packages must list at least one Go package"),
-            ));
-        }
-        for p in &m.patches {
-            if p.contains('/') || p.contains('\\') || !p.ends_with(".patch") {
-                return Err(err_at(
-                    here("patches"),
-                    format!(
-                        "minors.\"{key}\".patches: `{p}` must be a .patch file name inside patches_dir"
-                    ),
-                ));
-            }
-        }
-        let rendered = render_tag(
-            &raw.tag,
-            &TagInputs {
-                upstream_tag: &m.upstream_tag,
-                revision: m.revision,
-                minor,
-                series_sha256: &"0".repeat(64),
-            },
-        );
-        if rendered == m.upstream_tag {
-            return Err(err_at(
-                here("revision"),
-                format!("the tag scheme gives the upstream tag `{rendered}` itself"),
-            ));
-        }
-        if !is_valid_tag(&rendered) {
-            return Err(err_at(
-                span_of(&["tag"]),
-                format!("the tag scheme gives `{rendered}`, not a valid image tag"),
-            ));
-        }
-        minors.insert(minor, m);
-    }
-    if minors.is_empty() {
-        return Err(err_at(None, "no [minors.\"1.NN\"] entries".to_string()));
-    }
-    let patches_dir = resolve(&raw.patches_dir);
-    if check_files {
-        for name in raw.patches.keys() {
-            if !patches_dir.join(name).is_file() {
-                return Err(err_at(
-                    doc.get("patches")
-                        .and_then(|t| t.as_table_like())
-                        .and_then(|t| t.get_key_value(name))
-                        .and_then(|(k, _)| k.span()),
-                    format!(
-                        "patches.\"{name}\": no such file in {}",
-                        patches_dir.display()
-                    ),
-                ));
-            }
-        }
-        for (key, m) in &minors_for_files {
-            for name in m {
-                if !patches_dir.join(name).is_file() {
-                    return Err(err_at(
-                        span_of(&["minors", key, "patches"]),
-                        format!(
-                            "minors.\"{key}\".patches: {name}: no such file in {}",
-                            patches_dir.display()
-                        ),
-                    ));
-                }
-            }
-        }
-    }
-    for (name, info) in &raw.patches {
-        if info.guarded_by.is_empty() {
-            return Err(err_at(
-                span_of(&["patches", name]),
-                format!("patches.\"{name}\".guarded_by must name at least one regression test"),
-            ));
-        }
-    }
-    for r in &raw.registry.insecure {
-        if r.contains('/') || r.is_empty() {
-            return Err(err_at(
-                span_of(&["registry", "insecure"]),
-                format!("registry.insecure entry `{r}` must be host[:port]"),
-            ));
-        }
-    }
-
-    Ok(Config {
-        path: path.to_path_buf(),
-        upstream: raw.upstream,
-        repository: raw.repository,
-        tag_scheme: raw.tag,
-        digest_manifest: resolve(&raw.digest_manifest),
-        patches_dir,
-        insecure_registries: raw.registry.insecure,
-        ca_files: raw.registry.ca_files.iter().map(|p| resolve(p)).collect(),
-        patches: raw.patches,
-        minors,
-    })
+    check::parse_checked(path, text, false)
 }
 
 impl Config {
@@ -639,37 +352,6 @@ impl Config {
             ),
         })
     }
-}
-
-fn validate_tag_scheme(scheme: &str) -> Result<(), String> {
-    let mut rest = scheme;
-    while let Some(open) = rest.find('{') {
-        let close = rest[open..]
-            .find('}')
-            .ok_or_else(|| format!("tag scheme `{scheme}` has an unclosed `{{`"))?;
-        let name = &rest[open + 1..open + close];
-        if !matches!(name, "upstream_tag" | "revision" | "minor" | "series") {
-            return Err(format!(
-                "tag scheme `{scheme}` uses unknown placeholder `{{{name}}}` (known: upstream_tag, revision, minor, series)"
-            ));
-        }
-        rest = &rest[open + close + 1..];
-    }
-    if !scheme.contains("{upstream_tag}")
-        || !(scheme.contains("{revision}") || scheme.contains("{series}"))
-    {
-        return Err(format!(
-            "tag scheme `{scheme}` must contain {{upstream_tag}} and {{revision}} or {{series}}, so that a tag never equals the upstream tag and changes with the patch series"
-        ));
-    }
-    Ok(())
-}
-
-fn line_col(text: &str, offset: usize) -> (usize, usize) {
-    let before = &text[..offset.min(text.len())];
-    let line = before.matches('\n').count() + 1;
-    let col = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
-    (line, col)
 }
 
 #[cfg(test)]
@@ -781,5 +463,84 @@ test_packages = ["./pkg/openstack/"]
             },
         );
         assert_eq!(t, "v1.34.1-occmforge.2.abcdef012345");
+    }
+
+    const WITH_DEFAULTS: &str = r#"
+repository = "registry.example.internal/occm/openstack-cloud-controller-manager"
+
+[defaults]
+platforms = ["linux/amd64", "linux/arm64"]
+patches = ["0001-test.patch", "0002-fix.patch"]
+test_packages = ["./pkg/openstack/"]
+required_tests = ["TestA"]
+
+[minors."1.33"]
+upstream_tag = "v1.33.1"
+commit = "84f9746289f5ac160351c1e9ddd2ff522cfcd22e"
+go = "1.24.3"
+base = "static"
+revision = 1
+patches = ["0001-test.patch"]
+
+[minors."1.34"]
+upstream_tag = "v1.34.1"
+commit = "63ec67a04b40fee4ff43fec11c3d31f2a90c9ad2"
+go = "1.25.1"
+base = "static"
+revision = 1
+"#;
+
+    #[test]
+    fn defaults_are_inherited_and_a_minors_own_key_replaces_them() {
+        let c = parse_str(WITH_DEFAULTS).unwrap();
+        let m33 = c.minor("1.33".parse().unwrap()).unwrap();
+        let m34 = c.minor("1.34".parse().unwrap()).unwrap();
+        assert_eq!(m33.patches, ["0001-test.patch"], "replaced, not merged");
+        assert_eq!(m34.patches, ["0001-test.patch", "0002-fix.patch"]);
+        assert_eq!(m34.platforms.len(), 2);
+        assert_eq!(m33.test_packages, ["./pkg/openstack/"]);
+        assert_eq!(m34.required_tests, ["TestA"]);
+    }
+
+    #[test]
+    fn an_error_in_an_inherited_value_points_at_the_defaults_line() {
+        let bad = WITH_DEFAULTS.replace(
+            "platforms = [\"linux/amd64\", \"linux/arm64\"]",
+            "platforms = [\"linux/amd64\", \"linux/amd64\"]",
+        );
+        let e = parse_str(&bad).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "/x/images.toml:5:13: defaults.platforms lists linux/amd64 twice"
+        );
+        // The minor's own value is checked where it is written.
+        let bad = WITH_DEFAULTS.replace(
+            "patches = [\"0001-test.patch\"]",
+            "patches = [\"0001-test.diff\"]",
+        );
+        let e = parse_str(&bad).unwrap_err().to_string();
+        assert!(
+            e.starts_with("/x/images.toml:16:11: minors.\"1.33\".patches: `0001-test.diff`"),
+            "{e}"
+        );
+        // Unknown keys in [defaults] are errors too; per-minor facts have no default.
+        let bad = WITH_DEFAULTS.replace("[defaults]\n", "[defaults]\ngo = \"1.25.1\"\n");
+        let e = parse_str(&bad).unwrap_err().to_string();
+        assert!(
+            e.starts_with("/x/images.toml:5:1: unknown field `go`"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_key_neither_the_minor_nor_defaults_sets_is_named() {
+        let bad = WITH_DEFAULTS.replace("test_packages = [\"./pkg/openstack/\"]\n", "");
+        let e = parse_str(&bad).unwrap_err().to_string();
+        assert!(
+            e.ends_with(
+                "minors.\"1.33\": missing field `test_packages` (set it there or in [defaults])"
+            ),
+            "{e}"
+        );
     }
 }

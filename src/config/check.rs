@@ -1,0 +1,430 @@
+//! Validation of images.toml: one function per rule, each error located at `file:line:column`
+//! (a second, span-keeping parse with `toml_edit` finds the key).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+
+use super::raw::{Merged, RawConfig};
+use super::{Config, ConfigError, Minor, MinorConfig, STATIC_BASE, TagInputs, render_tag};
+use crate::util::{is_sha256_digest, is_valid_tag};
+
+/// An error in `path` at byte `span` of `text` (or without a position).
+fn error_at(path: &Path, text: &str, span: Option<Range<usize>>, message: String) -> ConfigError {
+    ConfigError {
+        file: path.to_path_buf(),
+        location: span
+            .map(|s| {
+                let (l, c) = line_col(text, s.start);
+                format!(":{l}:{c}")
+            })
+            .unwrap_or_default(),
+        message,
+    }
+}
+
+/// Where keys are in the text, for messages.
+struct Spans<'a> {
+    path: &'a Path,
+    text: &'a str,
+    doc: toml_edit::Document<&'a str>,
+}
+
+impl Spans<'_> {
+    /// An error at `span` (or without a position).
+    fn err(&self, span: Option<Range<usize>>, message: String) -> ConfigError {
+        error_at(self.path, self.text, span, message)
+    }
+
+    /// The span of the value (or table) at `keys`.
+    fn of(&self, keys: &[&str]) -> Option<Range<usize>> {
+        let mut item = self.doc.as_item();
+        for k in keys {
+            item = item.get(k)?;
+        }
+        item.span()
+            .or_else(|| item.as_table().and_then(|t| t.span()))
+    }
+
+    /// The span of a key itself (for table keys like `[patches."…"]`).
+    fn of_key(&self, table: &str, key: &str) -> Option<Range<usize>> {
+        self.doc
+            .get(table)
+            .and_then(|t| t.as_table_like())
+            .and_then(|t| t.get_key_value(key))
+            .and_then(|(k, _)| k.span())
+    }
+}
+
+/// One minor's key, for messages and spans: its own, or the `[defaults]` one it inherits.
+struct Field<'a> {
+    minor: &'a str,
+    inherited: &'a BTreeSet<&'static str>,
+}
+
+impl Field<'_> {
+    /// `minors."1.34".<field>` or `defaults.<field>`.
+    fn name(&self, field: &str) -> String {
+        if self.inherited.contains(field) {
+            format!("defaults.{field}")
+        } else {
+            format!("minors.\"{}\".{field}", self.minor)
+        }
+    }
+
+    /// Where `field` is written: in the minor, in `[defaults]`, or the minor's table.
+    fn span(&self, s: &Spans<'_>, field: &str) -> Option<Range<usize>> {
+        if self.inherited.contains(field) {
+            s.of(&["defaults", field])
+        } else {
+            s.of(&["minors", self.minor, field])
+                .or_else(|| s.of(&["minors", self.minor]))
+        }
+    }
+}
+
+/// Parses and validates; with `check_files`, every patch named in a series or in `[patches]` must
+/// exist in `patches_dir` (a misspelt `[patches."…"]` key would otherwise silently un-guard a fix).
+pub(super) fn parse_checked(
+    path: &Path,
+    text: &str,
+    check_files: bool,
+) -> Result<Config, ConfigError> {
+    let raw: RawConfig = toml::from_str(text)
+        .map_err(|e| error_at(path, text, e.span(), e.message().trim().replace('\n', " ")))?;
+    let s = Spans {
+        path,
+        text,
+        doc: toml_edit::Document::parse(text)
+            .map_err(|e| error_at(path, text, e.span(), e.message().to_string()))?,
+    };
+    check_repository(&s, &raw.repository)?;
+    validate_tag_scheme(&raw.tag).map_err(|m| s.err(s.of(&["tag"]), m))?;
+    let base_dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
+    let resolve = |p: &str| -> PathBuf {
+        let p = Path::new(p);
+        if p.is_absolute() {
+            p.to_path_buf()
+        } else {
+            base_dir.join(p)
+        }
+    };
+    let patches_dir = resolve(&raw.patches_dir);
+    let mut minors = BTreeMap::new();
+    for (key, m) in raw.minors {
+        let merged = m.merge(&raw.defaults).map_err(|field| {
+            s.err(
+                s.of(&["minors", &key]),
+                format!(
+                    "minors.\"{key}\": missing field `{field}` (set it there or in [defaults])"
+                ),
+            )
+        })?;
+        let (minor, m) = check_minor(&s, &key, merged, &raw.tag)?;
+        if check_files {
+            check_series_files(&s, &key, &m, &patches_dir)?;
+        }
+        minors.insert(minor, m);
+    }
+    if minors.is_empty() {
+        return Err(s.err(None, "no [minors.\"1.NN\"] entries".to_string()));
+    }
+    check_patch_catalogue(
+        &s,
+        &raw.patches,
+        check_files.then_some(patches_dir.as_path()),
+    )?;
+    for r in &raw.registry.insecure {
+        if r.contains('/') || r.is_empty() {
+            return Err(s.err(
+                s.of(&["registry", "insecure"]),
+                format!("registry.insecure entry `{r}` must be host[:port]"),
+            ));
+        }
+    }
+    Ok(Config {
+        path: path.to_path_buf(),
+        upstream: raw.upstream,
+        repository: raw.repository,
+        tag_scheme: raw.tag,
+        digest_manifest: resolve(&raw.digest_manifest),
+        patches_dir,
+        insecure_registries: raw.registry.insecure,
+        ca_files: raw.registry.ca_files.iter().map(|p| resolve(p)).collect(),
+        patches: raw.patches,
+        minors,
+    })
+}
+
+/// `repository`: `registry/path`, no tag, no digest.
+fn check_repository(s: &Spans<'_>, repository: &str) -> Result<(), ConfigError> {
+    let at = || s.of(&["repository"]);
+    if repository.trim().is_empty() || repository.contains(['@', ' ']) || repository.ends_with('/')
+    {
+        return Err(s.err(
+            at(),
+            format!("repository `{repository}` must be a registry/path without tag or digest"),
+        ));
+    }
+    if repository
+        .rsplit('/')
+        .next()
+        .unwrap_or_default()
+        .contains(':')
+    {
+        return Err(s.err(
+            at(),
+            format!("repository `{repository}` must not carry a tag; the tag comes from `tag`"),
+        ));
+    }
+    Ok(())
+}
+
+/// One minor: its key, commit, upstream tag, Go version, base, platforms, test packages, patch
+/// names and the tag it renders.
+fn check_minor(
+    s: &Spans<'_>,
+    key: &str,
+    m: Merged,
+    scheme: &str,
+) -> Result<(Minor, MinorConfig), ConfigError> {
+    let f = Field {
+        minor: key,
+        inherited: &m.inherited,
+    };
+    let fail = |field: &str, message: String| Err(s.err(f.span(s, field), message));
+    let minor: Minor = key
+        .parse()
+        .map_err(|e: String| s.err(s.of(&["minors", key]), e))?;
+    if m.commit.len() != 40
+        || !m
+            .commit
+            .bytes()
+            .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+    {
+        return fail(
+            "commit",
+            format!(
+                "{} `{}` is not a 40-character lowercase hex commit id",
+                f.name("commit"),
+                m.commit
+            ),
+        );
+    }
+    let tag_minor = m
+        .upstream_tag
+        .strip_prefix('v')
+        .and_then(|t| t.rsplit_once('.'))
+        .and_then(|(mm, _)| mm.parse::<Minor>().ok());
+    if tag_minor != Some(minor) {
+        return fail(
+            "upstream_tag",
+            format!(
+                "{} `{}` is not a v{minor}.N release tag",
+                f.name("upstream_tag"),
+                m.upstream_tag
+            ),
+        );
+    }
+    if m.go.is_empty()
+        || !m
+            .go
+            .split('.')
+            .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+    {
+        return fail(
+            "go",
+            format!(
+                "{} `{}` is not a Go version such as 1.25.1",
+                f.name("go"),
+                m.go
+            ),
+        );
+    }
+    check_base(s, &f, &m.base)?;
+    check_lists(s, &f, &m)?;
+    let rendered = render_tag(
+        scheme,
+        &TagInputs {
+            upstream_tag: &m.upstream_tag,
+            revision: m.revision,
+            minor,
+            series_sha256: &"0".repeat(64),
+        },
+    );
+    if rendered == m.upstream_tag {
+        return fail(
+            "revision",
+            format!("the tag scheme gives the upstream tag `{rendered}` itself"),
+        );
+    }
+    if !is_valid_tag(&rendered) {
+        return Err(s.err(
+            s.of(&["tag"]),
+            format!("the tag scheme gives `{rendered}`, not a valid image tag"),
+        ));
+    }
+    Ok((
+        minor,
+        MinorConfig {
+            upstream_tag: m.upstream_tag,
+            commit: m.commit,
+            go: m.go,
+            base: m.base,
+            platforms: m.platforms,
+            revision: m.revision,
+            patches: m.patches,
+            test_packages: m.test_packages,
+            required_tests: m.required_tests,
+        },
+    ))
+}
+
+/// `base`: `static`, or a reference whose digest (if any) is `sha256:<64 hex>`.
+fn check_base(s: &Spans<'_>, f: &Field<'_>, base: &str) -> Result<(), ConfigError> {
+    if base != STATIC_BASE && (base.contains(char::is_whitespace) || base.is_empty()) {
+        return Err(s.err(
+            f.span(s, "base"),
+            format!("{} `{base}` is not an image reference", f.name("base")),
+        ));
+    }
+    if let Some((_, d)) = base.split_once('@')
+        && !is_sha256_digest(d)
+    {
+        return Err(s.err(
+            f.span(s, "base"),
+            format!("{} digest `{d}` is not sha256:<64 hex>", f.name("base")),
+        ));
+    }
+    Ok(())
+}
+
+/// `platforms` (non-empty, no repeats), `test_packages` (non-empty), `patches` (file names).
+fn check_lists(s: &Spans<'_>, f: &Field<'_>, m: &Merged) -> Result<(), ConfigError> {
+    let fail = |field: &str, message: String| Err(s.err(f.span(s, field), message));
+    if m.platforms.is_empty() {
+        return fail("platforms", format!("{} is empty", f.name("platforms")));
+    }
+    let mut seen = BTreeSet::new();
+    for p in &m.platforms {
+        if !seen.insert(p) {
+            return fail(
+                "platforms",
+                format!("{} lists {p} twice", f.name("platforms")),
+            );
+        }
+    }
+    if m.test_packages.is_empty() || m.test_packages.iter().any(|p| p.trim().is_empty()) {
+        return fail(
+            "test_packages",
+            format!(
+                "{} must list at least one Go package",
+                f.name("test_packages")
+            ),
+        );
+    }
+    for p in &m.patches {
+        if p.contains('/') || p.contains('\\') || !p.ends_with(".patch") {
+            return fail(
+                "patches",
+                format!(
+                    "{}: `{p}` must be a .patch file name inside patches_dir",
+                    f.name("patches")
+                ),
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Every patch of a minor's series is a file in `patches_dir`.
+fn check_series_files(
+    s: &Spans<'_>,
+    key: &str,
+    m: &MinorConfig,
+    patches_dir: &Path,
+) -> Result<(), ConfigError> {
+    for name in &m.patches {
+        if !patches_dir.join(name).is_file() {
+            let in_defaults = s.of(&["minors", key, "patches"]).is_none();
+            let (span, field) = if in_defaults {
+                (
+                    s.of(&["defaults", "patches"]),
+                    "defaults.patches".to_string(),
+                )
+            } else {
+                (
+                    s.of(&["minors", key, "patches"]),
+                    format!("minors.\"{key}\".patches"),
+                )
+            };
+            return Err(s.err(
+                span,
+                format!("{field}: {name}: no such file in {}", patches_dir.display()),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `[patches."<file>"]`: every entry names at least one guard test and (with `patches_dir`) a
+/// file that exists.
+fn check_patch_catalogue(
+    s: &Spans<'_>,
+    patches: &BTreeMap<String, super::PatchInfo>,
+    patches_dir: Option<&Path>,
+) -> Result<(), ConfigError> {
+    if let Some(dir) = patches_dir {
+        for name in patches.keys() {
+            if !dir.join(name).is_file() {
+                return Err(s.err(
+                    s.of_key("patches", name),
+                    format!("patches.\"{name}\": no such file in {}", dir.display()),
+                ));
+            }
+        }
+    }
+    for (name, info) in patches {
+        if info.guarded_by.is_empty() {
+            return Err(s.err(
+                s.of(&["patches", name]),
+                format!("patches.\"{name}\".guarded_by must name at least one regression test"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The tag scheme uses only known placeholders and contains `{upstream_tag}` and `{revision}` or
+/// `{series}`.
+fn validate_tag_scheme(scheme: &str) -> Result<(), String> {
+    let mut rest = scheme;
+    while let Some(open) = rest.find('{') {
+        let close = rest[open..]
+            .find('}')
+            .ok_or_else(|| format!("tag scheme `{scheme}` has an unclosed `{{`"))?;
+        let name = &rest[open + 1..open + close];
+        if !matches!(name, "upstream_tag" | "revision" | "minor" | "series") {
+            return Err(format!(
+                "tag scheme `{scheme}` uses unknown placeholder `{{{name}}}` (known: upstream_tag, revision, minor, series)"
+            ));
+        }
+        rest = &rest[open + close + 1..];
+    }
+    if !scheme.contains("{upstream_tag}")
+        || !(scheme.contains("{revision}") || scheme.contains("{series}"))
+    {
+        return Err(format!(
+            "tag scheme `{scheme}` must contain {{upstream_tag}} and {{revision}} or {{series}}, so that a tag never equals the upstream tag and changes with the patch series"
+        ));
+    }
+    Ok(())
+}
+
+/// 1-based line and column of byte `offset` in `text`.
+fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let col = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    (line, col)
+}

@@ -1,0 +1,144 @@
+//! The serde shapes of images.toml as written, and the merge of `[defaults]` into each minor.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::Deserialize;
+
+use super::{DEFAULT_DIGEST_MANIFEST, DEFAULT_TAG_SCHEME, DEFAULT_UPSTREAM, PatchInfo, Platform};
+
+/// The whole file as written.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawConfig {
+    #[serde(default = "default_upstream")]
+    pub upstream: String,
+    pub repository: String,
+    #[serde(default = "default_tag_scheme")]
+    pub tag: String,
+    #[serde(default = "default_manifest")]
+    pub digest_manifest: String,
+    #[serde(default = "default_patches_dir")]
+    pub patches_dir: String,
+    #[serde(default)]
+    pub registry: RawRegistry,
+    #[serde(default)]
+    pub patches: BTreeMap<String, PatchInfo>,
+    #[serde(default)]
+    pub defaults: RawDefaults,
+    pub minors: BTreeMap<String, RawMinor>,
+}
+
+/// `[registry]`.
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawRegistry {
+    #[serde(default)]
+    pub insecure: Vec<String>,
+    #[serde(default)]
+    pub ca_files: Vec<String>,
+}
+
+/// `[defaults]`: the keys a minor may inherit. Per-minor facts (upstream tag, commit, Go,
+/// revision) have no default.
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawDefaults {
+    pub base: Option<String>,
+    pub platforms: Option<Vec<Platform>>,
+    pub patches: Option<Vec<String>>,
+    pub test_packages: Option<Vec<String>>,
+    pub required_tests: Option<Vec<String>>,
+}
+
+/// `[minors."1.NN"]` as written.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawMinor {
+    pub upstream_tag: String,
+    pub commit: String,
+    pub go: String,
+    pub base: Option<String>,
+    pub platforms: Option<Vec<Platform>>,
+    pub revision: u32,
+    pub patches: Option<Vec<String>>,
+    pub test_packages: Option<Vec<String>>,
+    pub required_tests: Option<Vec<String>>,
+}
+
+/// A minor with `[defaults]` applied, and which of its keys came from `[defaults]` (their
+/// errors point at the `[defaults]` line).
+pub(super) struct Merged {
+    pub upstream_tag: String,
+    pub commit: String,
+    pub go: String,
+    pub base: String,
+    pub platforms: Vec<Platform>,
+    pub revision: u32,
+    pub patches: Vec<String>,
+    pub test_packages: Vec<String>,
+    pub required_tests: Vec<String>,
+    pub inherited: BTreeSet<&'static str>,
+}
+
+impl RawMinor {
+    /// Applies `defaults`: each key the minor lacks is taken from `[defaults]` whole. A key
+    /// neither has is `Err(key)`, except `required_tests`, which defaults to none.
+    pub fn merge(self, d: &RawDefaults) -> Result<Merged, &'static str> {
+        let mut inherited = BTreeSet::new();
+        let mut pick = |own: Option<Vec<String>>, def: &Option<Vec<String>>, key| match own {
+            Some(v) => Ok(v),
+            None => match def {
+                Some(v) => {
+                    inherited.insert(key);
+                    Ok(v.clone())
+                }
+                None => Err(key),
+            },
+        };
+        let patches = pick(self.patches, &d.patches, "patches")?;
+        let test_packages = pick(self.test_packages, &d.test_packages, "test_packages")?;
+        let required_tests =
+            pick(self.required_tests, &d.required_tests, "required_tests").unwrap_or_default();
+        let platforms = match (self.platforms, &d.platforms) {
+            (Some(p), _) => p,
+            (None, Some(p)) => {
+                inherited.insert("platforms");
+                p.clone()
+            }
+            (None, None) => return Err("platforms"),
+        };
+        let base = match (self.base, &d.base) {
+            (Some(b), _) => b,
+            (None, Some(b)) => {
+                inherited.insert("base");
+                b.clone()
+            }
+            (None, None) => return Err("base"),
+        };
+        Ok(Merged {
+            upstream_tag: self.upstream_tag,
+            commit: self.commit,
+            go: self.go,
+            base,
+            platforms,
+            revision: self.revision,
+            patches,
+            test_packages,
+            required_tests,
+            inherited,
+        })
+    }
+}
+
+fn default_upstream() -> String {
+    DEFAULT_UPSTREAM.to_string()
+}
+fn default_tag_scheme() -> String {
+    DEFAULT_TAG_SCHEME.to_string()
+}
+fn default_manifest() -> String {
+    DEFAULT_DIGEST_MANIFEST.to_string()
+}
+fn default_patches_dir() -> String {
+    "patches".to_string()
+}

@@ -1,0 +1,120 @@
+//! Test fixtures shared by the in-process tests: a small two-platform image assembled from fake
+//! binaries on the static base into a temporary OCI layout, with SBOM and provenance referrers,
+//! and the digest-manifest entry a build would record for it.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use crate::config::Platform;
+use crate::digest_manifest::Entry;
+use crate::image::referrer::{self, Attachment};
+use crate::image::{self, BuiltImage, base};
+use crate::reference::RepositoryName;
+
+/// Where the fixture image lives and what describes it.
+pub struct FixtureImage {
+    /// Keeps the layout alive.
+    pub _dir: tempfile::TempDir,
+    /// The image in the layout.
+    pub image: BuiltImage,
+    /// SBOM per platform, then provenance.
+    pub attachments: Vec<Attachment>,
+    /// The target repository.
+    pub repo: RepositoryName,
+    /// The entry a published build records.
+    pub entry: Entry,
+}
+
+/// The fixture image for `tag` (a different `tag` gives a different digest).
+pub fn image(tag: &str) -> FixtureImage {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let platforms: Vec<Platform> = ["linux/amd64", "linux/arm64"]
+        .iter()
+        .map(|p| p.parse().expect("platform"))
+        .collect();
+    let binaries: Vec<(Platform, PathBuf)> = platforms
+        .iter()
+        .map(|p| {
+            let path = dir.path().join(format!("bin-{}", p.arch));
+            std::fs::write(&path, format!("fake occm for {p}")).expect("write binary");
+            (p.clone(), path)
+        })
+        .collect();
+    let layout = dir.path().join("out");
+    let base = base::static_base(&platforms, 0).expect("static base");
+    let image = image::assemble(&image::ImageRequest {
+        binaries: &binaries,
+        base: &base,
+        tag,
+        epoch: 0,
+        source: "https://github.com/kubernetes/cloud-provider-openstack",
+        revision: "63ec67a04b40fee4ff43fec11c3d31f2a90c9ad2",
+        layout_dir: &layout,
+    })
+    .expect("assemble");
+    let mut attachments: Vec<Attachment> = image
+        .platforms
+        .iter()
+        .map(|p| {
+            referrer::attach(
+                &layout,
+                &p.manifest,
+                crate::describe::SPDX_MEDIA_TYPE,
+                format!("sbom of {}", p.platform).as_bytes(),
+                0,
+            )
+            .expect("attach sbom")
+        })
+        .collect();
+    attachments.push(
+        referrer::attach(
+            &layout,
+            &image.index,
+            crate::describe::IN_TOTO_MEDIA_TYPE,
+            b"provenance",
+            0,
+        )
+        .expect("attach provenance"),
+    );
+    let repo: RepositoryName = "registry.example/occm/openstack-cloud-controller-manager"
+        .parse()
+        .expect("repository");
+    let entry = Entry {
+        image: format!("{repo}:{tag}@{}", image.index.digest),
+        repository: repo.to_string(),
+        tag: tag.to_string(),
+        digest: image.index.digest.clone(),
+        published: true,
+        upstream_tag: "v1.34.1".into(),
+        upstream_commit: "63ec67a04b40fee4ff43fec11c3d31f2a90c9ad2".into(),
+        patch_series_sha256: "0".repeat(64),
+        patches: vec![],
+        already_upstream: vec![],
+        platforms: platforms.iter().map(ToString::to_string).collect(),
+        manifests: image
+            .platforms
+            .iter()
+            .map(|p| (p.platform.to_string(), p.manifest.digest.clone()))
+            .collect(),
+        sbom: image
+            .platforms
+            .iter()
+            .zip(&attachments)
+            .map(|(p, a)| (p.platform.to_string(), a.manifest.digest.clone()))
+            .collect::<BTreeMap<_, _>>(),
+        provenance: attachments.last().map(|a| a.manifest.digest.clone()),
+        go_version: "1.25.1".into(),
+        base_image: "static".into(),
+        base_digest: None,
+        source_date_epoch: 0,
+        built_at: "2026-12-01T00:00:00Z".into(),
+        mirrors: vec![],
+    };
+    FixtureImage {
+        _dir: dir,
+        image,
+        attachments,
+        repo,
+        entry,
+    }
+}
