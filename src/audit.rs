@@ -196,6 +196,9 @@ pub async fn audit(
                 "verify {minor}: {} matches the digest manifest",
                 entry.image
             ));
+            for m in &entry.mirrors {
+                note(format!("verify {minor}: mirror {m} matches too"));
+            }
         }
         findings.extend(found);
         if req.rebuild && entry.published {
@@ -234,7 +237,8 @@ async fn rebuild(
 }
 
 /// Checks an entry: one recorded without `--push` is a finding of its own (there is nothing in
-/// the registry to compare); a published one goes through [`check_entry`].
+/// the registry to compare); a published one goes through [`check_entry`], and so does each of
+/// its `mirrors` (the entry with its repository replaced; findings' field starts `mirror <repo>: `).
 pub async fn check(
     registry: &dyn Registry,
     config: &Config,
@@ -249,7 +253,15 @@ pub async fn check(
                 .into(),
         }]);
     }
-    check_entry(registry, config, minor, entry).await
+    let mut findings = check_entry(registry, config, minor, entry).await?;
+    for mirror in &entry.mirrors {
+        let at = entry.at_repository(mirror);
+        for mut f in check_entry(registry, config, minor, &at).await? {
+            f.field = format!("mirror {mirror}: {}", f.field);
+            findings.push(f);
+        }
+    }
+    Ok(findings)
 }
 
 /// The plan that rebuilds `entry` from images.toml the way it was built — on the base it records

@@ -30,6 +30,10 @@ pub struct Entry {
     pub digest: String,
     /// Whether this build pushed the image to `repository` (false: only the OCI layout was written).
     pub published: bool,
+    /// Other repositories (`registry/path`) the image was copied to by `occm-forge copy`, with
+    /// every digest unchanged and checked there; `verify` checks each. Omitted when empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mirrors: Vec<String>,
     /// Upstream tag built.
     pub upstream_tag: String,
     /// Upstream commit built (40 hex).
@@ -361,9 +365,14 @@ pub enum Recorded {
 /// unpublished entry never replaces a published one ([`Recorded::KeptPublished`]); a published
 /// entry whose tag is recorded with other inputs or another digest is refused
 /// ([`DigestManifestError::TagReuse`]).
-pub fn record(path: &Path, minor: Minor, entry: Entry) -> Result<Recorded, DigestManifestError> {
+pub fn record(
+    path: &Path,
+    minor: Minor,
+    mut entry: Entry,
+) -> Result<Recorded, DigestManifestError> {
     let mut m = read(path)?;
     if let Some(old) = m.images.get(&minor) {
+        keep_mirrors(old, &mut entry);
         if old.published && !entry.published {
             return Ok(Recorded::KeptPublished);
         }
@@ -430,10 +439,74 @@ pub fn merge(path: &Path, fragments: &[PathBuf]) -> Result<Vec<Minor>, DigestMan
                 what,
             });
         }
+        let mut entry = entry;
+        if let Some(old) = m.images.get(&minor) {
+            keep_mirrors(old, &mut entry);
+        }
         m.images.insert(minor, entry);
     }
     write(path, &m)?;
     Ok(minors)
+}
+
+/// The same image (same digest) recorded again keeps the mirrors it was copied to.
+fn keep_mirrors(old: &Entry, new: &mut Entry) {
+    if old.digest == new.digest && new.mirrors.is_empty() {
+        new.mirrors = old.mirrors.clone();
+    }
+}
+
+impl Entry {
+    /// This entry as it is served from `repository` (a mirror): the same tag and digests under
+    /// another repository, for checking the copy with the same rules as the original.
+    pub fn at_repository(&self, repository: &str) -> Entry {
+        Entry {
+            image: format!("{repository}:{}@{}", self.tag, self.digest),
+            repository: repository.to_string(),
+            mirrors: vec![],
+            ..self.clone()
+        }
+    }
+
+    /// Whether the image is recorded at `repository`: its own repository or one of its mirrors.
+    pub fn is_at(&self, repository: &str) -> bool {
+        self.repository == repository || self.mirrors.iter().any(|m| m == repository)
+    }
+}
+
+/// Records that `minor`'s image (whose index digest must still be `digest`) was copied to
+/// `mirror`, rewriting the digest manifest atomically; the caller holds the run lock. Returns
+/// false when the mirror was already recorded (nothing written). Fails when the entry is gone or
+/// now names another digest (it was rebuilt meanwhile).
+pub fn record_mirror(
+    path: &Path,
+    minor: Minor,
+    digest: &str,
+    mirror: &str,
+) -> Result<bool, DigestManifestError> {
+    let mut m = read(path)?;
+    let Some(entry) = m.images.get_mut(&minor) else {
+        return Err(DigestManifestError::Read {
+            path: path.to_path_buf(),
+            message: format!("no entry for {minor} any more; nothing recorded"),
+        });
+    };
+    if entry.digest != digest {
+        return Err(DigestManifestError::Read {
+            path: path.to_path_buf(),
+            message: format!(
+                "{minor} now records {}, not the copied {digest}; nothing recorded",
+                entry.digest
+            ),
+        });
+    }
+    if entry.is_at(mirror) {
+        return Ok(false);
+    }
+    entry.mirrors.push(mirror.to_string());
+    entry.mirrors.sort();
+    write(path, &m)?;
+    Ok(true)
 }
 
 fn write(path: &Path, m: &DigestManifest) -> Result<(), DigestManifestError> {
@@ -477,6 +550,7 @@ mod tests {
             base_digest: None,
             source_date_epoch: 0,
             built_at: "2026-11-29T00:00:00Z".into(),
+            mirrors: vec![],
         }
     }
 
@@ -496,6 +570,40 @@ mod tests {
             m.images[&"1.30".parse().unwrap()],
             entry("v1.30.3-occmforge.1")
         );
+    }
+
+    #[test]
+    fn mirrors_are_recorded_once_kept_across_a_re_record_and_absent_when_empty() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("l.yaml");
+        let minor = "1.34".parse().unwrap();
+        let e = entry("v1.34.1-occmforge.1");
+        record(&p, minor, e.clone()).unwrap();
+        let before = std::fs::read_to_string(&p).unwrap();
+        assert!(!before.contains("mirrors"), "{before}");
+        assert!(record_mirror(&p, minor, &e.digest, "m.example/x/occm").unwrap());
+        assert!(!record_mirror(&p, minor, &e.digest, "m.example/x/occm").unwrap());
+        assert!(!record_mirror(&p, minor, &e.digest, &e.repository).unwrap());
+        let text = std::fs::read_to_string(&p).unwrap();
+        assert!(
+            text.contains("mirrors:\n    - m.example/x/occm\n"),
+            "{text}"
+        );
+        // The same image recorded again keeps its mirror; another digest is refused.
+        record(&p, minor, e.clone()).unwrap();
+        assert_eq!(
+            read(&p).unwrap().images[&minor].mirrors,
+            ["m.example/x/occm"]
+        );
+        let other = format!("sha256:{}", "9".repeat(64));
+        let err = record_mirror(&p, minor, &other, "n.example/occm").unwrap_err();
+        assert!(err.to_string().contains("not the copied"), "{err}");
+        let at = read(&p).unwrap().images[&minor].at_repository("m.example/x/occm");
+        assert_eq!(
+            at.image,
+            format!("m.example/x/occm:v1.34.1-occmforge.1@{}", e.digest)
+        );
+        assert!(at.mirrors.is_empty());
     }
 
     #[test]

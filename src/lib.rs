@@ -22,6 +22,8 @@
 
 pub mod audit;
 pub mod config;
+pub mod copy;
+pub mod crs;
 pub mod describe;
 pub mod digest_manifest;
 pub mod go;
@@ -96,6 +98,12 @@ pub enum Error {
     /// `render` cannot render an entry.
     #[error(transparent)]
     Render(#[from] render::RenderError),
+    /// `copy` failed: bad request, registry, digest manifest, or the copy does not verify.
+    #[error(transparent)]
+    Copy(#[from] copy::CopyError),
+    /// `render --format crs-secret` cannot rewrite the Secret.
+    #[error(transparent)]
+    Crs(#[from] crs::CrsError),
     /// A local file-system failure outside the stages.
     #[error("{0}")]
     Io(String),
@@ -106,7 +114,8 @@ impl Error {
     /// 9 digest manifest, 10 registry does not match the digest manifest (`verify`), 1 anything else.
     pub fn exit_code(&self) -> u8 {
         match self {
-            Error::Usage(_) | Error::Config(_) | Error::Render(_) => 2,
+            Error::Usage(_) | Error::Config(_) | Error::Render(_) | Error::Crs(_) => 2,
+            Error::Copy(e) => e.exit_code(),
             Error::Source(_) => 3,
             Error::Patch(_) => 4,
             Error::Test(_) | Error::Proof(_) => 5,

@@ -237,5 +237,6 @@ fn entry(
         base_digest: imaged.base.digest.clone(),
         source_date_epoch: epoch,
         built_at: rfc3339(time::OffsetDateTime::now_utc().unix_timestamp()),
+        mirrors: vec![],
     }
 }

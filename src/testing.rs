@@ -108,6 +108,7 @@ pub fn image(tag: &str) -> FixtureImage {
         base_digest: None,
         source_date_epoch: 0,
         built_at: "2026-12-01T00:00:00Z".into(),
+        mirrors: vec![],
     };
     FixtureImage {
         _dir: dir,

@@ -314,6 +314,8 @@ fn digest_manifest_bytes() {
         base_digest: None,
         source_date_epoch: EPOCH,
         built_at: "2026-12-01T00:00:00Z".into(),
+        // Empty mirrors are not written: digest manifests without copies stay byte-identical.
+        mirrors: vec![],
     };
     let minor: Minor = "1.34".parse().unwrap();
     digest_manifest::record(&path, minor, entry.clone()).unwrap();

@@ -158,6 +158,9 @@ fn upstream_check_then_pin_then_fragments_then_merge() {
 /// Renders `format` for `minor` and returns stdout, stderr.
 fn render(f: &Fixture, format: &str, minor: Option<&str>) -> (String, String) {
     let mut args = vec!["render", "--format", format];
+    if format == "magnum-label" {
+        args.push("--patched-magnum-cluster-api");
+    }
     match minor {
         Some(m) => args.extend(["--k8s", m]),
         None => args.push("--all"),
@@ -199,7 +202,8 @@ fn every_render_format_parses_back_to_the_recorded_image() {
         lock["images"]["1.34"]["digest"].as_str().unwrap(),
     );
 
-    // magnum-label: one label; python-magnumclient splits on the first '='.
+    // magnum-label (only for a magnum-cluster-api patched to read it): one label;
+    // python-magnumclient splits on the first '='.
     let (out, _) = render(&f, "magnum-label", Some("1.34"));
     let (key, value) = out.trim_end().split_once('=').unwrap();
     assert_eq!((key, value), ("cloud_provider_image", image.as_str()));
@@ -227,9 +231,10 @@ fn every_render_format_parses_back_to_the_recorded_image() {
     assert_eq!(chart_line, image);
     helm_renders(&f, &out, &image);
 
-    // atmosphere-vars: a YAML map whose values start with the Atmosphere prefix.
+    // atmosphere-vars: Atmosphere image overrides whose values start with the Atmosphere prefix.
     let (out, _) = render(&f, "atmosphere-vars", None);
     let vars: serde_norway::Value = serde_norway::from_str(&out).unwrap();
+    let vars = &vars["atmosphere_image_overrides"];
     for (minor, key) in [
         ("1.34", "openstack_cloud_controller_manager_1_34"),
         ("1.35", "openstack_cloud_controller_manager_1_35"),
@@ -263,7 +268,7 @@ fn every_render_format_parses_back_to_the_recorded_image() {
         .output()
         .unwrap();
     assert!(o.status.success());
-    let o = forge(&f, &["render", "--format", "magnum-label", "--k8s", "1.33"]);
+    let o = forge(&f, &["render", "--format", "helm-values", "--k8s", "1.33"]);
     assert_eq!(o.status.code(), Some(2));
     assert!(
         stderr(&o).contains("was recorded without --push"),

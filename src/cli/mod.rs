@@ -3,6 +3,7 @@
 //! calls one library entry, and prints through [`output`].
 
 mod build;
+mod copy;
 mod manifest;
 mod minors;
 mod output;
@@ -54,8 +55,12 @@ enum Command {
     /// Upstream release tags against the pins.
     #[command(subcommand)]
     Upstream(upstream::UpstreamCommand),
-    /// Render the digest manifest for Magnum, Helm or Atmosphere.
+    /// Render the digest manifest for Magnum, Helm or Atmosphere, or rewrite a running cluster's
+    /// ClusterResourceSet Secret (crs-secret, stdin to stdout).
     Render(render::RenderArgs),
+    /// Copy a minor's published image (index, manifests, blobs, SBOM and provenance referrers) to
+    /// another repository with every digest unchanged, check it there and record it as a mirror.
+    Copy(copy::CopyArgs),
     /// The Kubernetes minors images.toml tracks, as a JSON array (for CI matrices).
     Minors(minors::MinorsArgs),
     /// Digest-manifest maintenance.
@@ -128,6 +133,7 @@ pub async fn run(cli: &Cli) -> Result<u8, Error> {
         Command::Pin(args) => pin::run(cli, args).await,
         Command::Upstream(cmd) => upstream::run(cli, cmd),
         Command::Render(args) => render::run(args),
+        Command::Copy(args) => copy::run(cli, args).await,
         Command::Minors(args) => minors::run(args),
         Command::Manifest(cmd) => manifest::run(cli, cmd),
         Command::Patches(cmd) => patches::run(cli, cmd).await,

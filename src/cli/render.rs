@@ -1,15 +1,16 @@
-//! `occm-forge render`.
+//! `occm-forge render`, including `--format crs-secret` (a Secret on stdin, rewritten on stdout).
 
 use std::path::PathBuf;
 
 use clap::Args;
 use occm_forge::config::{self, Minor};
-use occm_forge::{Error, digest_manifest, render};
+use occm_forge::render::{Format, RenderOptions};
+use occm_forge::{Error, crs, digest_manifest, render};
 
 use super::output::{print_stdout, warn};
 
 #[derive(Args)]
-#[command(group = clap::ArgGroup::new("which").required(true).args(["k8s", "all"]))]
+#[command(group = clap::ArgGroup::new("which").required(true).args(["k8s", "all", "image"]))]
 pub struct RenderArgs {
     /// The minor to render.
     #[arg(long = "k8s", value_name = "MINOR")]
@@ -17,25 +18,89 @@ pub struct RenderArgs {
     /// Render every minor of the digest manifest.
     #[arg(long)]
     all: bool,
-    /// magnum-label, magnum-prefix-tag, helm-values or atmosphere-vars.
+    /// magnum-tag, magnum-prefix-tag, helm-values, atmosphere-vars, crs-secret or magnum-label.
     #[arg(long, value_name = "FORMAT")]
-    format: render::Format,
+    format: Format,
     /// images.toml (for the digest manifest's path).
     #[arg(long, default_value = "images.toml", value_name = "FILE")]
     config: PathBuf,
     /// Render entries recorded without --push too.
     #[arg(long)]
     allow_unpublished: bool,
+    /// The cluster's container_infra_prefix: the image must be recorded at
+    /// <PREFIX>/openstack-cloud-controller-manager (magnum-tag, magnum-prefix-tag, crs-secret).
+    #[arg(long, value_name = "PREFIX")]
+    prefix: Option<String>,
+    /// magnum-label: your magnum-cluster-api is patched to read cloud_provider_image (no release does).
+    #[arg(long)]
+    patched_magnum_cluster_api: bool,
+    /// crs-secret: set this image reference instead of a minor's (e.g. the previous one, to revert).
+    #[arg(long, value_name = "REF")]
+    image: Option<String>,
+    /// crs-secret: also set minReadySeconds and readiness/liveness probes on OCCM's /healthz.
+    #[arg(long)]
+    observable: bool,
+    /// crs-secret: also set updateStrategy OnDelete, so pods are replaced as you delete them.
+    #[arg(long)]
+    on_delete: bool,
 }
 
 pub fn run(args: &RenderArgs) -> Result<u8, Error> {
+    let crs_secret = args.format == Format::CrsSecret;
+    if args.all && crs_secret || args.image.is_some() && !crs_secret {
+        return Err(Error::Usage(
+            "crs-secret takes --k8s MINOR or --image REF; --image is for crs-secret only".into(),
+        ));
+    }
+    let opts = RenderOptions {
+        allow_unpublished: args.allow_unpublished,
+        prefix: args.prefix.clone(),
+        patched_magnum_cluster_api: args.patched_magnum_cluster_api,
+    };
+    if crs_secret {
+        return run_crs_secret(args, &opts);
+    }
     let config = config::load(&args.config)?;
     let manifest = digest_manifest::read(&config.digest_manifest)?;
     let entries = render::select(&manifest, &config.digest_manifest, args.k8s)?;
-    let out = render::render(args.format, &entries, args.allow_unpublished)?;
+    let out = render::render_with(args.format, &entries, &opts)?;
     for w in &out.warnings {
         warn(w);
     }
     print_stdout(&out.text)?;
+    Ok(0)
+}
+
+/// `--format crs-secret`: the image of `--image`, or of the minor's entry (at `--prefix`).
+fn run_crs_secret(args: &RenderArgs, opts: &RenderOptions) -> Result<u8, Error> {
+    let image = match &args.image {
+        Some(image) => image.clone(),
+        None => {
+            let config = config::load(&args.config)?;
+            let manifest = digest_manifest::read(&config.digest_manifest)?;
+            let entries = render::select(&manifest, &config.digest_manifest, args.k8s)?;
+            let (minor, entry) = entries[0];
+            render::pinned_image(minor, entry, opts)?
+        }
+    };
+    let mut input = String::new();
+    std::io::Read::read_to_string(&mut std::io::stdin(), &mut input)
+        .map_err(|e| Error::Io(format!("stdin: {e}")))?;
+    let out = crs::rewrite_secret(
+        &input,
+        &crs::RewriteOptions {
+            image,
+            observable: args.observable,
+            on_delete: args.on_delete,
+        },
+    )?;
+    for w in &out.warnings {
+        warn(w);
+    }
+    eprintln!(
+        "occm-forge: DaemonSet {} ran {}; revert with --image {}",
+        out.daemonset, out.previous_image, out.previous_image
+    );
+    print_stdout(&out.secret)?;
     Ok(0)
 }

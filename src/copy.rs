@@ -1,0 +1,570 @@
+//! `occm-forge copy`: the published image of one minor, copied to another repository with every
+//! digest unchanged, checked there, and recorded as a mirror of the digest-manifest entry.
+//!
+//! Why: magnum-cluster-api takes the OCCM repository from the cluster's `container_infra_prefix`
+//! (`<prefix>/openstack-cloud-controller-manager`), and Atmosphere deployments already point that
+//! prefix at their in-cloud registry. Copying the image there lets such clusters use the pinned
+//! image through `cloud_provider_tag` alone (`render --format magnum-tag`), without moving any
+//! other image.
+//!
+//! What is copied, all through [`Registry`] (the credentials, TLS and retry rules of a push), all
+//! byte for byte (the registry stores exactly the pulled manifest bytes, so digests cannot change):
+//! every blob (config, layers, attachment documents; mounted instead of uploaded when source and
+//! target share a registry, skipped when present), every platform manifest by digest, the image
+//! index by digest, the referrers (SBOM and provenance artifact manifests, and any other referrer
+//! the source lists) by digest, the referrers tag-schema fallback index `sha256-<hex>` of each
+//! subject, and last the tag. The tag is the last write, so it never points at a half-copied image;
+//! a target tag that already serves another digest is refused (tags never move).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use bytes::Bytes;
+
+use crate::audit::{self, Finding};
+use crate::config::{Config, Minor};
+use crate::digest_manifest::{self, DigestManifestError, Entry};
+use crate::image::referrer::{fallback_tag, merge_referrers};
+use crate::image::spec::{self, Descriptor, Index, Manifest};
+use crate::reference::RepositoryName;
+use crate::registry::{ErrorKind, Registry, RegistryError};
+use crate::util::short;
+
+/// How many blobs are copied at once.
+pub const COPY_CONCURRENCY: usize = 4;
+
+/// What [`copy_image`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Copied {
+    /// `<target>:<tag>@<digest>`.
+    pub reference: String,
+    /// Image manifests copied (the platform manifests; the index not counted).
+    pub manifests: usize,
+    /// Referrer (artifact) manifests copied.
+    pub referrers: usize,
+    /// Blobs pulled from the source and uploaded.
+    pub uploaded: usize,
+    /// Blobs the target already had.
+    pub present: usize,
+    /// Blobs mounted from the source repository (same registry).
+    pub mounted: usize,
+}
+
+fn other(repo: &RepositoryName, operation: String, message: String) -> RegistryError {
+    RegistryError {
+        registry: repo.registry.clone(),
+        operation,
+        message,
+        kind: ErrorKind::Other,
+    }
+}
+
+fn parse<T: serde::de::DeserializeOwned>(
+    repo: &RepositoryName,
+    what: &str,
+    digest: &str,
+    bytes: &[u8],
+) -> Result<T, RegistryError> {
+    serde_json::from_slice(bytes).map_err(|e| {
+        other(
+            repo,
+            format!("read {what} {}", short(digest)),
+            e.to_string(),
+        )
+    })
+}
+
+/// A manifest to copy: its exact bytes and media type.
+struct Pulled {
+    digest: String,
+    media_type: String,
+    bytes: Bytes,
+}
+
+/// Copies `entry`'s image from `entry.repository` to `to`; see the module documentation.
+/// `on_bytes(n, total)` hears about every blob handled. Errors name the registry and operation.
+pub async fn copy_image(
+    registry: &dyn Registry,
+    entry: &Entry,
+    to: &RepositoryName,
+    on_bytes: &(dyn Fn(u64, u64) + Sync),
+) -> Result<Copied, RegistryError> {
+    let from: RepositoryName = entry
+        .repository
+        .parse()
+        .map_err(|e: String| other(to, "parse the source repository".into(), e))?;
+    if let Some(d) = registry.manifest_digest(to, &entry.tag).await?
+        && d != entry.digest
+    {
+        return Err(other(
+            to,
+            format!("check tag {}", entry.tag),
+            format!(
+                "{to}:{} already serves {d}, not {}; tags never move",
+                entry.tag, entry.digest
+            ),
+        ));
+    }
+
+    // Read everything first: the index, its manifests, the referrers and their blobs.
+    let index_bytes = registry.pull_manifest(&from, &entry.digest).await?;
+    let index: Index = parse(&from, "index", &entry.digest, &index_bytes)?;
+    let index_media_type = if index.media_type.is_empty() {
+        spec::OCI_INDEX.to_string()
+    } else {
+        index.media_type.clone()
+    };
+    let mut blobs: Vec<Descriptor> = Vec::new();
+    let mut platform_manifests = Vec::new();
+    for d in &index.manifests {
+        let bytes = registry.pull_manifest(&from, &d.digest).await?;
+        let m: Manifest = parse(&from, "manifest", &d.digest, &bytes)?;
+        blobs.push(m.config.clone());
+        blobs.extend(m.layers.iter().cloned());
+        platform_manifests.push(Pulled {
+            digest: d.digest.clone(),
+            media_type: d.media_type.clone(),
+            bytes,
+        });
+    }
+
+    // Referrers per subject: those the source lists in its fallback index, plus those recorded.
+    let mut subjects: Vec<String> = vec![entry.digest.clone()];
+    subjects.extend(index.manifests.iter().map(|d| d.digest.clone()));
+    let mut recorded: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for (platform, sbom) in &entry.sbom {
+        if let Some(subject) = entry.manifests.get(platform) {
+            recorded
+                .entry(subject.clone())
+                .or_default()
+                .push(sbom.clone());
+        }
+    }
+    if let Some(p) = &entry.provenance {
+        recorded
+            .entry(entry.digest.clone())
+            .or_default()
+            .push(p.clone());
+    }
+    let mut fallbacks: Vec<(String, Option<Bytes>, Vec<Descriptor>)> = Vec::new();
+    let mut referrers: Vec<Pulled> = Vec::new();
+    let mut seen = BTreeSet::new();
+    for subject in &subjects {
+        let tag = fallback_tag(subject);
+        let listed = match registry.pull_manifest(&from, &tag).await {
+            Ok(b) => Some(b),
+            Err(e) if e.kind == ErrorKind::NotFound => None,
+            Err(e) => return Err(e),
+        };
+        let mut descriptors: Vec<Descriptor> = match &listed {
+            Some(b) => parse::<Index>(&from, "referrers index", &tag, b)?.manifests,
+            None => Vec::new(),
+        };
+        for digest in recorded.get(subject).into_iter().flatten() {
+            if !descriptors.iter().any(|d| &d.digest == digest) {
+                descriptors.push(Descriptor {
+                    media_type: String::new(),
+                    digest: digest.clone(),
+                    size: 0,
+                    platform: None,
+                    artifact_type: None,
+                    annotations: BTreeMap::new(),
+                    urls: vec![],
+                });
+            }
+        }
+        for d in &mut descriptors {
+            let bytes = registry.pull_manifest(&from, &d.digest).await?;
+            let m: Manifest = parse(&from, "referrer", &d.digest, &bytes)?;
+            if d.media_type.is_empty() {
+                // A recorded referrer the source does not list: describe it from its manifest.
+                d.media_type = if m.media_type.is_empty() {
+                    spec::OCI_MANIFEST.to_string()
+                } else {
+                    m.media_type.clone()
+                };
+                d.size = bytes.len() as u64;
+                d.artifact_type = m.artifact_type.clone();
+                d.annotations = m.annotations.clone();
+            }
+            blobs.push(m.config.clone());
+            blobs.extend(m.layers.iter().cloned());
+            if seen.insert(d.digest.clone()) {
+                referrers.push(Pulled {
+                    digest: d.digest.clone(),
+                    media_type: d.media_type.clone(),
+                    bytes,
+                });
+            }
+        }
+        if !descriptors.is_empty() {
+            fallbacks.push((tag, listed, descriptors));
+        }
+    }
+
+    // Write: blobs, platform manifests, the index by digest, referrers, fallback indexes, tag.
+    let mut copied = copy_blobs(registry, &from, to, &blobs, on_bytes).await?;
+    for m in &platform_manifests {
+        registry
+            .push_manifest(to, &m.digest, &m.media_type, m.bytes.clone())
+            .await?;
+    }
+    registry
+        .push_manifest(to, &entry.digest, &index_media_type, index_bytes.clone())
+        .await?;
+    for r in &referrers {
+        registry
+            .push_manifest(to, &r.digest, &r.media_type, r.bytes.clone())
+            .await?;
+    }
+    for (tag, source, descriptors) in &fallbacks {
+        let existing = match registry.pull_manifest(to, tag).await {
+            Ok(b) => Some(b),
+            Err(e) if e.kind == ErrorKind::NotFound => None,
+            Err(e) => return Err(e),
+        };
+        let (media_type, body) = match (source, &existing) {
+            // The target has no fallback index: the source's, byte for byte (when complete).
+            (Some(src), None) if listed_all(src, descriptors) => {
+                let i: Index = parse(&from, "referrers index", tag, src)?;
+                (i.media_type, src.clone())
+            }
+            (Some(src), Some(dst)) if src == dst => continue,
+            _ => {
+                let existing = existing
+                    .as_ref()
+                    .map(|b| parse::<Index>(to, "referrers index", tag, b))
+                    .transpose()?;
+                let merged = merge_referrers(existing, descriptors);
+                (
+                    merged.media_type.clone(),
+                    Bytes::from(spec::to_bytes(&merged)),
+                )
+            }
+        };
+        let media_type = if media_type.is_empty() {
+            spec::OCI_INDEX.to_string()
+        } else {
+            media_type
+        };
+        registry.push_manifest(to, tag, &media_type, body).await?;
+    }
+    registry
+        .push_manifest(to, &entry.tag, &index_media_type, index_bytes)
+        .await?;
+    let served = registry.manifest_digest(to, &entry.tag).await?;
+    if served.as_deref() != Some(entry.digest.as_str()) {
+        return Err(other(
+            to,
+            format!("verify tag {}", entry.tag),
+            format!(
+                "serves {} instead of the copied {}",
+                served.as_deref().unwrap_or("nothing"),
+                entry.digest
+            ),
+        ));
+    }
+    copied.reference = format!("{to}:{}@{}", entry.tag, entry.digest);
+    copied.manifests = platform_manifests.len();
+    copied.referrers = referrers.len();
+    Ok(copied)
+}
+
+/// Whether the source's fallback index `src` lists every descriptor we copy.
+fn listed_all(src: &[u8], descriptors: &[Descriptor]) -> bool {
+    serde_json::from_slice::<Index>(src).is_ok_and(|i| {
+        descriptors
+            .iter()
+            .all(|d| i.manifests.iter().any(|m| m.digest == d.digest))
+    })
+}
+
+/// Copies each distinct blob once, [`COPY_CONCURRENCY`] at a time: skipped when the target has
+/// it, mounted when source and target share a registry, else pulled (verified) and uploaded.
+async fn copy_blobs(
+    registry: &dyn Registry,
+    from: &RepositoryName,
+    to: &RepositoryName,
+    blobs: &[Descriptor],
+    on_bytes: &(dyn Fn(u64, u64) + Sync),
+) -> Result<Copied, RegistryError> {
+    use futures::{StreamExt, TryStreamExt};
+    let mut unique: Vec<&Descriptor> = Vec::new();
+    for b in blobs {
+        if !unique.iter().any(|u| u.digest == b.digest) {
+            unique.push(b);
+        }
+    }
+    let total: u64 = unique.iter().map(|b| b.size).sum();
+    let results: Vec<Copied> = futures::stream::iter(unique)
+        .map(|blob| async move {
+            let mut c = Copied::default();
+            if registry.blob_exists(to, &blob.digest).await? {
+                c.present = 1;
+            } else if from.registry == to.registry
+                && registry.mount_blob(to, from, &blob.digest).await
+            {
+                c.mounted = 1;
+            } else {
+                let data = registry.pull_blob(from, &blob.digest).await?;
+                registry.push_blob(to, &blob.digest, data).await?;
+                c.uploaded = 1;
+            }
+            on_bytes(blob.size, total);
+            Ok::<_, RegistryError>(c)
+        })
+        .buffer_unordered(COPY_CONCURRENCY)
+        .try_collect()
+        .await?;
+    Ok(results.iter().fold(Copied::default(), |a, c| Copied {
+        uploaded: a.uploaded + c.uploaded,
+        present: a.present + c.present,
+        mounted: a.mounted + c.mounted,
+        ..a
+    }))
+}
+
+/// A `copy` request: plain data.
+#[derive(Debug, Clone)]
+pub struct CopyRequest<'a> {
+    /// images.toml (the digest manifest's path, the upstream URL the labels must name).
+    pub config: &'a Config,
+    /// The minor whose published image is copied.
+    pub minor: Minor,
+    /// The target repository, `registry/path` without tag.
+    pub to: String,
+    /// Wait for another run holding the digest manifest instead of refusing.
+    pub wait_for_lock: bool,
+}
+
+/// What [`copy`] did.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct CopyOutcome {
+    /// The minor.
+    pub minor: Minor,
+    /// The copy.
+    pub copied: Copied,
+    /// Whether the mirror was newly recorded (false: it was recorded before).
+    pub recorded: bool,
+}
+
+/// `copy` failures; [`CopyError::exit_code`] maps them to README's exit codes.
+#[derive(Debug, thiserror::Error)]
+pub enum CopyError {
+    /// A bad request: no entry, an unpublished entry, a bad or identical target (exit 2).
+    #[error("copy: {0}")]
+    Usage(String),
+    /// The source or target registry failed or refused (exit 8).
+    #[error("copy: {0}")]
+    Registry(#[from] RegistryError),
+    /// The digest manifest could not be locked, read or written (exit 9).
+    #[error("copy: {0}")]
+    Record(#[from] DigestManifestError),
+    /// The target does not serve what the entry records after the copy; nothing recorded (exit 10).
+    #[error("copy: {mirror} does not match the digest manifest after the copy ({} mismatch{}); nothing recorded", findings.len(), if findings.len() == 1 { "" } else { "es" })]
+    Check {
+        /// The target.
+        mirror: String,
+        /// The mismatches, one line each.
+        findings: Vec<Finding>,
+    },
+}
+
+impl CopyError {
+    /// 2 usage, 8 registry, 9 digest manifest, 10 the copy does not verify.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            CopyError::Usage(_) => 2,
+            CopyError::Registry(_) => 8,
+            CopyError::Record(_) => 9,
+            CopyError::Check { .. } => 10,
+        }
+    }
+}
+
+/// Copies the published image of `req.minor` to `req.to`, checks it there with
+/// [`audit::check_entry`] (the entry with its repository replaced by the target), and records the
+/// target in the entry's `mirrors`, all under the digest manifest's run lock; the digest manifest
+/// is rewritten atomically and only after the check passed. `on_wait` hears who holds the lock.
+pub async fn copy(
+    req: &CopyRequest<'_>,
+    registry: &dyn Registry,
+    on_wait: &mut (dyn FnMut(String) + Send),
+    on_bytes: &(dyn Fn(u64, u64) + Sync),
+) -> Result<CopyOutcome, CopyError> {
+    let path = &req.config.digest_manifest;
+    let _lock = tokio::task::block_in_place(|| {
+        digest_manifest::lock_run(path, req.wait_for_lock, on_wait)
+    })?;
+    let manifest = digest_manifest::read(path)?;
+    let entry = manifest.images.get(&req.minor).ok_or_else(|| {
+        CopyError::Usage(format!("{}: no entry for {}", path.display(), req.minor))
+    })?;
+    if !entry.published {
+        return Err(CopyError::Usage(format!(
+            "{} {} was recorded without --push; there is nothing in a registry to copy (build it with --push first)",
+            req.minor, entry.image
+        )));
+    }
+    let to: RepositoryName = req
+        .to
+        .parse()
+        .map_err(|e: String| CopyError::Usage(format!("target {e}")))?;
+    let source: RepositoryName = entry
+        .repository
+        .parse()
+        .map_err(|e: String| CopyError::Usage(format!("recorded repository {e}")))?;
+    if to == source {
+        return Err(CopyError::Usage(format!(
+            "{} is the entry's own repository; give another target",
+            req.to
+        )));
+    }
+    let copied = copy_image(registry, entry, &to, on_bytes).await?;
+    let target = to.to_string();
+    let findings = audit::check_entry(
+        registry,
+        req.config,
+        req.minor,
+        &entry.at_repository(&target),
+    )
+    .await?;
+    if !findings.is_empty() {
+        return Err(CopyError::Check {
+            mirror: target,
+            findings,
+        });
+    }
+    let recorded = digest_manifest::record_mirror(path, req.minor, &entry.digest, &target)?;
+    Ok(CopyOutcome {
+        minor: req.minor,
+        copied,
+        recorded,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::registry::memory::MemoryRegistry;
+    use crate::registry::publish;
+    use crate::testing;
+
+    fn config() -> Config {
+        crate::config::parse(
+            Path::new("/x/images.toml"),
+            r#"
+repository = "registry.example/occm/openstack-cloud-controller-manager"
+[minors."1.34"]
+upstream_tag = "v1.34.1"
+commit = "63ec67a04b40fee4ff43fec11c3d31f2a90c9ad2"
+go = "1.25.1"
+base = "static"
+platforms = ["linux/amd64", "linux/arm64"]
+revision = 1
+patches = []
+test_packages = ["./pkg/..."]
+"#,
+        )
+        .unwrap()
+    }
+
+    async fn published() -> (testing::FixtureImage, MemoryRegistry) {
+        let f = testing::image("v1.34.1-occmforge.1");
+        let reg = MemoryRegistry::new();
+        publish::publish(&reg, &f.repo, &f.image, &|_, _| {})
+            .await
+            .unwrap();
+        publish::publish_attachments(&reg, &f.repo, &f.image.layout_dir, &f.attachments)
+            .await
+            .unwrap();
+        (f, reg)
+    }
+
+    fn repo(s: &str) -> RepositoryName {
+        s.parse().unwrap()
+    }
+
+    #[tokio::test]
+    async fn every_manifest_and_blob_is_copied_byte_for_byte_and_the_tag_is_the_last_write() {
+        let (f, reg) = published().await;
+        let to = repo("mirror.example/magnum/openstack-cloud-controller-manager");
+        let copied = copy_image(&reg, &f.entry, &to, &|_, _| {}).await.unwrap();
+        assert_eq!(
+            copied.reference,
+            format!("{to}:v1.34.1-occmforge.1@{}", f.entry.digest)
+        );
+        assert_eq!((copied.manifests, copied.referrers), (2, 3));
+        assert_eq!(copied.mounted, 0);
+        let (src, dst) = (reg.repository(&f.repo), reg.repository(&to));
+        assert_eq!(dst.manifests, src.manifests);
+        assert_eq!(dst.blobs, src.blobs);
+        assert_eq!(dst.tags, src.tags, "the tag and every referrers index");
+        let pushes: Vec<String> = reg
+            .log()
+            .into_iter()
+            .filter(|op| op.kind == "push_manifest" && op.repo == to.to_string())
+            .map(|op| op.reference)
+            .collect();
+        assert_eq!(
+            pushes.last().map(String::as_str),
+            Some("v1.34.1-occmforge.1")
+        );
+        let found = audit::check_entry(
+            &reg,
+            &config(),
+            "1.34".parse().unwrap(),
+            &f.entry.at_repository(&to.to_string()),
+        )
+        .await
+        .unwrap();
+        assert!(found.is_empty(), "{found:?}");
+
+        // Again: everything is present, nothing is uploaded.
+        let again = copy_image(&reg, &f.entry, &to, &|_, _| {}).await.unwrap();
+        assert_eq!((again.uploaded, again.mounted), (0, 0));
+        assert_eq!(again.present, copied.uploaded);
+    }
+
+    #[tokio::test]
+    async fn on_the_same_registry_blobs_are_mounted() {
+        let (f, reg) = published().await;
+        let to = repo("registry.example/other/openstack-cloud-controller-manager");
+        let copied = copy_image(&reg, &f.entry, &to, &|_, _| {}).await.unwrap();
+        assert_eq!(copied.uploaded, 0);
+        assert_eq!(copied.mounted, reg.repository(&f.repo).blobs.len());
+    }
+
+    #[tokio::test]
+    async fn a_failed_copy_leaves_no_tag_and_a_taken_tag_is_refused() {
+        let (f, reg) = published().await;
+        let to = repo("mirror.example/magnum/openstack-cloud-controller-manager");
+        reg.fail_when(|op| {
+            (op.kind == "push_manifest" && op.reference.starts_with("sha256-"))
+                .then_some(ErrorKind::Other)
+        });
+        assert!(copy_image(&reg, &f.entry, &to, &|_, _| {}).await.is_err());
+        assert!(reg.repository(&to).tags.is_empty(), "no tag before the end");
+        reg.heal();
+
+        let other = testing::image("v9.9.9-other.1");
+        let taken = repo("mirror.example/taken/openstack-cloud-controller-manager");
+        publish::publish(&reg, &taken, &other.image, &|_, _| {})
+            .await
+            .unwrap();
+        reg.set_tag(
+            &taken,
+            "v1.34.1-occmforge.1",
+            Some(&other.image.index.digest),
+        );
+        let e = copy_image(&reg, &f.entry, &taken, &|_, _| {})
+            .await
+            .unwrap_err();
+        assert!(e.to_string().contains("tags never move"), "{e}");
+        assert_eq!(
+            reg.repository(&taken).tags["v1.34.1-occmforge.1"],
+            other.image.index.digest
+        );
+    }
+}

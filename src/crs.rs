@@ -1,0 +1,723 @@
+//! `render --format crs-secret`: change the OCCM image of a running magnum-cluster-api cluster
+//! through the source its ClusterResourceSet reconciles.
+//!
+//! magnum-cluster-api keeps the OCCM manifests in the Secret `magnum-system/<stack_id>-cloud-provider`
+//! (type `addons.cluster.x-k8s.io/resource-set`), key `cloud-controller-manager.yaml`: the output of
+//! `helm template` of the OCCM chart as release `openstack-ccm` in `kube-system`
+//! (`src/addons/cloud_controller_manager.rs:167-183`, v0.36.6 and v0.38.1); Python adds
+//! `cloud-config-secret.yaml` and, with Cinder, the CSI manifests to the same Secret
+//! (`resources.py:210-262`). Its ClusterResourceSet has `strategy: Reconcile` (`src/magnum.rs:309`),
+//! so Cluster API applies the Secret again to the workload cluster when its content changes. The
+//! Secret is rendered from the cluster's labels only at create and upgrade (`driver.py:114, 414`),
+//! so an upgrade overwrites what this module writes.
+//!
+//! [`rewrite_secret`] reads the Secret as `kubectl get secret -o yaml` prints it, replaces the
+//! image of the one OCCM DaemonSet inside that key by editing that one line of text (the embedded
+//! YAML is never re-serialised, so every other byte of every document stays), and returns a
+//! Secret for `kubectl apply -f -`: server-set metadata dropped, every other key's value verbatim.
+//! On request it also makes the rollout observable ([`RewriteOptions::observable`]) and
+//! operator-driven ([`RewriteOptions::on_delete`]).
+
+use base64::Engine as _;
+use serde_norway::{Mapping, Value};
+
+use crate::render::MCAPI_IMAGE_NAME;
+
+/// The Secret key magnum-cluster-api renders the OCCM chart into.
+pub const SECRET_KEY: &str = "cloud-controller-manager.yaml";
+/// The OCCM container's name in the chart's DaemonSet (`templates/daemonset.yaml:47`).
+pub const CONTAINER_NAME: &str = "openstack-cloud-controller-manager";
+/// OCCM's default secure (HTTPS) port, which serves `/healthz` (k8s.io/cloud-provider
+/// `CloudControllerManagerPort`).
+pub const DEFAULT_SECURE_PORT: u16 = 10258;
+/// `minReadySeconds` set by [`RewriteOptions::observable`]: a new pod counts as available only
+/// after it stayed ready this long, so a replica that crashes soon after start stalls the rollout.
+pub const MIN_READY_SECONDS: u32 = 60;
+
+/// Metadata fields the API server sets; `kubectl apply` of a Secret carrying them would fail on
+/// a stale `resourceVersion` or fight over `managedFields`.
+const SERVER_SET_METADATA: &[&str] = &[
+    "resourceVersion",
+    "uid",
+    "managedFields",
+    "creationTimestamp",
+    "generation",
+    "selfLink",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+];
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// What to write.
+#[derive(Debug, Clone, Default)]
+pub struct RewriteOptions {
+    /// The new image reference (`repository:tag@sha256:<hex>`, or any earlier reference to revert).
+    pub image: String,
+    /// Also set `minReadySeconds` ([`MIN_READY_SECONDS`]) on the DaemonSet and, where the OCCM
+    /// container has none, readiness and liveness probes on `https://127.0.0.1:<secure port>/healthz`
+    /// (the pod uses the host network and OCCM binds 127.0.0.1 unless told otherwise).
+    pub observable: bool,
+    /// Also set the DaemonSet's `updateStrategy` to `OnDelete`: nothing rolls until the operator
+    /// deletes pods, so the leader can be replaced last.
+    pub on_delete: bool,
+}
+
+/// The rewritten Secret and what changed.
+#[derive(Debug, Clone)]
+pub struct Rewritten {
+    /// The Secret as YAML for `kubectl apply -f -`.
+    pub secret: String,
+    /// `namespace/name` of the OCCM DaemonSet.
+    pub daemonset: String,
+    /// The image the DaemonSet ran before (what `--image` reverts to).
+    pub previous_image: String,
+    /// Whether the key's content changed at all.
+    pub changed: bool,
+    /// Things the user must know (an image without digest, a probe kept as it was).
+    pub warnings: Vec<String>,
+}
+
+/// A Secret that cannot be rewritten: one line, naming the key or DaemonSet. Exit status 2.
+#[derive(Debug, thiserror::Error)]
+#[error("crs-secret: {0}")]
+pub struct CrsError(pub String);
+
+fn fail<T>(message: impl Into<String>) -> Result<T, CrsError> {
+    Err(CrsError(message.into()))
+}
+
+/// Rewrites the Secret `input` (YAML or JSON as `kubectl get secret … -o yaml|json` prints it);
+/// see the module documentation. The key may be in `data` (base64, as the API server returns it)
+/// or in `stringData`.
+pub fn rewrite_secret(input: &str, opts: &RewriteOptions) -> Result<Rewritten, CrsError> {
+    if input.trim().is_empty() {
+        return fail(
+            "stdin is empty: pipe in `kubectl get secret -n magnum-system <stack_id>-cloud-provider -o yaml`",
+        );
+    }
+    let secret: Value = serde_norway::from_str(input).map_err(|e| {
+        CrsError(format!(
+            "stdin is not one YAML document: {}",
+            one_line(&e.to_string())
+        ))
+    })?;
+    let Some(map) = secret.as_mapping() else {
+        return fail("stdin is not a Kubernetes object");
+    };
+    let kind = map.get("kind").and_then(Value::as_str).unwrap_or("");
+    if kind != "Secret" {
+        return fail(format!(
+            "stdin is a {}, not a Secret",
+            if kind.is_empty() {
+                "document without kind"
+            } else {
+                kind
+            }
+        ));
+    }
+    let name = secret["metadata"]["name"].as_str().unwrap_or("<unnamed>");
+    let in_data = secret["data"].get(SECRET_KEY);
+    let in_string_data = secret["stringData"].get(SECRET_KEY);
+    let (manifests, field) = match (in_data, in_string_data) {
+        (Some(_), Some(_)) => {
+            return fail(format!(
+                "Secret {name} has {SECRET_KEY} in both data and stringData"
+            ));
+        }
+        (Some(v), None) => {
+            let b64 = v.as_str().ok_or_else(|| {
+                CrsError(format!("Secret {name}: data.{SECRET_KEY} is not a string"))
+            })?;
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(b64.trim())
+                .map_err(|e| {
+                    CrsError(format!(
+                        "Secret {name}: data.{SECRET_KEY} is not base64: {e}"
+                    ))
+                })?;
+            let text = String::from_utf8(bytes).map_err(|_| {
+                CrsError(format!(
+                    "Secret {name}: data.{SECRET_KEY} is not UTF-8 text"
+                ))
+            })?;
+            (text, "data")
+        }
+        (None, Some(v)) => (
+            v.as_str()
+                .ok_or_else(|| {
+                    CrsError(format!(
+                        "Secret {name}: stringData.{SECRET_KEY} is not a string"
+                    ))
+                })?
+                .to_string(),
+            "stringData",
+        ),
+        (None, None) => {
+            return fail(format!(
+                "Secret {name} has no key {SECRET_KEY}: is it magnum-cluster-api's <stack_id>-cloud-provider Secret?"
+            ));
+        }
+    };
+    let edited = set_occm_image(&manifests, opts)
+        .map_err(|e| CrsError(format!("Secret {name}, key {SECRET_KEY}: {}", e.0)))?;
+
+    let mut out = Mapping::new();
+    for (k, v) in map {
+        let mut v = v.clone();
+        match k.as_str() {
+            Some("metadata") => clean_metadata(&mut v),
+            Some(f) if f == field => {
+                let new = if field == "data" {
+                    base64::engine::general_purpose::STANDARD.encode(edited.text.as_bytes())
+                } else {
+                    edited.text.clone()
+                };
+                v.as_mapping_mut()
+                    .expect("checked above")
+                    .insert(SECRET_KEY.into(), Value::String(new));
+            }
+            _ => {}
+        }
+        out.insert(k.clone(), v);
+    }
+    let secret = serde_norway::to_string(&Value::Mapping(out))
+        .map_err(|e| CrsError(format!("cannot write the Secret: {e}")))?;
+    Ok(Rewritten {
+        secret,
+        daemonset: edited.daemonset,
+        previous_image: edited.previous_image,
+        changed: edited.text != manifests,
+        warnings: edited.warnings,
+    })
+}
+
+fn one_line(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+fn clean_metadata(metadata: &mut Value) {
+    let Some(m) = metadata.as_mapping_mut() else {
+        return;
+    };
+    for f in SERVER_SET_METADATA {
+        m.remove(*f);
+    }
+    let mut empty = false;
+    if let Some(a) = m.get_mut("annotations").and_then(Value::as_mapping_mut) {
+        a.remove(LAST_APPLIED);
+        empty = a.is_empty();
+    }
+    if empty {
+        m.remove("annotations");
+    }
+}
+
+/// The edited multi-document text of the key.
+#[derive(Debug, Clone)]
+pub struct Edited {
+    /// The whole key, with only the intended lines changed or added.
+    pub text: String,
+    /// `namespace/name` of the OCCM DaemonSet.
+    pub daemonset: String,
+    /// Its image before.
+    pub previous_image: String,
+    /// Notes for stderr.
+    pub warnings: Vec<String>,
+}
+
+/// Byte ranges of the YAML documents of a stream (separated by lines that are exactly `---`).
+fn documents(text: &str) -> Vec<(usize, usize)> {
+    let mut docs = Vec::new();
+    let mut start = 0;
+    let mut pos = 0;
+    for line in text.split_inclusive('\n') {
+        if line.trim_end() == "---" {
+            docs.push((start, pos));
+            start = pos + line.len();
+        }
+        pos += line.len();
+    }
+    docs.push((start, text.len()));
+    docs
+}
+
+/// Whether `image`'s last path segment (before tag and digest) is OCCM's.
+fn is_occm_image(image: &str) -> bool {
+    let name = image.split('@').next().unwrap_or(image);
+    let last = name.rsplit('/').next().unwrap_or(name);
+    last.split(':').next() == Some(MCAPI_IMAGE_NAME)
+}
+
+fn is_occm_container(c: &Value) -> bool {
+    c["name"].as_str() == Some(CONTAINER_NAME) || c["image"].as_str().is_some_and(is_occm_image)
+}
+
+/// A parsed `image:` line: the column of the key and the byte span of the value (without quotes).
+struct ImageLine {
+    key_column: usize,
+    value: (usize, usize),
+}
+
+fn parse_image_line(line: &str) -> Option<(ImageLine, &str)> {
+    let body = line.trim_end_matches(['\n', '\r']);
+    let mut col = body.len() - body.trim_start_matches(' ').len();
+    if body[col..].starts_with("- ") {
+        col += 2;
+        col += body[col..].len() - body[col..].trim_start_matches(' ').len();
+    }
+    let rest = body[col..].strip_prefix("image:")?;
+    let after_key = col + "image:".len();
+    let lead = rest.len() - rest.trim_start_matches(' ').len();
+    let vstart = after_key + lead;
+    let v = &body[vstart..];
+    let (s, e) = match v.chars().next()? {
+        q @ ('"' | '\'') => {
+            let close = v[1..].find(q)? + 1;
+            let inner = &v[1..close];
+            if inner.contains('\\') || (q == '\'' && v[close + 1..].starts_with('\'')) {
+                return None;
+            }
+            (vstart + 1, vstart + close)
+        }
+        _ => {
+            let end = v.find(" #").unwrap_or(v.len());
+            (vstart, vstart + v[..end].trim_end().len())
+        }
+    };
+    Some((
+        ImageLine {
+            key_column: col,
+            value: (s, e),
+        },
+        &body[s..e],
+    ))
+}
+
+/// The container's secure port and whether probes must go to 127.0.0.1 (host network, loopback
+/// bind) or may use the pod IP; refuses a bind address a probe cannot reach.
+fn probe_target(container: &Value, host_network: bool) -> Result<(u16, bool), CrsError> {
+    let args: Vec<&str> = container["args"]
+        .as_sequence()
+        .into_iter()
+        .flatten()
+        .chain(container["command"].as_sequence().into_iter().flatten())
+        .filter_map(Value::as_str)
+        .collect();
+    let flag = |name: &str| -> Option<&str> {
+        args.iter().enumerate().find_map(|(i, a)| {
+            a.strip_prefix(name).and_then(|rest| {
+                rest.strip_prefix('=')
+                    .or_else(|| rest.is_empty().then(|| args.get(i + 1).copied()).flatten())
+            })
+        })
+    };
+    let port =
+        match flag("--secure-port") {
+            Some(p) => p.parse::<u16>().ok().filter(|p| *p != 0).ok_or_else(|| {
+                CrsError(format!("--secure-port={p} serves no /healthz to probe"))
+            })?,
+            None => DEFAULT_SECURE_PORT,
+        };
+    let bind = flag("--bind-address").unwrap_or("0.0.0.0");
+    let any = matches!(bind, "0.0.0.0" | "::" | "");
+    let loopback = matches!(bind, "127.0.0.1" | "::1" | "localhost");
+    match (host_network, any, loopback) {
+        (true, true, _) | (true, _, true) => Ok((port, true)),
+        (false, true, _) => Ok((port, false)),
+        _ => fail(format!(
+            "OCCM binds {bind}{}; a probe cannot reach /healthz there, leave --observable out",
+            if host_network {
+                ""
+            } else {
+                " without the host network"
+            }
+        )),
+    }
+}
+
+fn probe_lines(indent: &str, key: &str, port: u16, loopback: bool, liveness: bool) -> String {
+    let mut s = format!("{indent}{key}:\n{indent}  httpGet:\n");
+    if loopback {
+        s.push_str(&format!("{indent}    host: 127.0.0.1\n"));
+    }
+    s.push_str(&format!(
+        "{indent}    path: /healthz\n{indent}    port: {port}\n{indent}    scheme: HTTPS\n"
+    ));
+    if liveness {
+        s.push_str(&format!(
+            "{indent}  initialDelaySeconds: 10\n{indent}  periodSeconds: 10\n{indent}  timeoutSeconds: 15\n{indent}  failureThreshold: 8\n"
+        ));
+    } else {
+        s.push_str(&format!(
+            "{indent}  periodSeconds: 10\n{indent}  timeoutSeconds: 15\n{indent}  failureThreshold: 3\n"
+        ));
+    }
+    s
+}
+
+fn probe_value(port: u16, loopback: bool, liveness: bool) -> Value {
+    serde_norway::from_str(&probe_lines("", "p", port, loopback, liveness))
+        .map(|v: Value| v["p"].clone())
+        .expect("probe YAML parses")
+}
+
+/// Sets the image of the one OCCM DaemonSet in `text` (a multi-document YAML stream as `helm
+/// template` prints it) by editing its `image:` line, plus the optional rollout settings of
+/// `opts`; every other byte stays. The result is parsed again and must equal the original with
+/// exactly these changes, or nothing is returned.
+pub fn set_occm_image(text: &str, opts: &RewriteOptions) -> Result<Edited, CrsError> {
+    if let Err(e) = opts.image.parse::<crate::reference::ImageRef>() {
+        return fail(format!("--image {e}"));
+    }
+    let mut found = Vec::new();
+    for (start, end) in documents(text) {
+        let doc = &text[start..end];
+        let value: Value = match serde_norway::from_str(doc) {
+            Ok(v) => v,
+            Err(e) => {
+                let line = text[..start].lines().count() + 1;
+                return fail(format!(
+                    "the document at line {line} is not YAML: {}",
+                    one_line(&e.to_string())
+                ));
+            }
+        };
+        if value["kind"].as_str() != Some("DaemonSet") {
+            continue;
+        }
+        let containers = value["spec"]["template"]["spec"]["containers"]
+            .as_sequence()
+            .cloned()
+            .unwrap_or_default();
+        let occm: Vec<usize> = containers
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| is_occm_container(c))
+            .map(|(i, _)| i)
+            .collect();
+        if !occm.is_empty() {
+            found.push((start, end, value, occm));
+        }
+    }
+    let name_of = |v: &Value| {
+        format!(
+            "{}/{}",
+            v["metadata"]["namespace"].as_str().unwrap_or("default"),
+            v["metadata"]["name"].as_str().unwrap_or("<unnamed>")
+        )
+    };
+    let (start, end, original, occm) = match found.len() {
+        1 => found.pop().expect("one"),
+        0 => {
+            return fail(format!(
+                "no OCCM DaemonSet (none has a container named {CONTAINER_NAME} or running an …/{MCAPI_IMAGE_NAME} image)"
+            ));
+        }
+        n => {
+            return fail(format!(
+                "{n} OCCM DaemonSets ({}); expected exactly one",
+                found
+                    .iter()
+                    .map(|f| name_of(&f.2))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+    };
+    let daemonset = name_of(&original);
+    if occm.len() > 1 {
+        return fail(format!(
+            "DaemonSet {daemonset} has {} OCCM containers; expected exactly one",
+            occm.len()
+        ));
+    }
+    let ci = occm[0];
+    let pod_spec = &original["spec"]["template"]["spec"];
+    let container = &pod_spec["containers"][ci];
+    let previous = container["image"]
+        .as_str()
+        .ok_or_else(|| {
+            CrsError(format!(
+                "DaemonSet {daemonset}: its OCCM container has no image"
+            ))
+        })?
+        .to_string();
+    let doc = &text[start..end];
+
+    // The one line that carries the container's image.
+    let mut lines: Vec<String> = doc.split_inclusive('\n').map(str::to_string).collect();
+    let matches: Vec<usize> = lines
+        .iter()
+        .enumerate()
+        .filter(|(_, l)| parse_image_line(l).is_some_and(|(_, v)| v == previous))
+        .map(|(i, _)| i)
+        .collect();
+    if matches.len() != 1 {
+        return fail(format!(
+            "DaemonSet {daemonset}: {} lines carry image {previous}; cannot tell which to change",
+            matches.len()
+        ));
+    }
+    let at = matches[0];
+    let (image_line, _) = parse_image_line(&lines[at]).expect("matched above");
+    let (s, e) = image_line.value;
+    lines[at] = format!("{}{}{}", &lines[at][..s], opts.image, &lines[at][e..]);
+
+    let mut expected = original.clone();
+    set(
+        &mut expected,
+        &["spec", "template", "spec", "containers"],
+        |c| {
+            c.as_sequence_mut().expect("containers")[ci]
+                .as_mapping_mut()
+                .expect("container")
+                .insert("image".into(), Value::String(opts.image.clone()));
+        },
+    );
+    let mut warnings = Vec::new();
+    if !opts.image.contains("@sha256:") {
+        warnings.push(format!(
+            "{} is not pinned by digest: the nodes pull whatever its tag serves",
+            opts.image
+        ));
+    }
+
+    if opts.observable {
+        let host_network = pod_spec["hostNetwork"].as_bool().unwrap_or(false);
+        let (port, loopback) = probe_target(container, host_network)
+            .map_err(|e| CrsError(format!("DaemonSet {daemonset}: {}", e.0)))?;
+        let indent = " ".repeat(image_line.key_column);
+        let mut insert = String::new();
+        for (key, liveness) in [("livenessProbe", true), ("readinessProbe", false)] {
+            if container.get(key).is_some() {
+                warnings.push(format!("DaemonSet {daemonset} keeps its own {key}"));
+                continue;
+            }
+            insert.push_str(&probe_lines(&indent, key, port, loopback, liveness));
+            set(
+                &mut expected,
+                &["spec", "template", "spec", "containers"],
+                |c| {
+                    c.as_sequence_mut().expect("containers")[ci]
+                        .as_mapping_mut()
+                        .expect("container")
+                        .insert(key.into(), probe_value(port, loopback, liveness));
+                },
+            );
+        }
+        if !lines[at].ends_with('\n') {
+            lines[at].push('\n');
+        }
+        lines.insert(at + 1, insert);
+        let spec_line = top_level_key(&lines, "spec")
+            .ok_or_else(|| CrsError(format!("DaemonSet {daemonset}: no top-level `spec:` line")))?;
+        let child = child_indent(&lines, spec_line);
+        match find_child(&lines, spec_line, &child, "minReadySeconds") {
+            Some(i) => lines[i] = format!("{child}minReadySeconds: {MIN_READY_SECONDS}\n"),
+            None => lines.insert(
+                spec_line + 1,
+                format!("{child}minReadySeconds: {MIN_READY_SECONDS}\n"),
+            ),
+        }
+        set(&mut expected, &["spec"], |s| {
+            s.as_mapping_mut()
+                .expect("spec")
+                .insert("minReadySeconds".into(), Value::from(MIN_READY_SECONDS));
+        });
+    }
+
+    if opts.on_delete {
+        let strategy = &original["spec"]["updateStrategy"];
+        if strategy.get("rollingUpdate").is_some() {
+            return fail(format!(
+                "DaemonSet {daemonset} has an updateStrategy.rollingUpdate block; leave --on-delete out"
+            ));
+        }
+        let spec_line = top_level_key(&lines, "spec")
+            .ok_or_else(|| CrsError(format!("DaemonSet {daemonset}: no top-level `spec:` line")))?;
+        let child = child_indent(&lines, spec_line);
+        match find_child(&lines, spec_line, &child, "updateStrategy") {
+            Some(u) => {
+                let grand = child_indent(&lines, u);
+                match find_child(&lines, u, &grand, "type") {
+                    Some(t) => lines[t] = format!("{grand}type: OnDelete\n"),
+                    None => lines.insert(u + 1, format!("{grand}type: OnDelete\n")),
+                }
+            }
+            None => lines.insert(
+                spec_line + 1,
+                format!("{child}updateStrategy:\n{child}  type: OnDelete\n"),
+            ),
+        }
+        set(&mut expected, &["spec"], |s| {
+            let m = s.as_mapping_mut().expect("spec");
+            let mut u = Mapping::new();
+            u.insert("type".into(), "OnDelete".into());
+            m.insert("updateStrategy".into(), Value::Mapping(u));
+        });
+    }
+
+    let new_doc: String = lines.concat();
+    let reparsed: Value = serde_norway::from_str(&new_doc).map_err(|e| {
+        CrsError(format!(
+            "DaemonSet {daemonset}: the edited document does not parse ({}); nothing written",
+            one_line(&e.to_string())
+        ))
+    })?;
+    if reparsed != expected {
+        return fail(format!(
+            "DaemonSet {daemonset}: the edited document does not read back as intended; nothing written"
+        ));
+    }
+    Ok(Edited {
+        text: format!("{}{new_doc}{}", &text[..start], &text[end..]),
+        daemonset,
+        previous_image: previous,
+        warnings,
+    })
+}
+
+/// Applies `f` to the value at `path` (which exists: it was read from the same document).
+fn set(v: &mut Value, path: &[&str], f: impl FnOnce(&mut Value)) {
+    let mut cur = v;
+    for k in path {
+        cur = cur
+            .as_mapping_mut()
+            .and_then(|m| m.get_mut(*k))
+            .expect("path exists");
+    }
+    f(cur)
+}
+
+fn indent_of(line: &str) -> usize {
+    line.len() - line.trim_start_matches(' ').len()
+}
+
+fn is_content(line: &str) -> bool {
+    let t = line.trim();
+    !t.is_empty() && !t.starts_with('#')
+}
+
+/// The index of the line `<key>:` at column 0.
+fn top_level_key(lines: &[String], key: &str) -> Option<usize> {
+    lines.iter().position(|l| l.trim_end() == format!("{key}:"))
+}
+
+/// The indentation of the first content line after `parent`.
+fn child_indent(lines: &[String], parent: usize) -> String {
+    let base = indent_of(&lines[parent]);
+    let n = lines[parent + 1..]
+        .iter()
+        .find(|l| is_content(l))
+        .map(|l| indent_of(l))
+        .filter(|n| *n > base)
+        .unwrap_or(base + 2);
+    " ".repeat(n)
+}
+
+/// The line `<indent><key>:` inside the block that starts after `parent`.
+fn find_child(lines: &[String], parent: usize, indent: &str, key: &str) -> Option<usize> {
+    let base = indent_of(&lines[parent]);
+    for (i, l) in lines.iter().enumerate().skip(parent + 1) {
+        if !is_content(l) {
+            continue;
+        }
+        if indent_of(l) <= base {
+            return None;
+        }
+        if l.strip_prefix(indent)
+            .and_then(|r| r.strip_prefix(key))
+            .is_some_and(|r| r.starts_with(':'))
+        {
+            return Some(i);
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const STREAM: &str = "---\n# Source: occm/templates/sa.yaml\napiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: cloud-controller-manager\n  namespace: kube-system\n---\n# Source: occm/templates/daemonset.yaml\napiVersion: apps/v1\nkind: DaemonSet\nmetadata:\n  name: openstack-cloud-controller-manager\n  namespace: kube-system\nspec:\n  selector:\n    matchLabels:\n      app: occm\n  updateStrategy:\n    type: RollingUpdate\n  template:\n    spec:\n      containers:\n        - name: openstack-cloud-controller-manager\n          image: \"registry.k8s.io/provider-os/openstack-cloud-controller-manager:v1.34.1\"\n          args:\n            - /bin/openstack-cloud-controller-manager\n            - --bind-address=127.0.0.1\n      hostNetwork: true\n";
+
+    fn opts(image: &str) -> RewriteOptions {
+        RewriteOptions {
+            image: image.into(),
+            ..RewriteOptions::default()
+        }
+    }
+
+    #[test]
+    fn one_line_changes_and_a_revert_restores_the_bytes() {
+        let new = format!(
+            "r.example/occm/openstack-cloud-controller-manager:v1.34.1-occmforge.1@sha256:{}",
+            "a".repeat(64)
+        );
+        let e = set_occm_image(STREAM, &opts(&new)).unwrap();
+        let changed: Vec<_> = STREAM
+            .lines()
+            .zip(e.text.lines())
+            .filter(|(a, b)| a != b)
+            .collect();
+        assert_eq!(changed.len(), 1, "{}", e.text);
+        assert_eq!(changed[0].1, format!("          image: \"{new}\""));
+        assert_eq!(
+            e.daemonset,
+            "kube-system/openstack-cloud-controller-manager"
+        );
+        let back = set_occm_image(&e.text, &opts(&e.previous_image)).unwrap();
+        assert_eq!(back.text, STREAM);
+    }
+
+    #[test]
+    fn observable_and_on_delete_add_exactly_what_they_say_and_are_idempotent() {
+        let o = RewriteOptions {
+            image: "x.example/openstack-cloud-controller-manager:v1@sha256:".to_string()
+                + &"b".repeat(64),
+            observable: true,
+            on_delete: true,
+        };
+        let e = set_occm_image(STREAM, &o).unwrap();
+        let v: Value = serde_norway::from_str(
+            documents(&e.text)
+                .iter()
+                .map(|(s, t)| &e.text[*s..*t])
+                .nth(2)
+                .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(v["spec"]["minReadySeconds"], Value::from(60));
+        assert_eq!(v["spec"]["updateStrategy"]["type"], "OnDelete");
+        let c = &v["spec"]["template"]["spec"]["containers"][0];
+        assert_eq!(c["livenessProbe"]["httpGet"]["scheme"], "HTTPS");
+        assert_eq!(c["readinessProbe"]["httpGet"]["port"], Value::from(10258));
+        assert_eq!(c["readinessProbe"]["httpGet"]["host"], "127.0.0.1");
+        let again = set_occm_image(&e.text, &o).unwrap();
+        assert_eq!(again.text, e.text);
+        assert_eq!(again.warnings.len(), 2, "{:?}", again.warnings);
+    }
+
+    #[test]
+    fn refuses_without_exactly_one_occm_daemonset() {
+        let none = STREAM.replace("openstack-cloud-controller-manager", "cinder-csi-plugin");
+        let e = set_occm_image(&none, &opts("a/b:c"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("no OCCM DaemonSet"), "{e}");
+        let two = format!(
+            "{STREAM}---\n{}",
+            &STREAM[STREAM
+                .find("# Source: occm/templates/daemonset.yaml")
+                .unwrap()..]
+                .replace(
+                    "name: openstack-cloud-controller-manager\n  namespace",
+                    "name: occm-2\n  namespace"
+                )
+        );
+        let e = set_occm_image(&two, &opts("a/b:c"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("2 OCCM DaemonSets (kube-system/openstack-cloud-controller-manager, kube-system/occm-2)"), "{e}");
+    }
+}
