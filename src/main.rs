@@ -204,6 +204,16 @@ struct RegistryArgs {
     /// with exponential backoff from 0.5 s to 10 s.
     #[arg(long, default_value_t = 5, value_name = "N")]
     retries: usize,
+    /// A registry request that makes no progress for this many seconds fails and is retried
+    /// (connecting, waiting for an answer, each piece of an upload or download).
+    #[arg(long, env = "OCCM_FORGE_REGISTRY_TIMEOUT", default_value_t = 30, value_name = "SECONDS",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    registry_timeout: u64,
+    /// No retry of a registry operation starts when it would end after this many seconds from
+    /// its first attempt.
+    #[arg(long, env = "OCCM_FORGE_REGISTRY_OPERATION_TIMEOUT", default_value_t = 120,
+          value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..))]
+    registry_operation_timeout: u64,
 }
 
 /// Where the inputs come from.
@@ -341,10 +351,13 @@ fn registry_client(
         insecure,
         ca_files,
         auth: AuthFiles::discover(args.registry_config.as_deref()),
+        idle_timeout: std::time::Duration::from_secs(args.registry_timeout),
+        proxy: occm_forge::registry::proxy::ProxyEnv::from_env(),
     })
     .map(|r| {
         let policy = RetryPolicy {
             retries: args.retries,
+            operation_timeout: std::time::Duration::from_secs(args.registry_operation_timeout),
             ..RetryPolicy::default()
         };
         Retrying::new(r, policy)

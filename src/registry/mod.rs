@@ -7,9 +7,12 @@
 //! (`HEAD|GET|PUT /v2/<name>/manifests/<reference>`).
 
 pub mod auth;
+mod explain;
 pub mod oci;
+pub mod proxy;
 pub mod publish;
 pub mod retry;
+mod upload;
 
 use std::fmt;
 use std::str::FromStr;
