@@ -77,3 +77,22 @@ fn an_unreachable_proxy_is_named_in_the_error() {
     );
     assert_eq!(std::fs::read(&f.lock).unwrap(), lock_before);
 }
+
+/// A proxy variable that is not a URL is an error naming the variables, not a silent fallback.
+#[test]
+fn a_malformed_proxy_variable_is_an_error() {
+    let reg = TestRegistry::start();
+    let front = FaultProxy::start_on(&non_loopback_ip(), &reg.addr, vec![]);
+    let f = fixture(&["linux/amd64"]);
+    let o = push_with_proxy(&f, &front, "http://[proxy.corp", "");
+    assert_eq!(o.status.code(), Some(8), "{}", stderr(&o));
+    let last = stderr(&o).lines().last().unwrap_or_default().to_string();
+    eprintln!("{last}");
+    assert!(
+        last.starts_with(&format!(
+            "occm-forge: error: registry {}: set up the client: ",
+            front.addr
+        )) && last.ends_with("(check HTTPS_PROXY, HTTP_PROXY and NO_PROXY)"),
+        "{last}"
+    );
+}

@@ -145,34 +145,45 @@ impl OciRegistry {
     }
 
     /// The oci-client client for `registry` (made on first use), whose proxy settings are the
-    /// ones [`ProxyEnv`] decides for that registry.
-    fn client(&self, registry: &str) -> Arc<Client> {
+    /// ones [`ProxyEnv`] decides for that registry. Errors: a proxy URL reqwest cannot use
+    /// (`Client::new` would fall back to a default client silently, so `try_from` is used).
+    fn client(&self, registry: &str) -> Result<Arc<Client>, RegistryError> {
         let mut clients = self.clients.lock().expect("client cache lock");
-        clients
-            .entry(registry.to_string())
-            .or_insert_with(|| {
-                let (http_proxy, https_proxy, no_proxy) = self
-                    .proxy
-                    .oci_client_settings(self.scheme(registry), registry);
-                let protocol = if self.insecure.is_empty() {
-                    ClientProtocol::Https
-                } else {
-                    ClientProtocol::HttpsExcept(self.insecure.clone())
-                };
-                Arc::new(Client::new(ClientConfig {
-                    protocol,
-                    extra_root_certificates: self.certificates.clone(),
-                    use_monolithic_push: true,
-                    connect_timeout: Some(self.idle),
-                    read_timeout: Some(self.idle),
-                    user_agent: USER_AGENT,
-                    http_proxy,
-                    https_proxy,
-                    no_proxy,
-                    ..Default::default()
-                }))
-            })
-            .clone()
+        if let Some(c) = clients.get(registry) {
+            return Ok(c.clone());
+        }
+        let (http_proxy, https_proxy, no_proxy) = self
+            .proxy
+            .oci_client_settings(self.scheme(registry), registry);
+        let protocol = if self.insecure.is_empty() {
+            ClientProtocol::Https
+        } else {
+            ClientProtocol::HttpsExcept(self.insecure.clone())
+        };
+        let client = Client::try_from(ClientConfig {
+            protocol,
+            extra_root_certificates: self.certificates.clone(),
+            use_monolithic_push: true,
+            connect_timeout: Some(self.idle),
+            read_timeout: Some(self.idle),
+            user_agent: USER_AGENT,
+            http_proxy,
+            https_proxy,
+            no_proxy,
+            ..Default::default()
+        })
+        .map_err(|e| RegistryError {
+            registry: registry.to_string(),
+            operation: "set up the client".into(),
+            message: format!(
+                "{} (check HTTPS_PROXY, HTTP_PROXY and NO_PROXY)",
+                error_chain(&e)
+            ),
+            kind: ErrorKind::Other,
+        })?;
+        let client = Arc::new(client);
+        clients.insert(registry.to_string(), client.clone());
+        Ok(client)
     }
 
     /// [`error`] plus what only this client knows: the idle timeout behind a timeout, and the
@@ -271,12 +282,13 @@ impl OciRegistry {
         Ok(a)
     }
 
-    /// The credential for a registry (looked up once) and the oci-client reference for `reference`.
+    /// The credential for a registry (looked up once), the oci-client reference for `reference`
+    /// and the registry's client.
     async fn reference(
         &self,
         repo: &RepositoryName,
         reference: &str,
-    ) -> Result<(Reference, RegistryAuth), RegistryError> {
+    ) -> Result<(Reference, RegistryAuth, Arc<Client>), RegistryError> {
         let cached = self
             .auths
             .lock()
@@ -302,9 +314,8 @@ impl OciRegistry {
                 auth
             }
         };
-        self.client(&repo.registry)
-            .store_auth_if_needed(&repo.registry, &auth)
-            .await;
+        let client = self.client(&repo.registry)?;
+        client.store_auth_if_needed(&repo.registry, &auth).await;
         let r = if reference.starts_with("sha256:") {
             Reference::with_digest(
                 repo.registry.clone(),
@@ -318,7 +329,7 @@ impl OciRegistry {
                 reference.to_string(),
             )
         };
-        Ok((r, auth))
+        Ok((r, auth, client))
     }
 }
 
@@ -468,8 +479,8 @@ impl Registry for OciRegistry {
         repo: &RepositoryName,
         digest: &str,
     ) -> Result<bool, RegistryError> {
-        let (r, _auth) = self.reference(repo, digest).await?;
-        self.client(&repo.registry)
+        let (r, _auth, client) = self.reference(repo, digest).await?;
+        client
             .blob_exists(&r, digest)
             .await
             .map_err(|e| self.error(repo, format!("check blob {}", short(digest)), e))
@@ -482,9 +493,8 @@ impl Registry for OciRegistry {
         data: Bytes,
     ) -> Result<(), RegistryError> {
         // Tokens: fetched through oci-client once per repository (again after a 401).
-        let (r, auth) = self.reference(repo, digest).await?;
+        let (r, auth, client) = self.reference(repo, digest).await?;
         let op = || format!("push blob {}", short(digest));
-        let client = self.client(&repo.registry);
         let registry_url = reqwest::Url::parse(&format!(
             "{}://{}/",
             self.scheme(&repo.registry),
@@ -538,17 +548,13 @@ impl Registry for OciRegistry {
         if repo.registry != from.registry {
             return false;
         }
-        let Ok((r, _)) = self.reference(repo, digest).await else {
+        let Ok((r, _, client)) = self.reference(repo, digest).await else {
             return false;
         };
-        let Ok((source, _)) = self.reference(from, digest).await else {
+        let Ok((source, _, _)) = self.reference(from, digest).await else {
             return false;
         };
-        match self
-            .client(&repo.registry)
-            .mount_blob(&r, &source, digest)
-            .await
-        {
+        match client.mount_blob(&r, &source, digest).await {
             Ok(()) => true,
             Err(e) => {
                 tracing::debug!(
@@ -561,9 +567,9 @@ impl Registry for OciRegistry {
     }
 
     async fn pull_blob(&self, repo: &RepositoryName, digest: &str) -> Result<Bytes, RegistryError> {
-        let (r, _auth) = self.reference(repo, digest).await?;
+        let (r, _auth, client) = self.reference(repo, digest).await?;
         let mut out: Vec<u8> = Vec::new();
-        self.client(&repo.registry)
+        client
             .pull_blob(&r, digest, &mut out)
             .await
             .map_err(|e| self.error(repo, format!("pull blob {}", short(digest)), e))?;
@@ -577,7 +583,7 @@ impl Registry for OciRegistry {
         media_type: &str,
         body: Bytes,
     ) -> Result<(), RegistryError> {
-        let (r, _) = self.reference(repo, reference).await?;
+        let (r, _, client) = self.reference(repo, reference).await?;
         let op = || format!("push manifest {}:{}", repo.path, short(reference));
         let content_type = media_type.parse().map_err(|_| RegistryError {
             registry: repo.registry.clone(),
@@ -585,7 +591,7 @@ impl Registry for OciRegistry {
             message: format!("invalid media type {media_type}"),
             kind: ErrorKind::Other,
         })?;
-        self.client(&repo.registry)
+        client
             .push_manifest_raw(&r, body, content_type)
             .await
             .map(|_| ())
@@ -597,8 +603,8 @@ impl Registry for OciRegistry {
         repo: &RepositoryName,
         reference: &str,
     ) -> Result<Bytes, RegistryError> {
-        let (r, auth) = self.reference(repo, reference).await?;
-        self.client(&repo.registry)
+        let (r, auth, client) = self.reference(repo, reference).await?;
+        client
             .pull_manifest_raw(&r, &auth, MANIFEST_MEDIA_TYPES)
             .await
             .map(|(b, _)| b)
@@ -616,12 +622,8 @@ impl Registry for OciRegistry {
         repo: &RepositoryName,
         reference: &str,
     ) -> Result<Option<String>, RegistryError> {
-        let (r, auth) = self.reference(repo, reference).await?;
-        match self
-            .client(&repo.registry)
-            .fetch_manifest_digest(&r, &auth)
-            .await
-        {
+        let (r, auth, client) = self.reference(repo, reference).await?;
+        match client.fetch_manifest_digest(&r, &auth).await {
             Ok(d) => Ok(Some(d)),
             Err(e) => {
                 let e = self.error(
