@@ -5,6 +5,7 @@
 //! A patch that does not apply forward but applies in reverse is reported as already upstream and
 //! skipped; any other failure names the patch, the file and the hunk, and stops the series.
 
+use std::borrow::Cow;
 use std::cell::RefCell;
 use std::path::{Path, PathBuf};
 
@@ -210,6 +211,38 @@ pub fn parse_mail(bytes: &[u8]) -> MailHeader {
     }
 }
 
+/// A patch file as `git am` reads it. When the patch's own lines end in CRLF (its `diff --git`
+/// lines do: `git format-patch` never writes that, a Windows `core.autocrlf` checkout of patches/
+/// does), the CR of every line ending in CRLF is removed, as `git mailsplit` does by default
+/// (git-mailsplit(1) `--keep-cr`, git-am(1) `am.keepcr`). Any other file is returned unchanged,
+/// so a patch that changes CRLF lines of a CRLF file keeps them. Only the applied text changes:
+/// [`PatchFile::sha256`] and [`series_sha256`] stay over the file's bytes as they are.
+pub fn as_git_am_reads(bytes: &[u8]) -> Cow<'_, [u8]> {
+    let crlf_headers = bytes
+        .split_inclusive(|b| *b == b'\n')
+        .find(|l| l.starts_with(b"diff --git "))
+        .is_some_and(|l| l.ends_with(b"\r\n"));
+    if !crlf_headers {
+        return Cow::Borrowed(bytes);
+    }
+    let mut out = Vec::with_capacity(bytes.len());
+    for line in bytes.split_inclusive(|b| *b == b'\n') {
+        match line.strip_suffix(b"\r\n") {
+            Some(l) => {
+                out.extend_from_slice(l);
+                out.push(b'\n');
+            }
+            None => out.extend_from_slice(line),
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// How many lines of `bytes` end in CRLF.
+fn crlf_lines(bytes: &[u8]) -> usize {
+    bytes.windows(2).filter(|w| *w == b"\r\n").count()
+}
+
 /// Where a dry run stopped: the last delta and hunk libgit2 offered before failing.
 #[derive(Default)]
 struct Progress {
@@ -254,7 +287,8 @@ fn check(repo: &Repository, diff: &Diff<'_>) -> Result<(), (Progress, String)> {
 ///
 /// Authors come from each patch's `From:`; author and committer time is the patch's `Date:`, or
 /// `fallback_time` (seconds since the epoch) when it has none, so the resulting commits are
-/// reproducible. The committer is `occm-forge <occm-forge@localhost>`.
+/// reproducible. The committer is `occm-forge <occm-forge@localhost>`. Line endings are read as
+/// `git am` reads them ([`as_git_am_reads`]).
 ///
 /// Errors: [`PatchError::Parse`] for a file libgit2 cannot read as a diff,
 /// [`PatchError::DoesNotApply`] naming the file and hunk (nothing of that patch is applied),
@@ -271,8 +305,9 @@ pub fn apply_series(
     })?;
     let mut out = Vec::with_capacity(series.len());
     for patch in series {
-        let mail = parse_mail(&patch.bytes);
-        let diff = Diff::from_buffer(&patch.bytes).map_err(|e| PatchError::Parse {
+        let bytes = as_git_am_reads(&patch.bytes);
+        let mail = parse_mail(&bytes);
+        let diff = Diff::from_buffer(&bytes).map_err(|e| PatchError::Parse {
             name: patch.name.clone(),
             message: e.message().to_string(),
         })?;
@@ -296,10 +331,18 @@ pub fn apply_series(
                 PatchOutcome::Applied(commit(&repo, patch, &mail, fallback_time)?)
             }
             Err((progress, message)) => {
-                let reverse = reverse_patch(&patch.bytes).and_then(|r| Diff::from_buffer(&r).ok());
+                let reverse = reverse_patch(&bytes).and_then(|r| Diff::from_buffer(&r).ok());
                 match reverse {
                     Some(rev) if check(&repo, &rev).is_ok() => PatchOutcome::AlreadyUpstream,
                     _ => {
+                        let crlf = crlf_lines(&bytes);
+                        let message = if crlf > 0 {
+                            format!(
+                                "{message} ({crlf} of its lines end in CRLF; if the file was checked out with Windows line endings, restore LF, e.g. `git config core.autocrlf false` and check patches/ out again)"
+                            )
+                        } else {
+                            message
+                        };
                         return Err(PatchError::DoesNotApply {
                             name: patch.name.clone(),
                             file: progress.file,
@@ -531,6 +574,18 @@ index 1111111..2222222 100644
             r,
             "diff --git a/n.go b/n.go\ndeleted file mode 100644\nindex 3333333..0000000\n--- a/n.go\n+++ /dev/null\n@@ -1,2 +0,0 @@\n-package n\n--- not a signature\n"
         );
+    }
+
+    #[test]
+    fn crlf_patches_are_read_as_git_am_reads_them() {
+        let crlf = MAIL.replace('\n', "\r\n");
+        assert_eq!(as_git_am_reads(crlf.as_bytes()), MAIL.as_bytes());
+        // An LF patch whose content lines carry CRs (a change to a CRLF file) is left alone.
+        let content = MAIL.replace("-var X = 1\n", "-var X = 1\r\n");
+        assert!(matches!(
+            as_git_am_reads(content.as_bytes()),
+            Cow::Borrowed(b) if b == content.as_bytes()
+        ));
     }
 
     #[test]

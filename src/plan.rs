@@ -14,6 +14,8 @@
 //! | time inside the image | — | `SOURCE_DATE_EPOCH` | — | the upstream commit time |
 //! | plain-HTTP registries, CAs | `--insecure-registry`, `--ca-file` (added) | — | `[registry]` | none |
 //! | credentials | `--registry-config` (alone) | `REGISTRY_AUTH_FILE`, `DOCKER_CONFIG`, … | — | anonymous |
+//! | registry timeouts | `--registry-timeout`, `--registry-operation-timeout` | `OCCM_FORGE_REGISTRY_TIMEOUT`, `OCCM_FORGE_REGISTRY_OPERATION_TIMEOUT` | — | 30 s, 120 s |
+//! | proxies | — | `HTTPS_PROXY`, `HTTP_PROXY`, `NO_PROXY` (Go's rules) | — | none |
 
 use std::path::{Path, PathBuf};
 
@@ -23,6 +25,7 @@ use crate::patches::{self, PatchFile};
 use crate::reference::{ImageRef, RepositoryName};
 use crate::registry::auth::AuthFiles;
 use crate::registry::oci::{OciRegistry, OciRegistryConfig};
+use crate::registry::proxy::ProxyEnv;
 use crate::registry::retry::{RetryPolicy, Retrying};
 use crate::{Error, digest_manifest};
 
@@ -290,6 +293,12 @@ pub struct RegistryOverrides {
     pub auth_file: Option<PathBuf>,
     /// `--retries`.
     pub retries: usize,
+    /// `--registry-timeout` / `OCCM_FORGE_REGISTRY_TIMEOUT`: a request without progress for this
+    /// long fails (and is retried).
+    pub idle_timeout: std::time::Duration,
+    /// `--registry-operation-timeout` / `OCCM_FORGE_REGISTRY_OPERATION_TIMEOUT`: no retry starts
+    /// that would end later than this after the operation's first attempt.
+    pub operation_timeout: std::time::Duration,
 }
 
 /// The registry client every command uses: the `oci-client` implementation with images.toml's
@@ -313,12 +322,15 @@ pub fn registry(config: &Config, o: &RegistryOverrides) -> Result<Retrying<OciRe
         insecure,
         ca_files,
         auth: AuthFiles::discover(o.auth_file.as_deref()),
+        idle_timeout: o.idle_timeout,
+        proxy: ProxyEnv::from_env(),
     })
     .map_err(|e| Error::Usage(e.to_string()))?;
     Ok(Retrying::new(
         client,
         RetryPolicy {
             retries: o.retries,
+            operation_timeout: o.operation_timeout,
             ..RetryPolicy::default()
         },
     ))

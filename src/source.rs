@@ -74,6 +74,22 @@ pub enum SourceError {
         /// The commit the tag points at now.
         actual: String,
     },
+    /// The pin is the id of the annotated tag object itself, not of the commit the tag points
+    /// at (`git rev-parse v1.34.1` prints the tag object for an annotated tag;
+    /// `git rev-parse v1.34.1^{commit}` prints the commit).
+    #[error(
+        "images.toml pins {pinned} for {tag}, which is the annotated tag object in {url}, not a commit; pin the commit it points at: {commit}"
+    )]
+    PinIsTagObject {
+        /// Upstream tag.
+        tag: String,
+        /// Source URL or path.
+        url: String,
+        /// The pinned id (the tag object's).
+        pinned: String,
+        /// The commit the tag points at.
+        commit: String,
+    },
     /// Local git or filesystem failure in the cache or the work tree.
     #[error("git cache {path}: {message}")]
     Cache {
@@ -101,10 +117,21 @@ fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> SourceError + '_ {
 /// Fetches `req.tag` into the shared store, checks it against the pin and checks out a work tree.
 ///
 /// Errors: [`SourceError::Fetch`] when the source is unreachable or has no such tag,
+/// [`SourceError::PinIsTagObject`] when the pin is the annotated tag object rather than its commit,
 /// [`SourceError::TagMoved`] when the tag's commit differs from the pin (naming both), and
 /// [`SourceError::Cache`] for local failures.
 pub fn checkout(req: &SourceRequest<'_>) -> Result<SourceTree, SourceError> {
     let fetched = fetch_tag(req.url, req.tag, req.cache_dir)?;
+    if fetched.commit != req.pinned_commit
+        && fetched.tag_object.as_deref() == Some(req.pinned_commit)
+    {
+        return Err(SourceError::PinIsTagObject {
+            tag: req.tag.to_string(),
+            url: req.url.to_string(),
+            pinned: req.pinned_commit.to_string(),
+            commit: fetched.commit,
+        });
+    }
     if fetched.commit != req.pinned_commit {
         return Err(SourceError::TagMoved {
             tag: req.tag.to_string(),
@@ -129,6 +156,8 @@ pub struct FetchedTag {
     pub commit: String,
     /// Its committer time, seconds since the epoch.
     pub commit_time: i64,
+    /// The annotated tag object's id (40 hex), `None` for a lightweight tag.
+    pub tag_object: Option<String>,
     /// The object store holding it.
     pub store: PathBuf,
 }
@@ -159,9 +188,12 @@ pub fn fetch_tag(url: &str, tag: &str, cache_dir: &Path) -> Result<FetchedTag, S
     if is_local_path(&normalised) && !Path::new(&normalised).exists() {
         return Err(fetch_err("no such directory".into()));
     }
+    let mut tag_object = None;
     match local_repository(&normalised) {
-        Some(src) => copy_tag(&src, &store, tag, &local_ref)
-            .map_err(|e| fetch_err(e.message().to_string()))?,
+        Some(src) => {
+            tag_object = copy_tag(&src, &store, tag, &local_ref)
+                .map_err(|e| fetch_err(e.message().to_string()))?
+        }
         None => {
             let refspec = format!("+refs/tags/{tag}:{local_ref}");
             let mut remote = store
@@ -177,12 +209,19 @@ pub fn fetch_tag(url: &str, tag: &str, cache_dir: &Path) -> Result<FetchedTag, S
     let reference = store
         .find_reference(&local_ref)
         .map_err(|_| fetch_err(format!("no tag {tag} there")))?;
+    if tag_object.is_none() {
+        tag_object = reference
+            .target()
+            .filter(|oid| store.find_tag(*oid).is_ok())
+            .map(|oid| oid.to_string());
+    }
     let commit = reference
         .peel_to_commit()
         .map_err(|e| fetch_err(format!("tag does not point at a commit: {}", e.message())))?;
     Ok(FetchedTag {
         commit: commit.id().to_string(),
         commit_time: commit.committer().when().seconds(),
+        tag_object,
         store: store_path,
     })
 }
@@ -263,18 +302,22 @@ fn local_repository(url: &str) -> Option<Repository> {
 /// Copies the history of `tag` from a local repository into the store and points `local_ref` at
 /// its commit. The repository is read directly rather than through libgit2's local transport,
 /// which peels every tag of the source and so fails on partial mirrors whose unrelated tags
-/// point at absent objects. Commits the store already has are not copied again.
+/// point at absent objects. Commits the store already has are not copied again. Returns the
+/// annotated tag object's id, `None` for a lightweight tag.
 fn copy_tag(
     src: &Repository,
     store: &Repository,
     tag: &str,
     local_ref: &str,
-) -> Result<(), git2::Error> {
-    let target = src
+) -> Result<Option<String>, git2::Error> {
+    let reference = src
         .find_reference(&format!("refs/tags/{tag}"))
-        .map_err(|_| git2::Error::from_str(&format!("no tag {tag} there")))?
-        .peel_to_commit()?
-        .id();
+        .map_err(|_| git2::Error::from_str(&format!("no tag {tag} there")))?;
+    let tag_object = reference
+        .target()
+        .filter(|oid| src.find_tag(*oid).is_ok())
+        .map(|oid| oid.to_string());
+    let target = reference.peel_to_commit()?.id();
     if store.find_commit(target).is_err() {
         let mut walk = src.revwalk()?;
         walk.push(target)?;
@@ -306,7 +349,7 @@ fn copy_tag(
         writer.commit()?;
     }
     store.reference(local_ref, target, true, "occm-forge: copy tag")?;
-    Ok(())
+    Ok(tag_object)
 }
 
 /// A local path becomes an absolute path (so that relative paths keep working from any

@@ -63,6 +63,39 @@ fn moved_tag_is_refused_naming_both_commits() {
     );
 }
 
+/// `git rev-parse v1.34.1` of an annotated tag prints the tag object, not the commit: a pin set
+/// to it is not a moved tag, and the message says which commit to pin.
+#[test]
+fn pin_set_to_an_annotated_tag_object_names_the_commit_to_pin() {
+    let f = fixture(&["linux/amd64"]);
+    let lock = f.seed_lock();
+    run(git(&f.upstream).args([
+        "tag",
+        "-f",
+        "-a",
+        "-m",
+        "fixture v1.34.1",
+        "v1.34.1",
+        &f.commits.v1_34,
+    ]));
+    let tag_object = run(git(&f.upstream).args(["rev-parse", "v1.34.1"]))
+        .trim()
+        .to_string();
+    assert_ne!(tag_object, f.commits.v1_34);
+    let cfg = std::fs::read_to_string(&f.config).unwrap();
+    std::fs::write(&f.config, cfg.replace(&f.commits.v1_34, &tag_object)).unwrap();
+    let o = build(&f, "1.34", &[]);
+    let line = assert_failed(&f, &o, 3, &lock);
+    assert_eq!(
+        line,
+        format!(
+            "occm-forge: error: source: images.toml pins {tag_object} for v1.34.1, which is the annotated tag object in {}, not a commit; pin the commit it points at: {}",
+            f.upstream.display(),
+            f.commits.v1_34
+        )
+    );
+}
+
 #[test]
 fn patch_that_does_not_apply_names_patch_file_and_hunk() {
     let f = fixture(&["linux/amd64"]);

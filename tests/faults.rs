@@ -1,11 +1,13 @@
 //! Publishing through faults: a fault-injecting proxy in front of a real docker-registry injects
 //! 500s and connection resets (recovered by retry), and kills the registry mid-push (a clear
 //! error, the digest manifest unchanged, the tag not moved; a rerun completes and skips the blobs
-//! already present).
+//! already present); an upload `POST` redirected to another host whose `Location` is relative; a
+//! registry that accepts connections and never answers; a registry whose disk is read-only.
 
 mod common;
 
 use std::process::Output;
+use std::time::{Duration, Instant};
 
 use common::*;
 
@@ -172,4 +174,146 @@ fn registry_killed_mid_push_then_rerun_completes() {
         .get_body("/v2/occm/openstack-cloud-controller-manager/tags/list")
         .unwrap_or_default();
     assert!(tags.contains("\"v1.34.1-occmforge.1\""), "{tags}");
+}
+
+/// containerd#11949: the upload `POST` is answered `307` to another host, whose registry answers
+/// with a relative `Location`. RFC 7231 §7.1.2 resolves it against the redirect target; resolving
+/// it against the first host sends the `PUT` where no such upload exists (404
+/// `BLOB_UPLOAD_UNKNOWN`).
+#[test]
+fn upload_redirected_to_another_host_with_a_relative_location() {
+    let reg = TestRegistry::start_with(&RegistryOptions {
+        relative_urls: true,
+        ..Default::default()
+    });
+    let f = fixture(&["linux/amd64"]);
+    let second = FaultProxy::start(&reg.addr, vec![]);
+    let second_port: u16 = second.addr.rsplit(':').next().unwrap().parse().unwrap();
+    let first = FaultProxy::start(
+        &reg.addr,
+        vec![
+            rule(
+                "POST",
+                "/blobs/uploads/",
+                Fault::Redirect307(second_port),
+                usize::MAX,
+                0,
+            ),
+            rule(
+                "PUT",
+                "/blobs/uploads/",
+                Fault::UploadUnknown,
+                usize::MAX,
+                0,
+            ),
+        ],
+    );
+    let o = push(&f, &first, "1");
+    assert!(o.status.success(), "{}", stderr(&o));
+    use std::sync::atomic::Ordering::SeqCst;
+    let redirected = first.counts.redirects.load(SeqCst);
+    assert!(redirected >= 3, "uploads redirected: {redirected}");
+    assert_eq!(
+        first.counts.upload_unknown.load(SeqCst),
+        0,
+        "a PUT went to the first host"
+    );
+    // Each redirected POST and its PUT went through the second host.
+    assert!(second.counts.forwarded.load(SeqCst) >= 2 * redirected);
+    let digest = read_lock(&f.lock)["images"]["1.34"]["digest"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let raw = skopeo(&[
+        "inspect",
+        "--tls-verify=false",
+        "--raw",
+        &format!(
+            "docker://{}:v1.34.1-occmforge.1",
+            reg.repo("occm/openstack-cloud-controller-manager")
+        ),
+    ]);
+    assert_eq!(format!("sha256:{}", sha256_hex(raw.as_bytes())), digest);
+}
+
+/// A registry that accepts the connection and never answers: with the idle timeout at 2 s and
+/// the operation bound at 10 s (set through their environment variables), the push fails in
+/// seconds, not after 300 s × 6 tries, with one line naming the registry and the cause.
+#[test]
+fn a_registry_that_never_answers_fails_within_the_operation_timeout() {
+    let f = fixture(&["linux/amd64"]);
+    let (addr, first_connection) = silent_listener();
+    let (o, ended) = output_within(
+        occm_forge(f.path())
+            .args(["build", "--k8s", "1.34", "--push", "--repository"])
+            .arg(format!("{addr}/occm/openstack-cloud-controller-manager"))
+            .args(["--insecure-registry", &addr, "--source"])
+            .arg(&f.upstream)
+            .arg("--output")
+            .arg(f.path().join("out"))
+            .env("OCCM_FORGE_REGISTRY_TIMEOUT", "2")
+            .env("OCCM_FORGE_REGISTRY_OPERATION_TIMEOUT", "10"),
+        Duration::from_secs(180),
+    );
+    let done = Instant::now();
+    assert!(ended, "still running after 180 s: {}", stderr(&o));
+    let started = first_connection
+        .lock()
+        .unwrap()
+        .expect("occm-forge never connected");
+    let waited = done - started;
+    assert!(
+        waited < Duration::from_secs(30),
+        "took {waited:?} after the first connection: {}",
+        stderr(&o)
+    );
+    assert_eq!(o.status.code(), Some(8), "{}", stderr(&o));
+    let last = stderr(&o).lines().last().unwrap_or_default().to_string();
+    eprintln!("{last}");
+    assert!(
+        last.starts_with(&format!("occm-forge: error: registry {addr}: "))
+            && last.contains("no answer within 2 s")
+            && last.contains("gave up after "),
+        "{last}"
+    );
+}
+
+/// docker-registry with a read-only storage directory answers 500 with its storage driver's
+/// error as JSON: the error says what it means in one line, without the JSON, and is not retried.
+#[test]
+fn a_read_only_registry_disk_is_named_in_one_line() {
+    let reg = TestRegistry::start_with(&RegistryOptions {
+        read_only: true,
+        ..Default::default()
+    });
+    let f = fixture(&["linux/amd64"]);
+    let lock_before = f.seed_lock();
+    let repo = reg.repo("occm/openstack-cloud-controller-manager");
+    let o = occm_forge(f.path())
+        .args(["build", "--k8s", "1.34", "--push", "--repository", &repo])
+        .args(["--insecure-registry", &reg.addr, "--source"])
+        .arg(&f.upstream)
+        .arg("--output")
+        .arg(f.path().join("out"))
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(8), "{}", stderr(&o));
+    let last = stderr(&o).lines().last().unwrap_or_default().to_string();
+    eprintln!("{last}");
+    assert!(
+        last.starts_with(&format!(
+            "occm-forge: error: publish: registry {}: push blob sha256:",
+            reg.addr
+        )) && last.contains("read-only file system")
+            && last.contains("the registry's storage is mounted read-only")
+            && !last.contains('{'),
+        "{last}\nregistry log: {}",
+        reg.log()
+    );
+    assert!(
+        !stderr(&o).contains("retrying in"),
+        "a read-only disk was retried: {}",
+        stderr(&o)
+    );
+    assert_eq!(std::fs::read(&f.lock).unwrap(), lock_before);
 }

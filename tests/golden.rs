@@ -226,7 +226,7 @@ fn sbom_bytes() {
     let on_pulled = sha256(&describe::spdx_sbom(&input));
     assert_eq!(
         format!("{on_static} {on_pulled}"),
-        "sha256:192679991c690e7a2de5cd56abed074b9d04de9a25f31f453156f89f0e6777ae sha256:3d8a2ba306407c951678ad5da7da49a8da961cc176bd6e551019f441576fa49e"
+        "sha256:6a1cfe2cd09c6efdb63fb6a6ddb5629275df98aa3b893a8a7614540cd50a05ab sha256:3ac62b9d6daf88d583822eccde69846b39d2a04f62f2a5397ee35cfb2e817099"
     );
 }
 

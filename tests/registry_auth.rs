@@ -26,6 +26,7 @@ fn secured_registry() -> Secured {
     let reg = TestRegistry::start_with(&RegistryOptions {
         tls: Some((leaf, key)),
         htpasswd: Some(htpasswd),
+        ..Default::default()
     });
     Secured {
         reg,

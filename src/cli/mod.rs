@@ -88,6 +88,16 @@ struct RegistryArgs {
     /// with exponential backoff from 0.5 s to 10 s.
     #[arg(long, default_value_t = 5, value_name = "N")]
     retries: usize,
+    /// A registry request that makes no progress for this many seconds fails and is retried
+    /// (connecting, waiting for an answer, each piece of an upload or download).
+    #[arg(long, env = "OCCM_FORGE_REGISTRY_TIMEOUT", default_value_t = 30, value_name = "SECONDS",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    registry_timeout: u64,
+    /// No retry of a registry operation starts when it would end after this many seconds from
+    /// its first attempt.
+    #[arg(long, env = "OCCM_FORGE_REGISTRY_OPERATION_TIMEOUT", default_value_t = 120,
+          value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..))]
+    registry_operation_timeout: u64,
 }
 
 impl RegistryArgs {
@@ -97,6 +107,8 @@ impl RegistryArgs {
             ca_files: self.ca_file.clone(),
             auth_file: self.registry_config.clone(),
             retries: self.retries,
+            idle_timeout: std::time::Duration::from_secs(self.registry_timeout),
+            operation_timeout: std::time::Duration::from_secs(self.registry_operation_timeout),
         }
     }
 }

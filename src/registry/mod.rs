@@ -7,12 +7,15 @@
 //! (`HEAD|GET|PUT /v2/<name>/manifests/<reference>`).
 
 pub mod auth;
+mod explain;
 #[cfg(any(test, feature = "testing"))]
 pub mod memory;
 pub mod oci;
+pub mod proxy;
 pub mod publish;
 pub mod pull;
 pub mod retry;
+mod upload;
 
 use async_trait::async_trait;
 

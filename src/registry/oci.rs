@@ -2,7 +2,14 @@
 //!
 //! Manifests are pushed with `push_manifest_raw`, so the registry stores exactly the bytes whose
 //! sha256 occm-forge records. Blobs use a monolithic upload (`POST` then one `PUT`), which is
-//! what a retry can restart from scratch.
+//! what a retry can restart from scratch; it is done by [`super::upload`] (a relative upload
+//! `Location` after a redirected `POST`, progress-based timeout), everything else by oci-client.
+//!
+//! Each registry gets its own oci-client client, so that its proxy is the one
+//! [`ProxyEnv`] (Go's rules) decides for it. Every request must make progress within the idle
+//! timeout ([`OciRegistryConfig::idle_timeout`]): oci-client requests must be answered within it
+//! (reqwest `read_timeout`, also between two pieces of an answer's body), uploads fail after it
+//! without progress.
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -13,18 +20,26 @@ use oci_client::{Client, Reference};
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use oci_client::RegistryOperation;
 
 use oci_client::client::{Certificate, CertificateEncoding};
 
 use super::auth::AuthFiles;
+use super::proxy::ProxyEnv;
+use super::upload::{UploadAuth, UploadError, Uploader, seconds};
 use super::{ErrorKind, Registry, RegistryError};
 use crate::image::spec::MANIFEST_MEDIA_TYPES;
 use crate::reference::RepositoryName;
 use crate::util::short;
 
+/// How long a registry request may go without progress by default.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// Connection settings.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct OciRegistryConfig {
     /// Registries (`host[:port]`) reached over plain HTTP; every other one uses HTTPS.
     pub insecure: Vec<String>,
@@ -32,15 +47,42 @@ pub struct OciRegistryConfig {
     pub ca_files: Vec<PathBuf>,
     /// Where credentials are looked up.
     pub auth: AuthFiles,
+    /// A request that makes no progress for this long fails (transiently: it is retried): the
+    /// connection, an answer, each piece of an answer's body, each piece of an upload.
+    pub idle_timeout: Duration,
+    /// Proxies (`HTTPS_PROXY`, `HTTP_PROXY`, `NO_PROXY`), applied as Go applies them.
+    pub proxy: ProxyEnv,
+}
+
+impl Default for OciRegistryConfig {
+    /// No insecure registries or extra CAs, auth files discovered as usual,
+    /// [`DEFAULT_IDLE_TIMEOUT`], proxies from the environment.
+    fn default() -> Self {
+        OciRegistryConfig {
+            insecure: Vec::new(),
+            ca_files: Vec::new(),
+            auth: AuthFiles::default(),
+            idle_timeout: DEFAULT_IDLE_TIMEOUT,
+            proxy: ProxyEnv::from_env(),
+        }
+    }
 }
 
 /// The `oci-client` implementation of [`Registry`], with credentials from [`AuthFiles`] resolved
 /// once per registry.
 pub struct OciRegistry {
-    client: Client,
+    clients: Mutex<HashMap<String, Arc<Client>>>,
+    insecure: Vec<String>,
+    certificates: Vec<Certificate>,
+    idle: Duration,
+    proxy: ProxyEnv,
+    uploader: Uploader,
+    upload_auths: tokio::sync::Mutex<HashMap<String, UploadAuth>>,
     auth_files: AuthFiles,
     auths: Mutex<HashMap<String, RegistryAuth>>,
 }
+
+const USER_AGENT: &str = concat!("occm-forge/", env!("CARGO_PKG_VERSION"));
 
 /// A failure to set the client up (an unreadable CA file).
 #[derive(Debug, thiserror::Error)]
@@ -56,11 +98,6 @@ impl OciRegistry {
     /// A client for every registry: HTTPS (system roots plus `ca_files`) except for the
     /// registries in `insecure`, which get plain HTTP.
     pub fn new(config: &OciRegistryConfig) -> Result<Self, SetupError> {
-        let protocol = if config.insecure.is_empty() {
-            ClientProtocol::Https
-        } else {
-            ClientProtocol::HttpsExcept(config.insecure.clone())
-        };
         let mut extra_root_certificates = Vec::new();
         for path in &config.ca_files {
             let data = std::fs::read(path).map_err(|e| SetupError {
@@ -78,28 +115,182 @@ impl OciRegistry {
                 data,
             });
         }
-        let client = Client::new(ClientConfig {
-            protocol,
-            extra_root_certificates,
-            use_monolithic_push: true,
-            connect_timeout: Some(std::time::Duration::from_secs(30)),
-            read_timeout: Some(std::time::Duration::from_secs(300)),
-            user_agent: concat!("occm-forge/", env!("CARGO_PKG_VERSION")),
-            ..Default::default()
-        });
+        let pems: Vec<Vec<u8>> = extra_root_certificates
+            .iter()
+            .map(|c: &Certificate| c.data.clone())
+            .collect();
+        let uploader = Uploader::new(&pems, &config.proxy, config.idle_timeout, USER_AGENT)
+            .map_err(|message| SetupError {
+                path: config.ca_files.first().cloned().unwrap_or_default(),
+                message,
+            })?;
         Ok(OciRegistry {
-            client,
+            clients: Mutex::new(HashMap::new()),
+            insecure: config.insecure.clone(),
+            certificates: extra_root_certificates,
+            idle: config.idle_timeout,
+            proxy: config.proxy.clone(),
+            uploader,
+            upload_auths: tokio::sync::Mutex::new(HashMap::new()),
             auth_files: config.auth.clone(),
             auths: Mutex::new(HashMap::new()),
         })
     }
 
-    /// The credential for a registry (looked up once) and the oci-client reference for `reference`.
+    /// `http` for registries listed as insecure, `https` otherwise.
+    fn scheme(&self, registry: &str) -> &'static str {
+        if self.insecure.iter().any(|r| r == registry) {
+            "http"
+        } else {
+            "https"
+        }
+    }
+
+    /// The oci-client client for `registry` (made on first use), whose proxy settings are the
+    /// ones [`ProxyEnv`] decides for that registry. Errors: a proxy URL reqwest cannot use
+    /// (`Client::new` would fall back to a default client silently, so `try_from` is used).
+    fn client(&self, registry: &str) -> Result<Arc<Client>, RegistryError> {
+        let mut clients = self.clients.lock().expect("client cache lock");
+        if let Some(c) = clients.get(registry) {
+            return Ok(c.clone());
+        }
+        let (http_proxy, https_proxy, no_proxy) = self
+            .proxy
+            .oci_client_settings(self.scheme(registry), registry);
+        let protocol = if self.insecure.is_empty() {
+            ClientProtocol::Https
+        } else {
+            ClientProtocol::HttpsExcept(self.insecure.clone())
+        };
+        let client = Client::try_from(ClientConfig {
+            protocol,
+            extra_root_certificates: self.certificates.clone(),
+            use_monolithic_push: true,
+            connect_timeout: Some(self.idle),
+            read_timeout: Some(self.idle),
+            user_agent: USER_AGENT,
+            http_proxy,
+            https_proxy,
+            no_proxy,
+            ..Default::default()
+        })
+        .map_err(|e| RegistryError {
+            registry: registry.to_string(),
+            operation: "set up the client".into(),
+            message: format!(
+                "{} (check HTTPS_PROXY, HTTP_PROXY and NO_PROXY)",
+                error_chain(&e)
+            ),
+            kind: ErrorKind::Other,
+        })?;
+        let client = Arc::new(client);
+        clients.insert(registry.to_string(), client.clone());
+        Ok(client)
+    }
+
+    /// [`error`] plus what only this client knows: the idle timeout behind a timeout, and the
+    /// proxy when the registry is reached through one and the connection failed.
+    fn error(
+        &self,
+        repo: &RepositoryName,
+        operation: String,
+        e: OciDistributionError,
+    ) -> RegistryError {
+        let (timed_out, connect, root) = match &e {
+            OciDistributionError::RequestError(r) => {
+                // The innermost cause, e.g. `Connection refused (os error 111)`.
+                let mut root = r.to_string();
+                let mut src = std::error::Error::source(r);
+                while let Some(s) = src {
+                    root = s.to_string();
+                    src = s.source();
+                }
+                (r.is_timeout(), r.is_connect(), Some(root))
+            }
+            _ => (false, false, None),
+        };
+        let mut err = error(repo, operation, e);
+        if timed_out {
+            err.message = if connect {
+                format!("cannot connect within {}", seconds(self.idle))
+            } else {
+                format!(
+                    "no answer within {} (the connection was accepted, but nothing came back)",
+                    seconds(self.idle)
+                )
+            };
+        }
+        let proxy = self
+            .proxy
+            .proxy_for_registry(self.scheme(&repo.registry), &repo.registry);
+        if let (Some(proxy), true, Some(root)) = (proxy, connect && !timed_out, root) {
+            err.message = format!(
+                "cannot reach the {proxy}: {root} (NO_PROXY does not list {}; add it there if the registry is reachable directly)",
+                repo.registry
+            );
+            return err;
+        }
+        self.name_proxy(repo, err, connect)
+    }
+
+    /// Names the proxy when `repo`'s registry is reached through one and the failure was the
+    /// connection or the proxy's tunnel: then the proxy is what failed, or what failed to reach
+    /// the registry.
+    fn name_proxy(
+        &self,
+        repo: &RepositoryName,
+        mut err: RegistryError,
+        connect: bool,
+    ) -> RegistryError {
+        let tunnel = err.message.contains("tunnel") || err.message.contains("proxy");
+        if let Some(proxy) = self
+            .proxy
+            .proxy_for_registry(self.scheme(&repo.registry), &repo.registry)
+            && (connect || tunnel)
+        {
+            err.message = format!(
+                "through the {proxy}: {} (NO_PROXY does not list {}; add it there if the registry is reachable directly)",
+                err.message.trim_start_matches("unreachable: "),
+                repo.registry
+            );
+        }
+        err
+    }
+
+    /// The credentials for an upload into `r` (cached per repository): a bearer token fetched
+    /// through oci-client (`Client::auth`), or basic credentials when the registry asks for them.
+    async fn upload_auth(
+        &self,
+        client: &Client,
+        r: &Reference,
+        auth: &RegistryAuth,
+        refresh: bool,
+    ) -> Result<UploadAuth, OciDistributionError> {
+        let key = format!("{}/{}", r.resolve_registry(), r.repository());
+        let mut cache = self.upload_auths.lock().await;
+        if !refresh && let Some(a) = cache.get(&key) {
+            return Ok(a.clone());
+        }
+        let a = match client.auth(r, auth, RegistryOperation::Push).await? {
+            Some(token) => UploadAuth::Bearer(token),
+            None => match auth {
+                RegistryAuth::Basic(user, password) => {
+                    UploadAuth::Basic(user.clone(), password.clone())
+                }
+                _ => UploadAuth::Anonymous,
+            },
+        };
+        cache.insert(key, a.clone());
+        Ok(a)
+    }
+
+    /// The credential for a registry (looked up once), the oci-client reference for `reference`
+    /// and the registry's client.
     async fn reference(
         &self,
         repo: &RepositoryName,
         reference: &str,
-    ) -> Result<(Reference, RegistryAuth), RegistryError> {
+    ) -> Result<(Reference, RegistryAuth, Arc<Client>), RegistryError> {
         let cached = self
             .auths
             .lock()
@@ -125,9 +316,8 @@ impl OciRegistry {
                 auth
             }
         };
-        self.client
-            .store_auth_if_needed(&repo.registry, &auth)
-            .await;
+        let client = self.client(&repo.registry)?;
+        client.store_auth_if_needed(&repo.registry, &auth).await;
         let r = if reference.starts_with("sha256:") {
             Reference::with_digest(
                 repo.registry.clone(),
@@ -141,12 +331,12 @@ impl OciRegistry {
                 reference.to_string(),
             )
         };
-        Ok((r, auth))
+        Ok((r, auth, client))
     }
 }
 
 fn error(repo: &RepositoryName, operation: String, e: OciDistributionError) -> RegistryError {
-    let kind = classify(&e);
+    let mut kind = classify(&e);
     let mut message = match &e {
         OciDistributionError::RegistryError { envelope, .. } => envelope
             .errors
@@ -165,12 +355,11 @@ fn error(repo: &RepositoryName, operation: String, e: OciDistributionError) -> R
             .collect::<Vec<_>>()
             .join("; "),
         OciDistributionError::ServerError { code, message, .. } => {
-            let m = message.trim();
-            if m.is_empty() {
-                format!("HTTP {code}")
-            } else {
-                format!("HTTP {code}: {}", m.lines().next().unwrap_or(m))
+            let (m, k) = super::explain::status(*code, message);
+            if let Some(k) = k {
+                kind = k;
             }
+            m
         }
         OciDistributionError::UnauthorizedError { .. } => "HTTP 401 unauthorized".to_string(),
         _ => error_chain(&e),
@@ -292,11 +481,11 @@ impl Registry for OciRegistry {
         repo: &RepositoryName,
         digest: &str,
     ) -> Result<bool, RegistryError> {
-        let (r, _auth) = self.reference(repo, digest).await?;
-        self.client
+        let (r, _auth, client) = self.reference(repo, digest).await?;
+        client
             .blob_exists(&r, digest)
             .await
-            .map_err(|e| error(repo, format!("check blob {}", short(digest)), e))
+            .map_err(|e| self.error(repo, format!("check blob {}", short(digest)), e))
     }
 
     async fn push_blob(
@@ -305,26 +494,69 @@ impl Registry for OciRegistry {
         digest: &str,
         data: Bytes,
     ) -> Result<(), RegistryError> {
-        // Tokens: oci-client fetches one per repository and operation on first use and caches it.
-        let (r, _auth) = self.reference(repo, digest).await?;
-        self.client
-            .push_blob(&r, data, digest)
-            .await
-            .map(|_| ())
-            .map_err(|e| error(repo, format!("push blob {}", short(digest)), e))
+        // Tokens: fetched through oci-client once per repository (again after a 401).
+        let (r, auth, client) = self.reference(repo, digest).await?;
+        let op = || format!("push blob {}", short(digest));
+        let registry_url = reqwest::Url::parse(&format!(
+            "{}://{}/",
+            self.scheme(&repo.registry),
+            r.resolve_registry()
+        ))
+        .map_err(|e| RegistryError {
+            registry: repo.registry.clone(),
+            operation: op(),
+            message: e.to_string(),
+            kind: ErrorKind::Other,
+        })?;
+        let mut refresh = false;
+        loop {
+            let upload_auth = self
+                .upload_auth(&client, &r, &auth, refresh)
+                .await
+                .map_err(|e| self.error(repo, op(), e))?;
+            let result = self
+                .uploader
+                .push(
+                    &registry_url,
+                    r.repository(),
+                    digest,
+                    data.clone(),
+                    &upload_auth,
+                )
+                .await;
+            match result {
+                Ok(()) => return Ok(()),
+                Err(UploadError::Oci(OciDistributionError::UnauthorizedError { .. }))
+                    if !refresh && !matches!(upload_auth, UploadAuth::Anonymous) =>
+                {
+                    // An expired token: fetch a new one once.
+                    refresh = true;
+                }
+                Err(UploadError::Oci(e)) => return Err(self.error(repo, op(), e)),
+                Err(UploadError::Stalled(message)) => {
+                    let err = RegistryError {
+                        registry: repo.registry.clone(),
+                        operation: op(),
+                        message,
+                        kind: ErrorKind::Transient,
+                    };
+                    return Err(self.name_proxy(repo, err, false));
+                }
+            }
+        }
     }
 
     async fn mount_blob(&self, repo: &RepositoryName, from: &RepositoryName, digest: &str) -> bool {
         if repo.registry != from.registry {
             return false;
         }
-        let Ok((r, _)) = self.reference(repo, digest).await else {
+        let Ok((r, _, client)) = self.reference(repo, digest).await else {
             return false;
         };
-        let Ok((source, _)) = self.reference(from, digest).await else {
+        let Ok((source, _, _)) = self.reference(from, digest).await else {
             return false;
         };
-        match self.client.mount_blob(&r, &source, digest).await {
+        match client.mount_blob(&r, &source, digest).await {
             Ok(()) => true,
             Err(e) => {
                 tracing::debug!(
@@ -337,12 +569,12 @@ impl Registry for OciRegistry {
     }
 
     async fn pull_blob(&self, repo: &RepositoryName, digest: &str) -> Result<Bytes, RegistryError> {
-        let (r, _auth) = self.reference(repo, digest).await?;
+        let (r, _auth, client) = self.reference(repo, digest).await?;
         let mut out: Vec<u8> = Vec::new();
-        self.client
+        client
             .pull_blob(&r, digest, &mut out)
             .await
-            .map_err(|e| error(repo, format!("pull blob {}", short(digest)), e))?;
+            .map_err(|e| self.error(repo, format!("pull blob {}", short(digest)), e))?;
         Ok(Bytes::from(out))
     }
 
@@ -353,7 +585,7 @@ impl Registry for OciRegistry {
         media_type: &str,
         body: Bytes,
     ) -> Result<(), RegistryError> {
-        let (r, _) = self.reference(repo, reference).await?;
+        let (r, _, client) = self.reference(repo, reference).await?;
         let op = || format!("push manifest {}:{}", repo.path, short(reference));
         let content_type = media_type.parse().map_err(|_| RegistryError {
             registry: repo.registry.clone(),
@@ -361,11 +593,11 @@ impl Registry for OciRegistry {
             message: format!("invalid media type {media_type}"),
             kind: ErrorKind::Other,
         })?;
-        self.client
+        client
             .push_manifest_raw(&r, body, content_type)
             .await
             .map(|_| ())
-            .map_err(|e| error(repo, op(), e))
+            .map_err(|e| self.error(repo, op(), e))
     }
 
     async fn pull_manifest(
@@ -373,13 +605,13 @@ impl Registry for OciRegistry {
         repo: &RepositoryName,
         reference: &str,
     ) -> Result<Bytes, RegistryError> {
-        let (r, auth) = self.reference(repo, reference).await?;
-        self.client
+        let (r, auth, client) = self.reference(repo, reference).await?;
+        client
             .pull_manifest_raw(&r, &auth, MANIFEST_MEDIA_TYPES)
             .await
             .map(|(b, _)| b)
             .map_err(|e| {
-                error(
+                self.error(
                     repo,
                     format!("pull manifest {}:{}", repo.path, short(reference)),
                     e,
@@ -392,11 +624,11 @@ impl Registry for OciRegistry {
         repo: &RepositoryName,
         reference: &str,
     ) -> Result<Option<String>, RegistryError> {
-        let (r, auth) = self.reference(repo, reference).await?;
-        match self.client.fetch_manifest_digest(&r, &auth).await {
+        let (r, auth, client) = self.reference(repo, reference).await?;
+        match client.fetch_manifest_digest(&r, &auth).await {
             Ok(d) => Ok(Some(d)),
             Err(e) => {
-                let e = error(
+                let e = self.error(
                     repo,
                     format!("check manifest {}:{}", repo.path, short(reference)),
                     e,

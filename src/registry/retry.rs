@@ -1,9 +1,16 @@
 //! A [`Registry`] that retries another one: transient failures (connection refused or reset,
 //! timeouts, HTTP 5xx, 408, 429) are retried with exponential backoff and jitter (`backon`);
 //! anything else fails at once. A blob upload is retried as a whole, so a broken upload session
-//! restarts from its `POST`.
+//! restarts from its `POST`. An operation is bounded in time as well as in tries: no retry starts
+//! when, judging by the attempt that just failed, it would end after
+//! [`RetryPolicy::operation_timeout`], so a registry that accepts connections and never answers
+//! fails an operation within about that long rather than after every try (with the defaults, an
+//! idle timeout of 30 s per request and a bound of 120 s, in about two minutes: an attempt of
+//! oci-client there is two silent requests, its token probe of `/v2/` and the request itself).
+//! The final error says how many attempts were made over how long.
 
-use std::time::Duration;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use backon::{ExponentialBuilder, Retryable};
@@ -21,15 +28,23 @@ pub struct RetryPolicy {
     pub min_delay: Duration,
     /// Longest delay.
     pub max_delay: Duration,
+    /// No retry starts when the operation, counted from its first attempt, would then end after
+    /// this long (each retry is assumed to last as long as the attempt that just failed).
+    pub operation_timeout: Duration,
 }
 
+/// The default [`RetryPolicy::operation_timeout`].
+pub const DEFAULT_OPERATION_TIMEOUT: Duration = Duration::from_secs(120);
+
 impl Default for RetryPolicy {
-    /// 5 retries, 500 ms doubling to 10 s (about 15 s in all).
+    /// 5 retries, 500 ms doubling to 10 s (about 15 s in all), at most
+    /// [`DEFAULT_OPERATION_TIMEOUT`] per operation.
     fn default() -> Self {
         RetryPolicy {
             retries: 5,
             min_delay: Duration::from_millis(500),
             max_delay: Duration::from_secs(10),
+            operation_timeout: DEFAULT_OPERATION_TIMEOUT,
         }
     }
 }
@@ -53,6 +68,44 @@ impl<R: Registry> Retrying<R> {
             .with_max_times(self.policy.retries)
             .with_jitter()
     }
+
+    /// Runs `attempt` with retries of transient failures, within the policy's tries and time.
+    async fn run<T, F, Fut>(&self, mut attempt: F) -> Result<T, RegistryError>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T, RegistryError>>,
+    {
+        let start = Instant::now();
+        // (attempts made, start of the last one)
+        let state = Mutex::new((0usize, start));
+        let bound = self.policy.operation_timeout;
+        let result = (|| {
+            {
+                let mut s = state.lock().expect("retry state");
+                s.0 += 1;
+                s.1 = Instant::now();
+            }
+            attempt()
+        })
+        .retry(self.backoff())
+        .when(|e| {
+            let (_, last) = *state.lock().expect("retry state");
+            transient(e) && start.elapsed() + last.elapsed() <= bound
+        })
+        .notify(note)
+        .await;
+        result.map_err(|mut e| {
+            let (n, _) = *state.lock().expect("retry state");
+            if n > 1 {
+                e.message = format!(
+                    "{} (gave up after {n} attempts in {:.0} s)",
+                    e.message,
+                    start.elapsed().as_secs_f64()
+                );
+            }
+            e
+        })
+    }
 }
 
 fn transient(e: &RegistryError) -> bool {
@@ -70,11 +123,7 @@ impl<R: Registry> Registry for Retrying<R> {
         repo: &RepositoryName,
         digest: &str,
     ) -> Result<bool, RegistryError> {
-        (|| self.inner.blob_exists(repo, digest))
-            .retry(self.backoff())
-            .when(transient)
-            .notify(note)
-            .await
+        self.run(|| self.inner.blob_exists(repo, digest)).await
     }
 
     async fn push_blob(
@@ -83,10 +132,7 @@ impl<R: Registry> Registry for Retrying<R> {
         digest: &str,
         data: Bytes,
     ) -> Result<(), RegistryError> {
-        (|| self.inner.push_blob(repo, digest, data.clone()))
-            .retry(self.backoff())
-            .when(transient)
-            .notify(note)
+        self.run(|| self.inner.push_blob(repo, digest, data.clone()))
             .await
     }
 
@@ -96,11 +142,7 @@ impl<R: Registry> Registry for Retrying<R> {
     }
 
     async fn pull_blob(&self, repo: &RepositoryName, digest: &str) -> Result<Bytes, RegistryError> {
-        (|| self.inner.pull_blob(repo, digest))
-            .retry(self.backoff())
-            .when(transient)
-            .notify(note)
-            .await
+        self.run(|| self.inner.pull_blob(repo, digest)).await
     }
 
     async fn push_manifest(
@@ -110,13 +152,10 @@ impl<R: Registry> Registry for Retrying<R> {
         media_type: &str,
         body: Bytes,
     ) -> Result<(), RegistryError> {
-        (|| {
+        self.run(|| {
             self.inner
                 .push_manifest(repo, reference, media_type, body.clone())
         })
-        .retry(self.backoff())
-        .when(transient)
-        .notify(note)
         .await
     }
 
@@ -125,11 +164,7 @@ impl<R: Registry> Registry for Retrying<R> {
         repo: &RepositoryName,
         reference: &str,
     ) -> Result<Bytes, RegistryError> {
-        (|| self.inner.pull_manifest(repo, reference))
-            .retry(self.backoff())
-            .when(transient)
-            .notify(note)
-            .await
+        self.run(|| self.inner.pull_manifest(repo, reference)).await
     }
 
     async fn manifest_digest(
@@ -137,10 +172,7 @@ impl<R: Registry> Registry for Retrying<R> {
         repo: &RepositoryName,
         reference: &str,
     ) -> Result<Option<String>, RegistryError> {
-        (|| self.inner.manifest_digest(repo, reference))
-            .retry(self.backoff())
-            .when(transient)
-            .notify(note)
+        self.run(|| self.inner.manifest_digest(repo, reference))
             .await
     }
 }
@@ -156,6 +188,76 @@ mod tests {
         failures: usize,
         kind: ErrorKind,
         calls: AtomicUsize,
+    }
+
+    /// A registry that never answers: every attempt times out after 40 ms.
+    struct Silent {
+        calls: AtomicUsize,
+    }
+
+    #[async_trait]
+    impl Registry for Silent {
+        async fn blob_exists(&self, _: &RepositoryName, _: &str) -> Result<bool, RegistryError> {
+            self.calls.fetch_add(1, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(40)).await;
+            Err(err(ErrorKind::Transient))
+        }
+        async fn push_blob(
+            &self,
+            _: &RepositoryName,
+            _: &str,
+            _: Bytes,
+        ) -> Result<(), RegistryError> {
+            unimplemented!()
+        }
+        async fn pull_blob(&self, _: &RepositoryName, _: &str) -> Result<Bytes, RegistryError> {
+            unimplemented!()
+        }
+        async fn push_manifest(
+            &self,
+            _: &RepositoryName,
+            _: &str,
+            _: &str,
+            _: Bytes,
+        ) -> Result<(), RegistryError> {
+            unimplemented!()
+        }
+        async fn pull_manifest(&self, _: &RepositoryName, _: &str) -> Result<Bytes, RegistryError> {
+            unimplemented!()
+        }
+        async fn manifest_digest(
+            &self,
+            _: &RepositoryName,
+            _: &str,
+        ) -> Result<Option<String>, RegistryError> {
+            unimplemented!()
+        }
+    }
+
+    #[tokio::test]
+    async fn an_operation_is_bounded_in_time() {
+        let repo: RepositoryName = "r.example/a".parse().unwrap();
+        let r = Retrying::new(
+            Silent {
+                calls: AtomicUsize::new(0),
+            },
+            RetryPolicy {
+                retries: 10,
+                min_delay: Duration::from_millis(1),
+                max_delay: Duration::from_millis(2),
+                operation_timeout: Duration::from_millis(100),
+            },
+        );
+        let start = Instant::now();
+        let e = r.blob_exists(&repo, "d").await.unwrap_err();
+        // 40 ms + 40 ms ends by 100 ms; a third attempt would not.
+        assert_eq!(r.inner.calls.load(Ordering::SeqCst), 2);
+        assert!(start.elapsed() < Duration::from_millis(200));
+        assert!(
+            e.message.starts_with("boom (gave up after 2 attempts in "),
+            "{}",
+            e.message
+        );
     }
 
     fn err(kind: ErrorKind) -> RegistryError {
@@ -214,6 +316,7 @@ mod tests {
             retries: 3,
             min_delay: Duration::from_millis(1),
             max_delay: Duration::from_millis(2),
+            operation_timeout: Duration::from_secs(60),
         }
     }
 

@@ -427,6 +427,12 @@ pub struct RegistryOptions {
     pub tls: Option<(PathBuf, PathBuf)>,
     /// An htpasswd file (bcrypt) for `auth.htpasswd`.
     pub htpasswd: Option<PathBuf>,
+    /// `http.relativeurls: true`: upload `Location`s are relative (`/v2/…`), as behind some
+    /// load balancers.
+    pub relative_urls: bool,
+    /// The storage directory is a read-only mount (the registry runs in its own user and mount
+    /// namespace, `unshare -rm`, where its root directory is bind-mounted read-only).
+    pub read_only: bool,
 }
 
 /// A CA and a leaf certificate for 127.0.0.1 made with openssl (rustls refuses a self-signed
@@ -536,6 +542,9 @@ impl TestRegistry {
                 key.display()
             ));
         }
+        if opts.relative_urls {
+            text.push_str("  relativeurls: true\n");
+        }
         if let Some(htpasswd) = &opts.htpasswd {
             text.push_str(&format!(
                 "auth:\n  htpasswd: {{realm: occm-forge-test, path: {}}}\n",
@@ -544,9 +553,23 @@ impl TestRegistry {
         }
         std::fs::write(&cfg, text).unwrap();
         let log = std::fs::File::create(root.path().join("registry.log")).unwrap();
-        let child = Command::new("docker-registry")
-            .arg("serve")
-            .arg(&cfg)
+        let mut command = if opts.read_only {
+            require_tool("unshare");
+            let data = root.path().join("data");
+            std::fs::create_dir_all(&data).unwrap();
+            let mut c = Command::new("unshare");
+            c.args(["-rm", "sh", "-c"])
+                .arg("mount --bind \"$1\" \"$1\" && mount -o remount,ro,bind \"$1\" && exec docker-registry serve \"$2\"")
+                .arg("sh")
+                .arg(&data)
+                .arg(&cfg);
+            c
+        } else {
+            let mut c = Command::new("docker-registry");
+            c.arg("serve").arg(&cfg);
+            c
+        };
+        let child = command
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
@@ -560,6 +583,11 @@ impl TestRegistry {
         };
         reg.wait_ready();
         reg
+    }
+
+    /// The registry's log (stderr).
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self._root.path().join("registry.log")).unwrap_or_default()
     }
 
     /// Starts the registry again on the same port and storage (after [`TestRegistry::kill`]).
@@ -686,6 +714,12 @@ pub enum Fault {
     KillUpstream(u32),
     /// Hold the request this long before forwarding it.
     Delay(Duration),
+    /// Answer `307 Temporary Redirect` to the same path and query on `http://localhost:<port>`
+    /// (another host: another name and port).
+    Redirect307(u16),
+    /// Answer `404` with a `BLOB_UPLOAD_UNKNOWN` error, as a registry host that does not hold
+    /// the upload session.
+    UploadUnknown,
 }
 
 /// A proxy rule: requests whose method and path match get `fault`, `times` times.
@@ -716,6 +750,10 @@ pub struct FaultCounts {
     pub kills: std::sync::atomic::AtomicUsize,
     /// Requests held back by a delay.
     pub delayed: std::sync::atomic::AtomicUsize,
+    /// Requests redirected.
+    pub redirects: std::sync::atomic::AtomicUsize,
+    /// Requests answered `BLOB_UPLOAD_UNKNOWN`.
+    pub upload_unknown: std::sync::atomic::AtomicUsize,
 }
 
 /// A small HTTP/1.1 fault-injecting proxy on 127.0.0.1 in front of a registry: it reads each
@@ -731,10 +769,15 @@ pub struct FaultProxy {
 }
 
 impl FaultProxy {
-    /// Starts a proxy in front of `upstream` (`host:port`).
+    /// Starts a proxy on 127.0.0.1 in front of `upstream` (`host:port`).
     pub fn start(upstream: &str, rules: Vec<FaultRule>) -> FaultProxy {
+        Self::start_on("127.0.0.1", upstream, rules)
+    }
+
+    /// Starts a proxy on `ip` (a free port) in front of `upstream` (`host:port`).
+    pub fn start_on(ip: &str, upstream: &str, rules: Vec<FaultRule>) -> FaultProxy {
         use std::sync::{Arc, Mutex};
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let listener = TcpListener::bind((ip, 0)).unwrap();
         let addr = listener.local_addr().unwrap().to_string();
         let counts = Arc::new(FaultCounts::default());
         let rules = Arc::new(Mutex::new(rules));
@@ -844,6 +887,24 @@ fn proxy_connection(
                 counts.delayed.fetch_add(1, SeqCst);
                 std::thread::sleep(d);
             }
+            Some(Fault::Redirect307(port)) => {
+                counts.redirects.fetch_add(1, SeqCst);
+                let _ = write!(
+                    conn,
+                    "HTTP/1.1 307 Temporary Redirect\r\nLocation: http://localhost:{port}{path}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                );
+                return;
+            }
+            Some(Fault::UploadUnknown) => {
+                counts.upload_unknown.fetch_add(1, SeqCst);
+                let body = r#"{"errors":[{"code":"BLOB_UPLOAD_UNKNOWN","message":"blob upload unknown to registry","detail":"this host holds no such upload session"}]}"#;
+                let _ = write!(
+                    conn,
+                    "HTTP/1.1 404 Not Found\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                return;
+            }
             _ => {}
         }
         let Ok(mut up) = TcpStream::connect(upstream) else {
@@ -914,4 +975,78 @@ pub fn push_base(dir: &Path, repo: &str, tag: &str) -> String {
         &format!("docker://{repo}:{tag}"),
     ]);
     format!("sha256:{}", sha256_hex(raw.as_bytes()))
+}
+
+/// Runs `cmd`, killing it (by PID) when it has not ended within `limit`. Returns its output and
+/// whether it ended by itself.
+pub fn output_within(cmd: &mut Command, limit: Duration) -> (Output, bool) {
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
+    let mut out = child.stdout.take().unwrap();
+    let mut err = child.stderr.take().unwrap();
+    let out_reader = std::thread::spawn(move || {
+        let mut b = Vec::new();
+        let _ = out.read_to_end(&mut b);
+        b
+    });
+    let err_reader = std::thread::spawn(move || {
+        let mut b = Vec::new();
+        let _ = err.read_to_end(&mut b);
+        b
+    });
+    let deadline = Instant::now() + limit;
+    let mut ended = true;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            ended = false;
+            let _ = child.kill();
+            break child.wait().unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let output = Output {
+        status,
+        stdout: out_reader.join().unwrap(),
+        stderr: err_reader.join().unwrap(),
+    };
+    (output, ended)
+}
+
+/// A listener on 127.0.0.1 that accepts connections and never reads or answers (a registry that
+/// hangs). Returns its address and the time of the first connection.
+pub fn silent_listener() -> (String, std::sync::Arc<std::sync::Mutex<Option<Instant>>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let first = std::sync::Arc::new(std::sync::Mutex::new(None));
+    let f = first.clone();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for conn in listener.incoming().flatten() {
+            f.lock().unwrap().get_or_insert_with(Instant::now);
+            held.push(conn);
+        }
+    });
+    (addr, first)
+}
+
+/// A non-loopback IPv4 address of this machine (the source address of a route to TEST-NET-1;
+/// no packet is sent). Go's proxy rules never proxy loopback, so a registry reached through
+/// this address is what NO_PROXY must list.
+pub fn non_loopback_ip() -> String {
+    let s = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
+    s.connect("192.0.2.1:9")
+        .or_else(|_| s.connect("10.255.255.1:9"))
+        .expect("this test needs a non-loopback IPv4 address (a network interface with a route)");
+    let ip = s.local_addr().unwrap().ip();
+    assert!(
+        !ip.is_loopback() && !ip.is_unspecified(),
+        "no non-loopback address: {ip}"
+    );
+    ip.to_string()
 }
