@@ -294,6 +294,7 @@ pub fn rebuild_plan(
         manifest_fragment: None,
         replace_tag: false,
         wait_for_lock: true,
+        force: true,
     };
     BuildPlan::resolve(&config, minor, &overrides)
 }

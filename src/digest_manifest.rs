@@ -66,6 +66,11 @@ pub struct Entry {
     pub source_date_epoch: i64,
     /// When this build finished (RFC 3339 UTC, wall clock; not part of the image).
     pub built_at: String,
+    /// Everything that determined the image, with its fingerprint (`build` is a no-op when a
+    /// new build's inputs have the same fingerprint and the result is still there). Absent in
+    /// entries recorded before occm-forge recorded inputs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inputs: Option<crate::inputs::BuildInputs>,
 }
 
 /// The whole file.
@@ -550,6 +555,7 @@ mod tests {
             base_digest: None,
             source_date_epoch: 0,
             built_at: "2026-11-29T00:00:00Z".into(),
+            inputs: None,
             mirrors: vec![],
         }
     }

@@ -28,6 +28,7 @@ pub mod describe;
 pub mod digest_manifest;
 pub mod go;
 pub mod image;
+pub mod inputs;
 pub mod interrupt;
 pub mod patches;
 pub mod pin;

@@ -17,7 +17,7 @@ use crate::registry::pull::PullError;
 use crate::source::SourceTree;
 use crate::stage::{Reporter, Runner, StageReport};
 use crate::stages::test::Judge;
-use crate::stages::{self, Described, image::Imaged};
+use crate::stages::{self, Described, Freshness, image::Imaged};
 use crate::util::{rfc3339, scratch_dir, short};
 use crate::{Error, interrupt};
 
@@ -35,6 +35,12 @@ pub struct BuildOutcome {
     pub digest_manifest: PathBuf,
     /// Stage timings.
     pub timings: Vec<StageReport>,
+    /// Whether nothing was built: the recorded entry was up to date and still there.
+    pub up_to_date: bool,
+    /// Whether the image is in the registry (`--push`), i.e. the result is its reference rather
+    /// than the layout.
+    #[serde(skip)]
+    pub pushed: bool,
 }
 
 /// Runs the whole pipeline for one minor under the digest manifest's run lock. `registry`
@@ -55,6 +61,76 @@ pub async fn build(
             )
         })
     })?;
+    build_locked(plan, registry, reporter).await
+}
+
+/// One minor's result in a run over several minors.
+#[derive(Debug)]
+pub struct MinorResult {
+    /// The minor.
+    pub minor: Minor,
+    /// Its outcome or error.
+    pub result: Result<BuildOutcome, Error>,
+    /// Wall time in seconds.
+    pub seconds: f64,
+}
+
+/// Builds several minors one after another under one run lock, sharing the object store and
+/// the Go caches. A failure does not stop the others unless `fail_fast`; then the remaining
+/// minors are not attempted (and not listed). `plans` may hold a minor's resolution error.
+/// `reporter` gives each minor's reporter; `record_to` is the digest manifest (or fragment)
+/// every plan records into.
+pub async fn build_many(
+    plans: Vec<(Minor, Result<BuildPlan, Error>)>,
+    record_to: &Path,
+    wait_for_lock: bool,
+    registry: &dyn Registry,
+    reporter: &dyn Fn(Minor) -> Box<dyn Reporter>,
+    fail_fast: bool,
+) -> Result<Vec<MinorResult>, Error> {
+    let _lock = tokio::task::block_in_place(|| {
+        digest_manifest::lock_run(record_to, wait_for_lock, &mut |holder| {
+            tracing::info!(
+                "waiting for another occm-forge run on {} ({holder}) to finish",
+                record_to.display()
+            )
+        })
+    })?;
+    let mut results = Vec::new();
+    let mut fragment_started = false;
+    for (minor, plan) in plans {
+        let started = std::time::Instant::now();
+        let result = match plan {
+            Ok(mut plan) => {
+                plan.fragment_reset = plan.fragment && !fragment_started;
+                let r = build_locked(&plan, registry, reporter(minor).as_ref()).await;
+                fragment_started |= r.is_ok() && plan.fragment;
+                r
+            }
+            Err(e) => Err(e),
+        };
+        let failed = result.is_err();
+        if let Err(Error::Interrupted(sig)) = result {
+            return Err(Error::Interrupted(sig));
+        }
+        results.push(MinorResult {
+            minor,
+            result,
+            seconds: started.elapsed().as_secs_f64(),
+        });
+        if failed && fail_fast {
+            break;
+        }
+    }
+    Ok(results)
+}
+
+/// [`build`] under a run lock the caller holds.
+async fn build_locked(
+    plan: &BuildPlan,
+    registry: &dyn Registry,
+    reporter: &dyn Reporter,
+) -> Result<BuildOutcome, Error> {
     let result = steps(plan, registry, reporter).await;
     // A stage that failed because its child was stopped reports the interruption instead.
     match interrupt::signal() {
@@ -69,6 +145,10 @@ async fn steps(
     registry: &dyn Registry,
     reporter: &dyn Reporter,
 ) -> Result<BuildOutcome, Error> {
+    let mut run = Runner::new(reporter);
+    if let Freshness::UpToDate(entry) = run.run(stages::InputsStage { plan, registry }).await? {
+        return up_to_date(plan, *entry, run).await;
+    }
     let served_before = preflight(plan, registry).await?;
     let scratch =
         scratch_dir(&plan.cache_dir, &format!("build-{}-", plan.minor)).map_err(Error::Io)?;
@@ -150,6 +230,33 @@ async fn steps(
         layout: plan.output.clone(),
         digest_manifest: plan.record_to.clone(),
         timings: run.into_reports(),
+        up_to_date: false,
+        pushed: plan.push,
+    })
+}
+
+/// The no-op build: the recorded entry stands. Nothing is written, except a fragment when one
+/// was asked for (it then holds the recorded entry).
+async fn up_to_date(
+    plan: &BuildPlan,
+    entry: Entry,
+    mut run: Runner<'_>,
+) -> Result<BuildOutcome, Error> {
+    if plan.fragment {
+        run.run(stages::RecordStage {
+            plan,
+            entry: entry.clone(),
+        })
+        .await?;
+    }
+    Ok(BuildOutcome {
+        minor: plan.minor,
+        entry,
+        layout: plan.output.clone(),
+        digest_manifest: plan.record_to.clone(),
+        timings: run.into_reports(),
+        up_to_date: true,
+        pushed: plan.push,
     })
 }
 
@@ -238,5 +345,6 @@ fn entry(
         source_date_epoch: epoch,
         built_at: rfc3339(time::OffsetDateTime::now_utc().unix_timestamp()),
         mirrors: vec![],
+        inputs: plan.inputs(),
     }
 }

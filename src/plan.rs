@@ -21,6 +21,7 @@ use std::path::{Path, PathBuf};
 
 use crate::config::{self, Config, Minor, Platform};
 use crate::go::Toolchain;
+use crate::inputs::{BuildInputs, IMAGE_FORMAT};
 use crate::patches::{self, PatchFile};
 use crate::reference::{ImageRef, RepositoryName};
 use crate::registry::auth::AuthFiles;
@@ -110,6 +111,8 @@ pub struct Overrides {
     pub replace_tag: bool,
     /// Not `--no-wait`.
     pub wait_for_lock: bool,
+    /// `--force`: build even when the recorded entry is up to date.
+    pub force: bool,
 }
 
 /// The base an image is stacked on, parsed once.
@@ -174,8 +177,13 @@ pub struct BuildPlan {
     pub digest_manifest: PathBuf,
     /// Where the entry is recorded: `--manifest-fragment` or the digest manifest.
     pub record_to: PathBuf,
-    /// Whether `record_to` is a fragment (which then holds this entry alone).
+    /// Whether `record_to` is a fragment.
     pub fragment: bool,
+    /// Whether recording first empties the fragment (it then holds this run's entries alone;
+    /// a run over several minors empties it once).
+    pub fragment_reset: bool,
+    /// Build even when the recorded entry is up to date.
+    pub force: bool,
 }
 
 impl BuildPlan {
@@ -236,6 +244,8 @@ impl BuildPlan {
                 .clone()
                 .unwrap_or_else(|| config.digest_manifest.clone()),
             fragment: o.manifest_fragment.is_some(),
+            fragment_reset: o.manifest_fragment.is_some(),
+            force: o.force,
         })
     }
 
@@ -247,6 +257,35 @@ impl BuildPlan {
     /// The platforms as recorded (`linux/arm64`).
     pub fn platform_names(&self) -> Vec<String> {
         self.platforms.iter().map(ToString::to_string).collect()
+    }
+
+    /// Everything that determines the image, fingerprinted; `None` when the base is a tag
+    /// without a digest (its content, so the image, cannot be known beforehand).
+    pub fn inputs(&self) -> Option<BuildInputs> {
+        if let BaseSpec::Image(r) = &self.base
+            && r.digest.is_none()
+        {
+            return None;
+        }
+        Some(
+            BuildInputs {
+                fingerprint: String::new(),
+                image_format: IMAGE_FORMAT,
+                upstream: self.upstream.clone(),
+                upstream_commit: self.commit.clone(),
+                patch_series_sha256: self.series_sha256.clone(),
+                go_version: self.toolchain.version.clone(),
+                base: self.base_text.clone(),
+                platforms: self.platform_names(),
+                repository: self.repository.clone(),
+                tag: self.tag.clone(),
+                ldflags: crate::go::build::ldflags(&self.tag),
+                source_date_epoch: self.source_date_epoch,
+                test_packages: self.test_packages.clone(),
+                required_tests: self.required_tests.clone(),
+            }
+            .sealed(),
+        )
     }
 
     /// The inputs a tag is bound to in the digest manifest.

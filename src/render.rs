@@ -365,6 +365,7 @@ mod tests {
             base_digest: None,
             source_date_epoch: 0,
             built_at: "2026-11-29T00:00:00Z".into(),
+            inputs: None,
         }
     }
 

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use crate::audit::Finding;
 use crate::config::Minor;
-use crate::pipeline::BuildOutcome;
+use crate::pipeline::{BuildOutcome, MinorResult};
 use crate::upstream::UpstreamReport;
 use crate::util::{join, plural};
 
@@ -14,10 +14,49 @@ use crate::util::{join, plural};
 pub fn build_result(outcome: &BuildOutcome, json: bool) -> String {
     if json {
         serde_json::to_string(outcome).expect("outcome serialises")
-    } else if outcome.entry.published {
+    } else if outcome.pushed {
         outcome.entry.image.clone()
     } else {
         format!("oci:{}:{}", outcome.layout.display(), outcome.entry.tag)
+    }
+}
+
+/// The summary of a run over several minors: one row per minor (result, digest, seconds), for
+/// stderr.
+pub fn summary(results: &[MinorResult]) -> String {
+    let mut t = format!(
+        "{:<6} {:<11} {:<71} {:>8}\n",
+        "minor", "result", "digest", "seconds"
+    );
+    for r in results {
+        let (result, digest) = match &r.result {
+            Ok(o) if o.up_to_date => ("up to date", o.entry.digest.clone()),
+            Ok(o) => ("built", o.entry.digest.clone()),
+            Err(e) => (
+                "failed",
+                format!("exit {}: {}", e.exit_code(), first_words(&e.to_string())),
+            ),
+        };
+        t.push_str(&format!(
+            "{:<6} {result:<11} {digest:<71} {:>8.1}\n",
+            r.minor.to_string(),
+            r.seconds
+        ));
+    }
+    let failed = results.iter().filter(|r| r.result.is_err()).count();
+    t.push_str(&format!(
+        "{} {}, {failed} failed\n",
+        results.len(),
+        plural(results.len(), "minor", "s")
+    ));
+    t
+}
+
+/// The first 60 characters of an error line.
+fn first_words(s: &str) -> String {
+    match s.char_indices().nth(60) {
+        Some((i, _)) => format!("{}…", &s[..i]),
+        None => s.to_string(),
     }
 }
 

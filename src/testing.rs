@@ -50,6 +50,7 @@ pub fn image(tag: &str) -> FixtureImage {
         source: "https://github.com/kubernetes/cloud-provider-openstack",
         revision: "63ec67a04b40fee4ff43fec11c3d31f2a90c9ad2",
         layout_dir: &layout,
+        layer_cache: None,
     })
     .expect("assemble");
     let mut attachments: Vec<Attachment> = image
@@ -108,6 +109,7 @@ pub fn image(tag: &str) -> FixtureImage {
         base_digest: None,
         source_date_epoch: 0,
         built_at: "2026-12-01T00:00:00Z".into(),
+        inputs: None,
         mirrors: vec![],
     };
     FixtureImage {

@@ -339,14 +339,15 @@ fn build_push_and_check_with_skopeo_and_umoci() {
     ]);
     assert_eq!(layout_raw, raw);
 
-    // A second build of the same inputs into a clean output dir gives the same digest; pushing
-    // again uploads nothing.
+    // A second (forced) build of the same inputs into a clean output dir gives the same digest;
+    // pushing again uploads nothing.
     let out2 = f.path().join("out2");
     let o2 = occm_forge(f.path())
         .args([
             "build",
             "--k8s",
             "1.34",
+            "--force",
             "--push",
             "--json",
             "--insecure-registry",

@@ -118,6 +118,7 @@ fn assemble(base: &ResolvedBase, dir: &Path) -> (String, BTreeMap<String, String
         source: SOURCE,
         revision: REVISION,
         layout_dir: &layout,
+        layer_cache: None,
     })
     .unwrap();
     let manifests = built
@@ -314,6 +315,7 @@ fn digest_manifest_bytes() {
         base_digest: None,
         source_date_epoch: EPOCH,
         built_at: "2026-12-01T00:00:00Z".into(),
+        inputs: None,
         // Empty mirrors are not written: digest manifests without copies stay byte-identical.
         mirrors: vec![],
     };

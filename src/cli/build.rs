@@ -1,21 +1,27 @@
-//! `occm-forge build`.
+//! `occm-forge build`: one minor, several (`--k8s` repeated) or all of them (`--all`).
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use clap::Args;
-use occm_forge::config::Minor;
+use occm_forge::config::{Config, Minor};
+use occm_forge::pipeline::{self, BuildOutcome, MinorResult};
 use occm_forge::plan::{self, BuildPlan, Environment, Overrides};
 use occm_forge::progress::Terminal;
-use occm_forge::{Error, pipeline, report};
+use occm_forge::{Error, report};
 
-use super::output::print_stdout;
+use super::output::{note, print_error_of, print_stdout};
 use super::{Cli, Inputs, RegistryArgs};
 
 #[derive(Args)]
+#[command(group = clap::ArgGroup::new("which").required(true).args(["k8s", "all"]))]
 pub struct BuildArgs {
-    /// Kubernetes minor to build, e.g. 1.34.
+    /// Kubernetes minor to build, e.g. 1.34; repeat it to build several in one run.
     #[arg(long = "k8s", value_name = "MINOR")]
-    k8s: Minor,
+    k8s: Vec<Minor>,
+    /// Build every minor of images.toml, one after another.
+    #[arg(long)]
+    all: bool,
     #[command(flatten)]
     inputs: Inputs,
     /// Push to the registry and verify the tag.
@@ -29,7 +35,8 @@ pub struct BuildArgs {
     /// OCI image layout directory.
     #[arg(long, default_value = "out", value_name = "DIR")]
     output: PathBuf,
-    /// Print the result as a JSON object instead of the image reference.
+    /// Print the result as a JSON object (an array of them for several minors) instead of the
+    /// image reference.
     #[arg(long)]
     json: bool,
     /// Write stage timings as JSON to this file.
@@ -44,43 +51,139 @@ pub struct BuildArgs {
     /// Refuse at once when another run holds the digest manifest, instead of waiting.
     #[arg(long)]
     no_wait: bool,
-    /// Write this minor's entry to FILE instead of the digest manifest (parallel CI jobs; fold the
+    /// Write the entries to FILE instead of the digest manifest (parallel CI jobs; fold the
     /// fragments in with `manifest merge`).
     #[arg(long, value_name = "FILE")]
     manifest_fragment: Option<PathBuf>,
     /// Push even when the tag already serves another image (tags are otherwise never moved).
     #[arg(long)]
     replace_tag: bool,
+    /// Build even when the recorded entry is up to date (same inputs, result still there).
+    #[arg(long)]
+    force: bool,
+    /// With several minors, stop at the first one that fails.
+    #[arg(long)]
+    fail_fast: bool,
+}
+
+impl BuildArgs {
+    fn overrides(&self, cli: &Cli) -> Result<Overrides, Error> {
+        Ok(Overrides {
+            source: self.inputs.source.clone(),
+            repository: self.repository.clone(),
+            base: self.base.clone(),
+            allow_unpinned_base: self.allow_unpinned_base,
+            push: self.push,
+            output: self.output.clone(),
+            cache_dir: cli.cache_dir(),
+            source_date_epoch: Environment::current().source_date_epoch()?,
+            manifest_fragment: self.manifest_fragment.clone(),
+            replace_tag: self.replace_tag,
+            wait_for_lock: !self.no_wait,
+            force: self.force,
+        })
+    }
+
+    /// The minors asked for, each once, in the order given (`--all`: images.toml's order).
+    fn minors(&self, config: &Config) -> Vec<Minor> {
+        let mut minors: Vec<Minor> = Vec::new();
+        let asked: Vec<Minor> = if self.all {
+            config.minors.keys().copied().collect()
+        } else {
+            self.k8s.clone()
+        };
+        for m in asked {
+            if !minors.contains(&m) {
+                minors.push(m);
+            }
+        }
+        minors
+    }
 }
 
 pub async fn run(cli: &Cli, args: &BuildArgs) -> Result<u8, Error> {
     let config = args.inputs.load()?;
     let registry = plan::registry(&config, &args.registry.overrides())?;
-    let overrides = Overrides {
-        source: args.inputs.source.clone(),
-        repository: args.repository.clone(),
-        base: args.base.clone(),
-        allow_unpinned_base: args.allow_unpinned_base,
-        push: args.push,
-        output: args.output.clone(),
-        cache_dir: cli.cache_dir(),
-        source_date_epoch: Environment::current().source_date_epoch()?,
-        manifest_fragment: args.manifest_fragment.clone(),
-        replace_tag: args.replace_tag,
-        wait_for_lock: !args.no_wait,
-    };
-    let plan = BuildPlan::resolve(&config, args.k8s, &overrides)?;
+    let overrides = args.overrides(cli)?;
+    let minors = args.minors(&config);
     if let Some(path) = &args.timings {
         // Fail now, not after the digest manifest was written.
         std::fs::write(path, b"[]")
             .map_err(|e| Error::Io(format!("--timings {}: {e}", path.display())))?;
     }
-    let reporter = Terminal::new(cli.quiet, "");
-    let outcome = pipeline::build(&plan, &registry, &reporter).await?;
+    if let ([minor], false) = (minors.as_slice(), args.all) {
+        let plan = BuildPlan::resolve(&config, *minor, &overrides)?;
+        let outcome = pipeline::build(&plan, &registry, &Terminal::new(cli.quiet, "")).await?;
+        write_timings(
+            args,
+            &serde_json::to_value(&outcome.timings).expect("timings"),
+        )?;
+        print_stdout(&report::build_result(&outcome, args.json))?;
+        return Ok(0);
+    }
+    let plans = minors
+        .iter()
+        .map(|m| (*m, BuildPlan::resolve(&config, *m, &overrides)))
+        .collect();
+    let record_to = overrides
+        .manifest_fragment
+        .clone()
+        .unwrap_or_else(|| config.digest_manifest.clone());
+    let quiet = cli.quiet;
+    let results = pipeline::build_many(
+        plans,
+        &record_to,
+        overrides.wait_for_lock,
+        &registry,
+        &|m| Box::new(Terminal::new(quiet, format!("{m} "))),
+        args.fail_fast,
+    )
+    .await?;
+    finish_many(cli, args, &results)
+}
+
+/// Prints what several minors gave: each error as it is, one result per built minor on stdout
+/// (or a JSON array), the summary table on stderr. Exit status: 0 when every minor is built or
+/// up to date, else the status of the first minor that failed.
+fn finish_many(cli: &Cli, args: &BuildArgs, results: &[MinorResult]) -> Result<u8, Error> {
+    let outcomes: Vec<&BuildOutcome> = results
+        .iter()
+        .filter_map(|r| r.result.as_ref().ok())
+        .collect();
+    let timings: BTreeMap<String, _> = outcomes
+        .iter()
+        .map(|o| (o.minor.to_string(), &o.timings))
+        .collect();
+    write_timings(args, &serde_json::to_value(&timings).expect("timings"))?;
+    let text = if args.json {
+        serde_json::to_string(&outcomes).expect("outcomes serialise")
+    } else {
+        outcomes
+            .iter()
+            .map(|o| report::build_result(o, false) + "\n")
+            .collect()
+    };
+    if !text.is_empty() {
+        print_stdout(&text)?;
+    }
+    for r in results {
+        if let Err(e) = &r.result {
+            print_error_of(&format!("{}: ", r.minor), e);
+        }
+    }
+    for line in report::summary(results).lines() {
+        note(cli.quiet, line);
+    }
+    Ok(results
+        .iter()
+        .find_map(|r| r.result.as_ref().err().map(Error::exit_code))
+        .unwrap_or(0))
+}
+
+fn write_timings(args: &BuildArgs, value: &serde_json::Value) -> Result<(), Error> {
     if let Some(path) = &args.timings {
-        let json = serde_json::to_vec_pretty(&outcome.timings).expect("timings serialise");
+        let json = serde_json::to_vec_pretty(value).expect("timings serialise");
         std::fs::write(path, json).map_err(|e| Error::Io(format!("{}: {e}", path.display())))?;
     }
-    print_stdout(&report::build_result(&outcome, args.json))?;
-    Ok(0)
+    Ok(())
 }

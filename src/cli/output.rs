@@ -34,6 +34,11 @@ pub fn warn(line: &str) {
 /// The error on stderr: failing tests' output (the last 40 lines of each) first, then
 /// `occm-forge: error: <one line>`.
 pub fn print_error(e: &Error) {
+    print_error_of("", e);
+}
+
+/// [`print_error`] with `label` (e.g. `1.35: `) before the cause.
+pub fn print_error_of(label: &str, e: &Error) {
     if let Error::Test(TestError::Failed { failures, .. }) = e {
         for f in failures {
             eprintln!("--- FAIL: {}", f.name);
@@ -43,5 +48,5 @@ pub fn print_error(e: &Error) {
             }
         }
     }
-    eprintln!("occm-forge: error: {e}");
+    eprintln!("occm-forge: error: {label}{e}");
 }

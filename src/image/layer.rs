@@ -4,11 +4,12 @@
 //! tar, image-spec `config.md` `rootfs.diff_ids`) and the same layer digest (sha256 of the gzip).
 
 use std::io::Write;
+use std::path::Path;
 
 use flate2::{Compression, GzBuilder};
 use tar::{EntryType, Header};
 
-use crate::util::sha256_digest;
+use crate::util::{sha256_digest, write_file_atomically};
 
 /// What a tar entry is.
 #[derive(Debug, Clone)]
@@ -64,9 +65,70 @@ pub struct Layer {
     pub diff_id: String,
 }
 
+/// The compression settings every layer uses: gzip, level 6, header mtime 0. Part of the
+/// compressed-layer cache key (change it and the cache directory name changes with it).
+pub const COMPRESSION: &str = "gzip-6";
+
 /// Writes `entries` as a tar with every mtime set to `mtime` (seconds since the epoch), then
 /// gzips it. Errors only on I/O into memory, which cannot fail in practice.
 pub fn build(entries: &[Entry], mtime: i64) -> std::io::Result<Layer> {
+    let raw = tar(entries, mtime)?;
+    let diff_id = sha256_digest(&raw);
+    let blob = compress(&raw)?;
+    Ok(Layer {
+        digest: sha256_digest(&blob),
+        diff_id,
+        blob,
+    })
+}
+
+/// [`build`] through the compressed-layer cache under `cache_dir`: the gzip of a tar whose
+/// sha256 (the diff_id) was compressed before is read back instead of compressed again, so an
+/// unchanged binary is never gzipped twice. The blob lives at
+/// `<cache_dir>/layers/gzip-6/<diff_id hex>/<digest hex>` and is used only when its bytes still
+/// hash to its name; otherwise it is made and stored again. The bytes are the same either way.
+pub fn build_cached(entries: &[Entry], mtime: i64, cache_dir: &Path) -> std::io::Result<Layer> {
+    let raw = tar(entries, mtime)?;
+    let diff_id = sha256_digest(&raw);
+    let dir = cache_dir
+        .join("layers")
+        .join(COMPRESSION)
+        .join(diff_id.trim_start_matches("sha256:"));
+    if let Some(layer) = cached(&dir, &diff_id) {
+        return Ok(layer);
+    }
+    let blob = compress(&raw)?;
+    let digest = sha256_digest(&blob);
+    write_file_atomically(&dir.join(digest.trim_start_matches("sha256:")), &blob)?;
+    Ok(Layer {
+        digest,
+        diff_id,
+        blob,
+    })
+}
+
+/// A verified compressed blob in `dir`, if there is one.
+fn cached(dir: &Path, diff_id: &str) -> Option<Layer> {
+    for entry in std::fs::read_dir(dir).ok()?.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.len() != 64 {
+            continue; // a temporary file of a write in progress
+        }
+        let blob = std::fs::read(entry.path()).ok()?;
+        let digest = sha256_digest(&blob);
+        if digest.trim_start_matches("sha256:") == name {
+            return Some(Layer {
+                digest,
+                diff_id: diff_id.to_string(),
+                blob,
+            });
+        }
+    }
+    None
+}
+
+/// The tar of `entries`: hand-set ustar headers, every mtime `mtime`.
+fn tar(entries: &[Entry], mtime: i64) -> std::io::Result<Vec<u8>> {
     let mut tar = tar::Builder::new(Vec::new());
     for e in entries {
         let mut h = Header::new_ustar();
@@ -93,18 +155,16 @@ pub fn build(entries: &[Entry], mtime: i64) -> std::io::Result<Layer> {
             EntryKind::File(d) => tar.append(&h, d.as_slice())?,
         }
     }
-    let raw = tar.into_inner()?;
-    let diff_id = sha256_digest(&raw);
+    tar.into_inner()
+}
+
+/// gzip, level 6, header mtime 0 ([`COMPRESSION`]).
+fn compress(raw: &[u8]) -> std::io::Result<Vec<u8>> {
     let mut gz = GzBuilder::new()
         .mtime(0)
         .write(Vec::with_capacity(raw.len() / 2), Compression::new(6));
-    gz.write_all(&raw)?;
-    let blob = gz.finish()?;
-    Ok(Layer {
-        digest: sha256_digest(&blob),
-        diff_id,
-        blob,
-    })
+    gz.write_all(raw)?;
+    gz.finish()
 }
 
 #[cfg(test)]
@@ -145,5 +205,43 @@ mod tests {
                 ("bin/x".into(), 0o755, 1_700_000_000, 0)
             ]
         );
+    }
+
+    #[test]
+    fn the_cache_gives_the_same_bytes_without_compressing_again() {
+        let cache = tempfile::tempdir().unwrap();
+        let entries = vec![Entry::file("bin/x", 0o755, vec![7u8; 100_000])];
+        let direct = build(&entries, 5).unwrap();
+        let first = build_cached(&entries, 5, cache.path()).unwrap();
+        let dir = cache
+            .path()
+            .join("layers/gzip-6")
+            .join(direct.diff_id.trim_start_matches("sha256:"));
+        let file = dir.join(direct.digest.trim_start_matches("sha256:"));
+        assert!(file.is_file());
+        assert_eq!(
+            (first.blob.clone(), first.digest.clone()),
+            (direct.blob.clone(), direct.digest.clone())
+        );
+        // The cache is read, not recompressed: a blob stored under the same diff_id (here a
+        // level-1 gzip, named by its own digest) is what the next build returns.
+        let mut gz = GzBuilder::new()
+            .mtime(0)
+            .write(Vec::new(), Compression::new(1));
+        gz.write_all(&tar(&entries, 5).unwrap()).unwrap();
+        let other = gz.finish().unwrap();
+        assert_ne!(other, direct.blob);
+        std::fs::remove_file(&file).unwrap();
+        let other_digest = sha256_digest(&other);
+        std::fs::write(dir.join(other_digest.trim_start_matches("sha256:")), &other).unwrap();
+        let second = build_cached(&entries, 5, cache.path()).unwrap();
+        assert_eq!((second.blob, second.digest), (other, other_digest.clone()));
+        std::fs::remove_file(dir.join(other_digest.trim_start_matches("sha256:"))).unwrap();
+        build_cached(&entries, 5, cache.path()).unwrap();
+        // A corrupt cache entry is ignored and replaced.
+        std::fs::write(&file, b"corrupt").unwrap();
+        let third = build_cached(&entries, 5, cache.path()).unwrap();
+        assert_eq!(third.blob, direct.blob);
+        assert_eq!(std::fs::read(&file).unwrap(), direct.blob);
     }
 }

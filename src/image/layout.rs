@@ -99,3 +99,45 @@ pub fn write_image(layout: &Path, image: &Composed, ref_name: &str) -> Result<()
     }
     set_ref(layout, &image.index, ref_name).map_err(at(layout))
 }
+
+/// Whether the layout still holds image `digest` under `ref_name`: `index.json` names it, and
+/// the index, every manifest it lists, and their configs and layers are present with the sizes
+/// their descriptors give (sizes, not hashes: a no-op build must stay fast).
+///
+/// Errors: what is missing or different, in a few words, for the "rebuilding because" line.
+pub fn holds(layout: &Path, ref_name: &str, digest: &str) -> Result<(), String> {
+    let index_json = std::fs::read(layout.join("index.json"))
+        .map_err(|_| format!("{} has no index.json", layout.display()))?;
+    let top: Index = serde_json::from_slice(&index_json).map_err(|e| format!("index.json: {e}"))?;
+    let named = top
+        .manifests
+        .iter()
+        .find(|m| m.annotations.get(spec::keys::REF_NAME).map(String::as_str) == Some(ref_name))
+        .ok_or_else(|| format!("{} does not name {ref_name}", layout.display()))?;
+    if named.digest != digest {
+        return Err(format!(
+            "{}:{ref_name} is {}, not the recorded {digest}",
+            layout.display(),
+            named.digest
+        ));
+    }
+    let present = |d: &Descriptor| -> Result<(), String> {
+        match std::fs::metadata(blob_path(layout, &d.digest)) {
+            Ok(m) if m.len() == d.size => Ok(()),
+            _ => Err(format!("{} lacks blob {}", layout.display(), d.digest)),
+        }
+    };
+    present(named)?;
+    let index: Index =
+        serde_json::from_slice(&read_blob(layout, digest).map_err(|e| e.to_string())?)
+            .map_err(|e| format!("{digest}: {e}"))?;
+    for m in &index.manifests {
+        present(m)?;
+        let manifest: spec::Manifest =
+            serde_json::from_slice(&read_blob(layout, &m.digest).map_err(|e| e.to_string())?)
+                .map_err(|e| format!("{}: {e}", m.digest))?;
+        present(&manifest.config)?;
+        manifest.layers.iter().try_for_each(present)?;
+    }
+    Ok(())
+}

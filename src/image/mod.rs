@@ -56,6 +56,9 @@ pub struct ImageRequest<'a> {
     pub revision: &'a str,
     /// The OCI layout directory to write into (created if missing; other refs are kept).
     pub layout_dir: &'a Path,
+    /// occm-forge's cache directory, for the compressed-layer cache ([`layer::build_cached`]);
+    /// `None` compresses every time.
+    pub layer_cache: Option<&'a Path>,
 }
 
 /// One platform's image.
@@ -112,7 +115,7 @@ impl BuiltImage {
 /// Errors: [`ImageError::Io`] when a binary cannot be read or the layout cannot be written;
 /// [`ImageError::Base`] when the base lacks a requested platform or mixes media-type families.
 pub fn assemble(req: &ImageRequest<'_>) -> Result<BuiltImage, ImageError> {
-    let layers = binary_layers(req.binaries, req.epoch)?;
+    let layers = binary_layers(req.binaries, req.epoch, req.layer_cache)?;
     let binaries: Vec<(Platform, layer::Layer)> = req
         .binaries
         .iter()
@@ -150,10 +153,12 @@ pub fn assemble(req: &ImageRequest<'_>) -> Result<BuiltImage, ImageError> {
 }
 
 /// The layer holding each binary at [`BINARY_PATH`] (mode 0755, root, mtime `epoch`), in the
-/// order given. Compressing the binaries is the expensive part: one thread per binary.
+/// order given, through the compressed-layer cache when there is one. Compressing is the
+/// expensive part: one thread per binary.
 fn binary_layers(
     binaries: &[(Platform, PathBuf)],
     epoch: i64,
+    cache: Option<&Path>,
 ) -> Result<Vec<layer::Layer>, ImageError> {
     let io = |what: &Path, e: std::io::Error| ImageError::Io(format!("{}: {e}", what.display()));
     std::thread::scope(|s| {
@@ -164,7 +169,11 @@ fn binary_layers(
                     let data = std::fs::read(binary).map_err(|e| io(binary, e))?;
                     let entry =
                         layer::Entry::file(BINARY_PATH.trim_start_matches('/'), 0o755, data);
-                    layer::build(&[entry], epoch).map_err(|e| io(binary, e))
+                    match cache {
+                        Some(dir) => layer::build_cached(&[entry], epoch, dir),
+                        None => layer::build(&[entry], epoch),
+                    }
+                    .map_err(|e| io(binary, e))
                 })
             })
             .collect();

@@ -74,6 +74,7 @@ impl Stage for ImageStage<'_> {
             source: &plan.upstream,
             revision: self.revision,
             layout_dir: &plan.output,
+            layer_cache: Some(&plan.cache_dir),
         })?;
         let detail = format!("{} in {}", image.index.digest, plan.output.display());
         Ok(Done::new(Imaged { image, base }, detail))

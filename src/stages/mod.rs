@@ -1,4 +1,4 @@
-//! The build's stages, one file each, in pipeline order. Each stage is a struct of borrowed
+//! The build's stages, one file each, in pipeline order (`inputs` first: is it built already?). Each stage is a struct of borrowed
 //! inputs implementing [`crate::stage::Stage`]; its `run` calls the one public entry of the
 //! module that does the work (`source::checkout`, `patches::apply_series`, `go::test::run`,
 //! `go::build::build`, `image::assemble`, `describe`, `registry::publish`,
@@ -8,6 +8,7 @@
 pub mod build;
 pub mod describe;
 pub mod image;
+pub mod inputs;
 pub mod patches;
 pub mod publish;
 pub mod record;
@@ -17,6 +18,7 @@ pub mod test;
 pub use build::BuildStage;
 pub use describe::{DescribeStage, Described};
 pub use image::ImageStage;
+pub use inputs::{Freshness, InputsStage};
 pub use patches::PatchStage;
 pub use publish::PublishStage;
 pub use record::RecordStage;

@@ -27,8 +27,8 @@ impl Stage for RecordStage<'_> {
 
     async fn run(self, _: &StageContext<'_>) -> Result<Done<Recorded>, Error> {
         let plan = self.plan;
-        if plan.fragment {
-            // A fragment holds this build's entry alone.
+        if plan.fragment && plan.fragment_reset {
+            // A fragment holds this run's entries alone.
             let _ = std::fs::remove_file(&plan.record_to);
         }
         let recorded = digest_manifest::record(&plan.record_to, plan.minor, self.entry)?;

@@ -653,6 +653,16 @@ impl TestRegistry {
         buf.split_whitespace().nth(1)?.parse().ok()
     }
 
+    /// HTTP status of a DELETE (plain HTTP), or None when the connection fails.
+    pub fn delete(&self, path: &str) -> Option<u16> {
+        let mut s = TcpStream::connect(&self.addr).ok()?;
+        s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+        write!(s, "DELETE {path} HTTP/1.0\r\nHost: {}\r\n\r\n", self.addr).ok()?;
+        let mut buf = String::new();
+        s.read_to_string(&mut buf).ok()?;
+        buf.split_whitespace().nth(1)?.parse().ok()
+    }
+
     /// `127.0.0.1:<port>/<path>`.
     pub fn repo(&self, path: &str) -> String {
         format!("{}/{path}", self.addr)

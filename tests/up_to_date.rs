@@ -1,0 +1,361 @@
+//! No work done twice: a build whose inputs fingerprint matches the recorded entry and whose
+//! result is still there is a no-op (no Go process, nothing written, the same stdout); any
+//! changed input, a lost tag or blob, or `--force` rebuilds and says why; several minors build
+//! in one run with a summary and a documented exit status.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use common::*;
+
+/// A `go` that records its arguments and fails: a run that starts any Go process is caught.
+fn failing_go(dir: &Path) -> (PathBuf, PathBuf) {
+    let bin = dir.join("fake-go-bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let log = dir.join("go-invocations.log");
+    let script = bin.join("go");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\necho \"go $*\" >> '{}'\necho 'this go must not run' >&2\nexit 1\n",
+            log.display()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    (bin, log)
+}
+
+fn forge(f: &Fixture, args: &[&str]) -> Command {
+    let mut c = occm_forge(f.path());
+    c.args(["build", "--source"]).arg(&f.upstream).args(args);
+    c
+}
+
+fn with_path_first(mut c: Command, bin: &Path) -> Command {
+    let path = std::env::var("PATH").unwrap_or_default();
+    c.env("PATH", format!("{}:{path}", bin.display()));
+    c
+}
+
+fn inputs_line(o: &Output) -> String {
+    stderr(o)
+        .lines()
+        .find(|l| l.starts_with("occm-forge: inputs") || l.contains(" inputs "))
+        .unwrap_or_default()
+        .to_string()
+}
+
+fn ok(o: &Output) {
+    assert!(
+        o.status.success(),
+        "exit {:?}\n{}",
+        o.status.code(),
+        stderr(o)
+    );
+}
+
+#[test]
+fn an_unchanged_minor_is_up_to_date_without_any_go_process() {
+    let f = fixture(&["linux/amd64", "linux/arm64"]);
+    let first = forge(&f, &["--k8s", "1.34"]).output().unwrap();
+    ok(&first);
+    let lock = std::fs::read(&f.lock).unwrap();
+    let layout_index = std::fs::read(f.path().join("out/index.json")).unwrap();
+
+    let (bin, log) = failing_go(f.path());
+    let second = with_path_first(forge(&f, &["--k8s", "1.34"]), &bin)
+        .output()
+        .unwrap();
+    ok(&second);
+    assert_eq!(
+        stdout(&second),
+        stdout(&first),
+        "the same result as a build"
+    );
+    assert!(
+        !log.exists(),
+        "a Go process ran: {:?}",
+        std::fs::read_to_string(&log)
+    );
+    let line = inputs_line(&second);
+    assert!(
+        line.contains("1.34 is up to date: inputs sha256:"),
+        "{line}"
+    );
+    assert!(
+        line.contains("match images.lock.yaml; out holds v1.34.1-occmforge.1"),
+        "{line}"
+    );
+    assert_eq!(
+        stderr(&second)
+            .lines()
+            .filter(|l| l.starts_with("occm-forge: "))
+            .count(),
+        1,
+        "one line: {}",
+        stderr(&second)
+    );
+    assert_eq!(std::fs::read(&f.lock).unwrap(), lock, "nothing written");
+    assert_eq!(
+        std::fs::read(f.path().join("out/index.json")).unwrap(),
+        layout_index
+    );
+
+    // A fragment is written from the recorded entry, still without Go.
+    let fragment = f.path().join("fragment.yaml");
+    let o = with_path_first(forge(&f, &["--k8s", "1.34", "--manifest-fragment"]), &bin)
+        .arg(&fragment)
+        .output()
+        .unwrap();
+    ok(&o);
+    let frag = read_lock(&fragment);
+    assert_eq!(frag["images"]["1.34"], read_lock(&f.lock)["images"]["1.34"]);
+
+    // --force rebuilds (and Go runs: here it is the failing one).
+    let o = with_path_first(forge(&f, &["--k8s", "1.34", "--force"]), &bin)
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(
+        inputs_line(&o).contains("1.34 is built: --force"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(std::fs::read_to_string(&log).unwrap().contains("go test"));
+
+    // A blob lost from the layout rebuilds, to the same digest.
+    let digest = read_lock(&f.lock)["images"]["1.34"]["digest"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let index: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(f.path().join("out/blobs/sha256").join(&digest[7..])).unwrap(),
+    )
+    .unwrap();
+    let manifest = index["manifests"][1]["digest"].as_str().unwrap();
+    std::fs::remove_file(f.path().join("out/blobs/sha256").join(&manifest[7..])).unwrap();
+    let o = forge(&f, &["--k8s", "1.34"]).output().unwrap();
+    ok(&o);
+    assert!(
+        inputs_line(&o).contains(&format!("lacks blob {manifest}")),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(stdout(&o), stdout(&first));
+}
+
+/// Rewrites images.toml with `from` replaced by `to` (once, must be present).
+fn edit_config(f: &Fixture, from: &str, to: &str) {
+    let text = std::fs::read_to_string(&f.config).unwrap();
+    assert!(text.contains(from), "{from} not in images.toml");
+    std::fs::write(&f.config, text.replacen(from, to, 1)).unwrap();
+}
+
+#[test]
+fn each_changed_input_rebuilds_and_is_named() {
+    let f = fixture(&["linux/amd64", "linux/arm64"]);
+    ok(&forge(&f, &["--k8s", "1.33"]).output().unwrap());
+    let rebuild = |what: &str| {
+        let o = forge(&f, &["--k8s", "1.33"]).output().unwrap();
+        let line = inputs_line(&o);
+        assert!(
+            line.contains("1.33 is built: inputs changed since images.lock.yaml: ")
+                && line.contains(what),
+            "{what}: {line}\n{}",
+            stderr(&o)
+        );
+        o
+    };
+    // A required test (the guard tests already are; this one is the fixture's other test).
+    edit_config(
+        &f,
+        "required_tests = []",
+        "required_tests = [\"TestInstanceExistsFound\"]",
+    );
+    ok(&rebuild(
+        "required tests TestInstanceExistsNoServer → TestInstanceExistsFound,TestInstanceExistsNoServer",
+    ));
+    // A platform (with a new revision: the tag is bound to the platforms).
+    edit_config(
+        &f,
+        "platforms = [\"linux/amd64\", \"linux/arm64\"]\nrevision = 1",
+        "platforms = [\"linux/amd64\"]\nrevision = 2",
+    );
+    ok(&rebuild("platforms linux/amd64,linux/arm64 → linux/amd64"));
+    // The tag scheme.
+    edit_config(
+        &f,
+        "tag = \"{upstream_tag}-occmforge.{revision}\"",
+        "tag = \"{upstream_tag}-occmforge.{revision}.{series}\"",
+    );
+    let o = rebuild("tag v1.33.1-occmforge.2 → v1.33.1-occmforge.2.");
+    ok(&o);
+    // A byte of a patch (the tag scheme now follows the series).
+    let patch = f.patches.join(PATCH_TEST);
+    let mut bytes = std::fs::read(&patch).unwrap();
+    bytes.extend_from_slice(b"\n");
+    std::fs::write(&patch, bytes).unwrap();
+    ok(&rebuild("patch series "));
+    // The Go version: named before any Go runs (this toolchain cannot be had offline).
+    edit_config(&f, "revision = 2", "revision = 3");
+    let go = local_go_version();
+    let text = std::fs::read_to_string(&f.config).unwrap();
+    let at = text.find("[minors.\"1.33\"]").unwrap();
+    let go_line = format!("go = \"{go}\"");
+    let pos = at + text[at..].find(&go_line).unwrap();
+    std::fs::write(
+        &f.config,
+        format!(
+            "{}go = \"1.99.0\"{}",
+            &text[..pos],
+            &text[pos + go_line.len()..]
+        ),
+    )
+    .unwrap();
+    let o = rebuild(&format!("Go {go} → 1.99.0"));
+    assert_eq!(o.status.code(), Some(5), "{}", stderr(&o));
+}
+
+#[test]
+fn a_published_minor_is_up_to_date_while_the_registry_serves_it() {
+    let reg = TestRegistry::start();
+    let f = fixture(&["linux/amd64"]);
+    let repo = reg.repo("occm/openstack-cloud-controller-manager");
+    f.write_config(&repo, &["linux/amd64"], "static", &[]);
+    let push = |f: &Fixture, extra: &[&str]| {
+        forge(
+            f,
+            &["--k8s", "1.34", "--push", "--insecure-registry", &reg.addr],
+        )
+        .args(extra)
+        .output()
+        .unwrap()
+    };
+    let first = push(&f, &[]);
+    ok(&first);
+    let (bin, log) = failing_go(f.path());
+    let second = with_path_first(
+        forge(
+            &f,
+            &["--k8s", "1.34", "--push", "--insecure-registry", &reg.addr],
+        ),
+        &bin,
+    )
+    .output()
+    .unwrap();
+    ok(&second);
+    assert_eq!(stdout(&second), stdout(&first));
+    assert!(!log.exists());
+    assert!(
+        inputs_line(&second).contains(&format!("{repo}:v1.34.1-occmforge.1 serves sha256:")),
+        "{}",
+        stderr(&second)
+    );
+
+    // A new base digest rebuilds: a pulled base instead of the static one.
+    let base_digest = push_base(f.path(), &reg.repo("base/go-runner"), "v1");
+    let base = format!("{}:v1@{base_digest}", reg.repo("base/go-runner"));
+    f.write_config(&repo, &["linux/amd64"], &base, &[]);
+    let text = std::fs::read_to_string(&f.config).unwrap();
+    let at = text.find("[minors.\"1.34\"]").unwrap();
+    let fixed = format!(
+        "{}{}",
+        &text[..at],
+        text[at..].replacen("revision = 1", "revision = 2", 1)
+    );
+    std::fs::write(&f.config, fixed).unwrap();
+    let o = push(&f, &[]);
+    ok(&o);
+    assert!(
+        inputs_line(&o).contains(&format!("base static → {base}")),
+        "{}",
+        stderr(&o)
+    );
+
+    // The tag deleted from the registry: rebuilt and pushed again.
+    let tag = "v1.34.1-occmforge.2";
+    let digest = read_lock(&f.lock)["images"]["1.34"]["digest"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(
+        reg.delete(&format!(
+            "/v2/occm/openstack-cloud-controller-manager/manifests/{digest}"
+        )),
+        Some(202)
+    );
+    let o = push(&f, &[]);
+    ok(&o);
+    assert!(
+        inputs_line(&o).contains(&format!("{repo}:{tag} serves nothing")),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(
+        read_lock(&f.lock)["images"]["1.34"]["digest"].as_str(),
+        Some(digest.as_str())
+    );
+}
+
+#[test]
+fn several_minors_in_one_run_with_a_summary_and_the_first_failures_status() {
+    let f = fixture(&["linux/amd64"]);
+    // 1.33's pin is wrong: its source stage fails (exit 3); 1.34 and 1.35 build.
+    let bad = "0".repeat(40);
+    edit_config(&f, &f.commits.v1_33.clone(), &bad);
+    let o = forge(&f, &["--all"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    assert_eq!(
+        stdout(&o),
+        "oci:out:v1.34.1-occmforge.1\noci:out:v1.35.0-occmforge.1\n"
+    );
+    let err = stderr(&o);
+    assert!(
+        err.contains("occm-forge: error: 1.33: source: tag v1.33.1"),
+        "{err}"
+    );
+    let summary: Vec<&str> = err
+        .lines()
+        .skip_while(|l| !l.starts_with("occm-forge: minor "))
+        .collect();
+    assert!(
+        summary[1].starts_with("occm-forge: 1.33   failed      exit 3: source: "),
+        "{summary:?}"
+    );
+    assert!(
+        summary[2].starts_with("occm-forge: 1.34   built       sha256:"),
+        "{summary:?}"
+    );
+    assert!(
+        summary[3].starts_with("occm-forge: 1.35   built       sha256:"),
+        "{summary:?}"
+    );
+    assert_eq!(summary[4], "occm-forge: 3 minors, 1 failed");
+    let lock = read_lock(&f.lock);
+    assert!(lock["images"]["1.34"].is_mapping() && lock["images"]["1.35"].is_mapping());
+
+    // Again: the two built minors are up to date; --fail-fast stops at the broken one.
+    let (bin, log) = failing_go(f.path());
+    let o = with_path_first(forge(&f, &["--k8s", "1.34", "--k8s", "1.35"]), &bin)
+        .output()
+        .unwrap();
+    ok(&o);
+    assert!(!log.exists());
+    assert!(
+        stderr(&o).contains("occm-forge: 1.34   up to date  sha256:"),
+        "{}",
+        stderr(&o)
+    );
+    let o = forge(&f, &["--all", "--fail-fast"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(3));
+    assert_eq!(stdout(&o), "");
+    assert!(
+        stderr(&o).contains("occm-forge: 1 minor, 1 failed"),
+        "{}",
+        stderr(&o)
+    );
+}
