@@ -152,14 +152,17 @@ async fn steps(
     let served_before = preflight(plan, registry).await?;
     let scratch =
         scratch_dir(&plan.cache_dir, &format!("build-{}-", plan.minor)).map_err(Error::Io)?;
-    let mut run = Runner::new(reporter);
+    let reused = crate::source::reusable_tree(&plan.cache_dir, &plan.minor.to_string());
+    let tree_dir = reused
+        .as_ref()
+        .map_or_else(|| scratch.path().join("src"), |(dir, _lock)| dir.clone());
     let tree = run
         .run(stages::SourceStage {
             url: &plan.fetch_from,
             tag: &plan.upstream_tag,
             commit: &plan.commit,
             cache_dir: &plan.cache_dir,
-            tree_dir: &scratch.path().join("src"),
+            tree_dir: &tree_dir,
         })
         .await?;
     let applied = run

@@ -364,6 +364,10 @@ fn normalise_url(url: &str) -> String {
 }
 
 fn create_tree(store_path: &Path, tree_dir: &Path, commit: Oid) -> Result<PathBuf, SourceError> {
+    // A reused work tree starts empty: nothing of an earlier build survives.
+    if tree_dir.exists() {
+        fs::remove_dir_all(tree_dir).map_err(io_err(tree_dir))?;
+    }
     fs::create_dir_all(tree_dir).map_err(io_err(tree_dir))?;
     let repo = Repository::init(tree_dir).map_err(cache_err(tree_dir))?;
     let alternates = repo.path().join("objects/info/alternates");
@@ -380,4 +384,44 @@ fn create_tree(store_path: &Path, tree_dir: &Path, commit: Oid) -> Result<PathBu
     repo.checkout_head(Some(&mut co))
         .map_err(cache_err(tree_dir))?;
     Ok(tree_dir.to_path_buf())
+}
+
+/// The work tree a build of `minor` reuses, `<cache>/work/<minor>`, with a lock held while the
+/// build uses it; `None` when another run holds it (the build then works in its scratch space).
+///
+/// Go keys compiled packages by their directory and test results by the files tests open: a
+/// tree at the same path with the same file times lets `go test` reuse both, where a fresh
+/// directory per build recompiles the tree's packages and reruns every test.
+pub fn reusable_tree(cache_dir: &Path, minor: &str) -> Option<(PathBuf, File)> {
+    let dir = cache_dir.join("work");
+    fs::create_dir_all(&dir).ok()?;
+    let lock = File::create(dir.join(format!("{minor}.lock"))).ok()?;
+    lock.try_lock().ok()?;
+    Some((dir.join(minor), lock))
+}
+
+/// Sets every tracked file's modification time from its content (the git blob id) so that the
+/// same content always has the same time, older than the tree's commit: Go's test cache, which
+/// compares the size and time of the files a test opened, then hits for unchanged files and
+/// misses for changed ones. Errors are ignored: the times only make caching better.
+pub fn stamp_mtimes(tree: &Path, commit_time: i64) {
+    let Ok(repo) = Repository::open(tree) else {
+        return;
+    };
+    let Ok(index) = repo.index() else {
+        return;
+    };
+    for entry in index.iter() {
+        if entry.mode & 0o170000 != 0o100000 {
+            continue; // symlinks and submodules
+        }
+        let id = entry.id.as_bytes();
+        let offset = u32::from_be_bytes([id[0], id[1], id[2], id[3]]) % 100_000_000;
+        let secs = (commit_time - i64::from(offset)).max(1);
+        let when = std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs as u64);
+        let path = tree.join(String::from_utf8_lossy(&entry.path).as_ref());
+        if let Ok(f) = File::open(&path) {
+            let _ = f.set_modified(when);
+        }
+    }
 }

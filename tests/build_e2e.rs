@@ -55,7 +55,11 @@ fn build_push_and_check_with_skopeo_and_umoci() {
         );
     }
     let t: serde_json::Value = serde_json::from_slice(&std::fs::read(&timings).unwrap()).unwrap();
-    assert_eq!(t.as_array().unwrap().len(), 8);
+    assert_eq!(
+        t.as_array().unwrap().len(),
+        9,
+        "inputs and the eight stages"
+    );
 
     // The digest manifest: the new entry, and the other minor's entry byte-for-byte as before.
     assert_eq!(

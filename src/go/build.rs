@@ -138,8 +138,9 @@ pub struct BuildInfo {
     pub deps: Vec<Module>,
 }
 
-/// Reads a binary's embedded module list with `go version -m -json` (any Go ≥ 1.22 reads any
-/// binary's build information; the minor's toolchain is used for consistency).
+/// Reads a binary's embedded module list with `go version -m` of the minor's toolchain. The
+/// text form is read rather than `-json`, which Go toolchains before 1.24 do not have (1.31 to
+/// 1.33 build with Go 1.22 to 1.24).
 pub fn read_build_info(
     toolchain: &Toolchain,
     dir: &Path,
@@ -150,7 +151,7 @@ pub fn read_build_info(
         message,
     };
     let mut cmd = toolchain.command(dir);
-    cmd.args(["version", "-m", "-json"]).arg(binary);
+    cmd.args(["version", "-m"]).arg(binary);
     let output = crate::interrupt::output(&mut cmd)
         .map_err(|e| err(format!("cannot run go version -m: {e}")))?;
     if !output.status.success() {
@@ -159,5 +160,73 @@ pub fn read_build_info(
             4,
         )));
     }
-    serde_json::from_slice(&output.stdout).map_err(|e| err(format!("go version -m -json: {e}")))
+    parse_version_m(&String::from_utf8_lossy(&output.stdout))
+        .ok_or_else(|| err("go version -m printed no module information".into()))
+}
+
+/// Parses `go version -m` output: `<file>: go1.25.1`, then tab-indented `path`, `mod`, `dep` and
+/// `=>` (the replacement of the `dep` above) lines, tab-separated (`runtime/debug.BuildInfo.String`,
+/// the same format from Go 1.18 on). Other lines (`build` settings) are ignored.
+pub fn parse_version_m(text: &str) -> Option<BuildInfo> {
+    let mut lines = text.lines();
+    let go_version = lines.next()?.rsplit_once(": ")?.1.trim().to_string();
+    let module = |f: &[&str]| Module {
+        path: f.get(1).copied().unwrap_or_default().to_string(),
+        version: f.get(2).copied().unwrap_or_default().to_string(),
+        sum: f.get(3).copied().unwrap_or_default().to_string(),
+        replace: None,
+    };
+    let mut path = None;
+    let mut main = None;
+    let mut deps: Vec<Module> = Vec::new();
+    for line in lines {
+        let f: Vec<&str> = line.trim_start_matches('\t').split('\t').collect();
+        match f[0] {
+            "path" => path = f.get(1).map(|p| p.to_string()),
+            "mod" => main = Some(module(&f)),
+            "dep" => deps.push(module(&f)),
+            "=>" => {
+                if let Some(d) = deps.last_mut() {
+                    d.replace = Some(Box::new(module(&f)));
+                }
+            }
+            _ => {}
+        }
+    }
+    Some(BuildInfo {
+        go_version,
+        path: path?,
+        main: main?,
+        deps,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_the_text_form_of_go_version_m() {
+        let text = "bin/occm: go1.23.6\n\tpath\tk8s.io/cloud-provider-openstack/cmd/openstack-cloud-controller-manager\n\tmod\tk8s.io/cloud-provider-openstack\t(devel)\t\n\tdep\tcel.dev/expr\tv0.24.0\th1:56Ov=\n\tdep\tk8s.io/api\tv0.0.0\n\t=>\t./staging/src/k8s.io/api\t(devel)\t\n\tbuild\t-buildmode=exe\n";
+        let bi = parse_version_m(text).unwrap();
+        assert_eq!(bi.go_version, "go1.23.6");
+        assert_eq!(
+            bi.path,
+            "k8s.io/cloud-provider-openstack/cmd/openstack-cloud-controller-manager"
+        );
+        assert_eq!(bi.main.path, "k8s.io/cloud-provider-openstack");
+        assert_eq!(bi.main.version, "(devel)");
+        assert_eq!(bi.main.sum, "");
+        assert_eq!(bi.deps.len(), 2);
+        assert_eq!(
+            (bi.deps[0].version.as_str(), bi.deps[0].sum.as_str()),
+            ("v0.24.0", "h1:56Ov=")
+        );
+        let r = bi.deps[1].replace.as_ref().unwrap();
+        assert_eq!(
+            (r.path.as_str(), r.version.as_str()),
+            ("./staging/src/k8s.io/api", "(devel)")
+        );
+        assert!(parse_version_m("x: go1.25.1\n").is_none());
+    }
 }

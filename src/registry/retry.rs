@@ -10,7 +10,9 @@
 //! The final error says how many attempts were made over how long.
 
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use async_trait::async_trait;
 use backon::{ExponentialBuilder, Retryable};
@@ -234,7 +236,8 @@ mod tests {
         }
     }
 
-    #[tokio::test]
+    // Virtual time: the bound is a rule, not a speed; a loaded machine must not change it.
+    #[tokio::test(start_paused = true)]
     async fn an_operation_is_bounded_in_time() {
         let repo: RepositoryName = "r.example/a".parse().unwrap();
         let r = Retrying::new(

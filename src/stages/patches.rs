@@ -27,6 +27,7 @@ impl Stage for PatchStage<'_> {
 
     async fn run(self, _: &StageContext<'_>) -> Result<Done<Vec<AppliedPatch>>, Error> {
         let applied = patches::apply_series(&self.tree.path, self.series, self.tree.commit_time)?;
+        crate::source::stamp_mtimes(&self.tree.path, self.tree.commit_time);
         let upstreamed: Vec<&str> = applied
             .iter()
             .filter(|a| a.outcome == PatchOutcome::AlreadyUpstream)
