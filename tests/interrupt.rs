@@ -54,7 +54,20 @@ fn slow_fixture() -> Fixture {
 }
 
 fn spawn_build(f: &Fixture, pidfile: Option<&Path>, extra: &[&str]) -> Child {
+    spawn_build_with(f, pidfile, extra, None)
+}
+
+/// [`spawn_build`] with its own cache directory when `cache` is given.
+fn spawn_build_with(
+    f: &Fixture,
+    pidfile: Option<&Path>,
+    extra: &[&str],
+    cache: Option<&Path>,
+) -> Child {
     let mut c = occm_forge(f.path());
+    if let Some(dir) = cache {
+        c.env("OCCM_FORGE_CACHE", dir);
+    }
     c.args(["build", "--k8s", "1.34", "--source"])
         .arg(&f.upstream)
         .args(extra)
@@ -109,15 +122,21 @@ fn alive(pid: u32) -> bool {
             .contains(") Z ")
 }
 
-/// The scratch directory of the run: `<cache>/tmp/build-…` above the Go package directory.
-fn scratch_of(wd: &Path) -> PathBuf {
-    wd.ancestors()
-        .find(|a| {
-            a.file_name()
-                .is_some_and(|n| n.to_string_lossy().starts_with("build-1.34-"))
+/// The scratch directories of runs in `cache`: `<cache>/tmp/build-…`.
+fn scratch_dirs(cache: &Path) -> Vec<PathBuf> {
+    std::fs::read_dir(cache.join("tmp"))
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.path())
+                .filter(|p| {
+                    p.file_name()
+                        .unwrap()
+                        .to_string_lossy()
+                        .starts_with("build-")
+                })
+                .collect()
         })
-        .unwrap()
-        .to_path_buf()
+        .unwrap_or_default()
 }
 
 #[test]
@@ -125,10 +144,13 @@ fn sigint_during_go_tests_stops_everything_and_records_nothing() {
     let f = slow_fixture();
     let lock = f.seed_lock();
     let pidfile = f.path().join("slow.pid");
-    let mut child = spawn_build(&f, Some(&pidfile), &[]);
+    // A cache of its own, so that the scratch space seen is this run's.
+    let cache = f.path().join("cache");
+    let mut child = spawn_build_with(&f, Some(&pidfile), &[], Some(&cache));
     let (go_pid, wd) = wait_for_slow_test(&pidfile, &mut child);
-    let scratch = scratch_of(&wd);
-    assert!(scratch.exists());
+    assert!(wd.starts_with(cache.join("work/1.34")), "{}", wd.display());
+    let scratch = scratch_dirs(&cache);
+    assert_eq!(scratch.len(), 1, "{scratch:?}");
     signal(&child, "INT");
     let (code, err) = finish(child);
     assert_eq!(code, Some(130), "{err}");
@@ -143,10 +165,10 @@ fn sigint_during_go_tests_stops_everything_and_records_nothing() {
         lock,
         "the digest manifest changed"
     );
-    assert!(
-        !scratch.exists(),
-        "scratch directory {} left behind",
-        scratch.display()
+    assert_eq!(
+        scratch_dirs(&cache),
+        Vec::<PathBuf>::new(),
+        "scratch left behind"
     );
     let deadline = Instant::now() + Duration::from_secs(10);
     while alive(go_pid) && Instant::now() < deadline {
