@@ -233,7 +233,12 @@ async fn rebuild(
         scratch.path(),
     )?;
     let rebuilt = crate::pipeline::build(&plan, registry, reporter).await?;
-    Ok(rebuild_finding(minor, entry, &rebuilt.entry.digest))
+    Ok(rebuild_finding(
+        minor,
+        entry,
+        &req.config.path,
+        &rebuilt.entry.digest,
+    ))
 }
 
 /// Checks an entry: one recorded without `--push` is a finding of its own (there is nothing in
@@ -300,12 +305,18 @@ pub fn rebuild_plan(
 }
 
 /// The finding when a rebuild's index digest differs from the recorded one.
-pub fn rebuild_finding(minor: Minor, entry: &Entry, rebuilt_digest: &str) -> Option<Finding> {
+pub fn rebuild_finding(
+    minor: Minor,
+    entry: &Entry,
+    config: &Path,
+    rebuilt_digest: &str,
+) -> Option<Finding> {
     (rebuilt_digest != entry.digest).then(|| Finding {
         minor,
         field: "rebuild".into(),
         message: format!(
-            "rebuilding from images.toml gives {rebuilt_digest}, the digest manifest records {}",
+            "rebuilding from {} gives {rebuilt_digest}, the digest manifest records {}",
+            config.display(),
             entry.digest
         ),
     })

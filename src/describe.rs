@@ -395,7 +395,7 @@ pub fn slsa_provenance(i: &ProvenanceInput<'_>) -> Vec<u8> {
                 },
                 "internalParameters": {
                     "goVersion": i.go_version,
-                    "env": {"CGO_ENABLED": "0", "GOFLAGS": "-mod=mod"},
+                    "env": {"CGO_ENABLED": "0", "GOFLAGS": "-mod=readonly"},
                     "buildFlags": ["-trimpath", "-buildvcs=false"],
                     "ldflags": i.ldflags,
                     "sourceDateEpoch": i.epoch,

@@ -144,11 +144,13 @@ pub enum DigestManifestError {
     },
     /// The tag would be reused for different inputs.
     #[error(
-        "digest manifest {path}: {minor}: {what}; tags never move to other content: bump `revision` for {minor} in images.toml"
+        "digest manifest {path}: {minor}: {what}; tags never move to other content: bump `revision` for {minor} in {config}"
     )]
     TagReuse {
         /// The file.
         path: PathBuf,
+        /// The images.toml to bump it in (as given with `--config`).
+        config: String,
         /// The minor.
         minor: Minor,
         /// The tag.
@@ -314,6 +316,7 @@ fn input_difference(old: &Inputs<'_>, new: &Inputs<'_>) -> Option<String> {
 /// inputs (commit, patch series, base, Go, platforms): a tag must change whenever its inputs do.
 pub fn check_tag(
     path: &Path,
+    config: &str,
     minor: Minor,
     tag: &str,
     inputs: &Inputs<'_>,
@@ -326,6 +329,7 @@ pub fn check_tag(
         let what = format!("tag {tag} was recorded with {difference}");
         return Err(DigestManifestError::TagReuse {
             path: path.to_path_buf(),
+            config: config.to_string(),
             minor,
             tag: tag.to_string(),
             what,
@@ -372,6 +376,7 @@ pub enum Recorded {
 /// ([`DigestManifestError::TagReuse`]).
 pub fn record(
     path: &Path,
+    config: &str,
     minor: Minor,
     mut entry: Entry,
 ) -> Result<Recorded, DigestManifestError> {
@@ -384,6 +389,7 @@ pub fn record(
         if let Some(what) = replacement_conflict(old, &entry) {
             return Err(DigestManifestError::TagReuse {
                 path: path.to_path_buf(),
+                config: config.to_string(),
                 minor,
                 tag: entry.tag.clone(),
                 what,
@@ -564,8 +570,20 @@ mod tests {
     fn minors_are_quoted_and_other_entries_kept() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("images.lock.yaml");
-        record(&p, "1.30".parse().unwrap(), entry("v1.30.3-occmforge.1")).unwrap();
-        record(&p, "1.9".parse().unwrap(), entry("v1.9.0-occmforge.1")).unwrap();
+        record(
+            &p,
+            "images.toml",
+            "1.30".parse().unwrap(),
+            entry("v1.30.3-occmforge.1"),
+        )
+        .unwrap();
+        record(
+            &p,
+            "images.toml",
+            "1.9".parse().unwrap(),
+            entry("v1.9.0-occmforge.1"),
+        )
+        .unwrap();
         let text = std::fs::read_to_string(&p).unwrap();
         assert!(text.contains("\n  '1.30':\n"), "{text}");
         let i9 = text.find("'1.9'").unwrap();
@@ -584,7 +602,7 @@ mod tests {
         let p = dir.path().join("l.yaml");
         let minor = "1.34".parse().unwrap();
         let e = entry("v1.34.1-occmforge.1");
-        record(&p, minor, e.clone()).unwrap();
+        record(&p, "images.toml", minor, e.clone()).unwrap();
         let before = std::fs::read_to_string(&p).unwrap();
         assert!(!before.contains("mirrors"), "{before}");
         assert!(record_mirror(&p, minor, &e.digest, "m.example/x/occm").unwrap());
@@ -596,7 +614,7 @@ mod tests {
             "{text}"
         );
         // The same image recorded again keeps its mirror; another digest is refused.
-        record(&p, minor, e.clone()).unwrap();
+        record(&p, "images.toml", minor, e.clone()).unwrap();
         assert_eq!(
             read(&p).unwrap().images[&minor].mirrors,
             ["m.example/x/occm"]
@@ -619,17 +637,17 @@ mod tests {
         let minor = "1.30".parse().unwrap();
         let published = entry("v1.30.3-occmforge.1");
         assert_eq!(
-            record(&p, minor, published.clone()).unwrap(),
+            record(&p, "images.toml", minor, published.clone()).unwrap(),
             Recorded::Written
         );
         let same = published.inputs();
-        assert!(check_tag(&p, minor, "v1.30.3-occmforge.1", &same).is_ok());
+        assert!(check_tag(&p, "images.toml", minor, "v1.30.3-occmforge.1", &same).is_ok());
         let series = "e".repeat(64);
         let other = Inputs {
             patch_series_sha256: &series,
             ..same.clone()
         };
-        let e = check_tag(&p, minor, "v1.30.3-occmforge.1", &other)
+        let e = check_tag(&p, "images.toml", minor, "v1.30.3-occmforge.1", &other)
             .unwrap_err()
             .to_string();
         assert!(
@@ -641,22 +659,25 @@ mod tests {
             ..same.clone()
         };
         assert!(
-            check_tag(&p, minor, "v1.30.3-occmforge.1", &base)
+            check_tag(&p, "images.toml", minor, "v1.30.3-occmforge.1", &base)
                 .unwrap_err()
                 .to_string()
                 .contains("base static")
         );
-        assert!(check_tag(&p, minor, "v1.30.3-occmforge.2", &other).is_ok());
+        assert!(check_tag(&p, "images.toml", minor, "v1.30.3-occmforge.2", &other).is_ok());
 
         // Another digest under the published tag is refused.
         let mut moved = published.clone();
         moved.digest = format!("sha256:{}", "f".repeat(64));
-        assert!(record(&p, minor, moved).is_err());
+        assert!(record(&p, "images.toml", minor, moved).is_err());
         // An unpublished build leaves the published entry alone.
         let mut local = published.clone();
         local.published = false;
         local.built_at = "2027-01-01T00:00:00Z".into();
-        assert_eq!(record(&p, minor, local).unwrap(), Recorded::KeptPublished);
+        assert_eq!(
+            record(&p, "images.toml", minor, local).unwrap(),
+            Recorded::KeptPublished
+        );
         assert_eq!(read(&p).unwrap().images[&minor], published);
     }
 }

@@ -111,7 +111,9 @@ pub enum Error {
 }
 
 impl Error {
-    /// Exit status: 2 usage/config, 3 source, 4 patches, 5 tests, 6 build, 7 image, 8 registry,
+    /// Exit status: 2 usage/config, 3 source, 4 patches (also a series that needs go.mod/go.sum
+    /// changes it does not carry), 5 tests, 6 build (and a Go toolchain
+    /// that cannot be had), 7 image, 8 registry,
     /// 9 digest manifest, 10 registry does not match the digest manifest (`verify`), 1 anything else.
     pub fn exit_code(&self) -> u8 {
         match self {
@@ -119,6 +121,8 @@ impl Error {
             Error::Copy(e) => e.exit_code(),
             Error::Source(_) => 3,
             Error::Patch(_) => 4,
+            Error::Test(go::test::TestError::Toolchain { .. }) => 6,
+            Error::Test(go::test::TestError::ModuleGraph { .. }) => 4,
             Error::Test(_) | Error::Proof(_) => 5,
             Error::Build(_) => 6,
             Error::Image(_) | Error::Base(_) => 7,

@@ -161,6 +161,7 @@ async fn steps(
             url: &plan.fetch_from,
             tag: &plan.upstream_tag,
             commit: &plan.commit,
+            config: &plan.config_name,
             cache_dir: &plan.cache_dir,
             tree_dir: &tree_dir,
         })
@@ -270,6 +271,7 @@ async fn preflight(plan: &BuildPlan, registry: &dyn Registry) -> Result<Option<S
     let platforms = plan.platform_names();
     digest_manifest::check_tag(
         &plan.digest_manifest,
+        &plan.config_name,
         plan.minor,
         &plan.tag,
         &plan.tag_inputs(&platforms),

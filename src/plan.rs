@@ -129,6 +129,8 @@ pub enum BaseSpec {
 pub struct BuildPlan {
     /// The Kubernetes minor.
     pub minor: Minor,
+    /// The images.toml the plan comes from, as given (`--config`), for messages.
+    pub config_name: String,
     /// images.toml `upstream`: the `org.opencontainers.image.source` label and provenance URL.
     pub upstream: String,
     /// Where upstream is fetched from (`--source` or `upstream`).
@@ -216,6 +218,7 @@ impl BuildPlan {
         let base = parse_base(config, minor, &base_text, o)?;
         Ok(BuildPlan {
             minor,
+            config_name: config.path.display().to_string(),
             upstream: config.upstream.clone(),
             fetch_from: config.fetch_url(o.source.as_deref()),
             upstream_tag: m.upstream_tag.clone(),

@@ -207,6 +207,7 @@ async fn tested_tree(
             url: &plan.fetch_from,
             tag: &plan.upstream_tag,
             commit: &plan.commit,
+            config: &plan.config_name,
             cache_dir: &plan.cache_dir,
             tree_dir: dir,
         })

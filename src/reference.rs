@@ -33,7 +33,7 @@ impl FromStr for RepositoryName {
         }
         if s.rsplit('/').next().is_some_and(|last| last.contains(':')) && s.contains('/') {
             return Err(format!(
-                "`{s}`: a repository carries no tag; the tag comes from images.toml `tag`"
+                "`{s}`: a repository carries no tag; the tag comes from the tag scheme (images.toml `tag`)"
             ));
         }
         let (registry, path) = match s.split_once('/') {

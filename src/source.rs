@@ -22,6 +22,8 @@ pub struct SourceRequest<'a> {
     pub tag: &'a str,
     /// The 40-hex commit the tag must point at (from images.toml).
     pub pinned_commit: &'a str,
+    /// The images.toml that pins it, for messages (as given with `--config`).
+    pub config: &'a str,
     /// occm-forge cache directory; the object store lives in `<cache>/git`.
     pub cache_dir: &'a Path,
     /// Directory to create the work tree in; must not exist or be empty.
@@ -62,9 +64,11 @@ pub enum SourceError {
     },
     /// The tag points at another commit than the pin: upstream moved it, or the pin is wrong.
     #[error(
-        "tag {tag} in {url} points at {actual}, but images.toml pins {expected}; refusing to build a moved tag"
+        "tag {tag} in {url} points at {actual}, but {config} pins {expected}; refusing to build a moved tag"
     )]
     TagMoved {
+        /// The images.toml that pins it (as given with `--config`).
+        config: String,
         /// Upstream tag.
         tag: String,
         /// Source URL or path.
@@ -78,9 +82,11 @@ pub enum SourceError {
     /// at (`git rev-parse v1.34.1` prints the tag object for an annotated tag;
     /// `git rev-parse v1.34.1^{commit}` prints the commit).
     #[error(
-        "images.toml pins {pinned} for {tag}, which is the annotated tag object in {url}, not a commit; pin the commit it points at: {commit}"
+        "{config} pins {pinned} for {tag}, which is the annotated tag object in {url}, not a commit; pin the commit it points at: {commit}"
     )]
     PinIsTagObject {
+        /// The images.toml that pins it (as given with `--config`).
+        config: String,
         /// Upstream tag.
         tag: String,
         /// Source URL or path.
@@ -129,11 +135,13 @@ pub fn checkout(req: &SourceRequest<'_>) -> Result<SourceTree, SourceError> {
             tag: req.tag.to_string(),
             url: req.url.to_string(),
             pinned: req.pinned_commit.to_string(),
+            config: req.config.to_string(),
             commit: fetched.commit,
         });
     }
     if fetched.commit != req.pinned_commit {
         return Err(SourceError::TagMoved {
+            config: req.config.to_string(),
             tag: req.tag.to_string(),
             url: req.url.to_string(),
             expected: req.pinned_commit.to_string(),

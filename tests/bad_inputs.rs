@@ -63,6 +63,18 @@ fn moved_tag_is_refused_naming_both_commits() {
     );
 }
 
+#[test]
+fn messages_name_the_config_file_given() {
+    let f = fixture(&["linux/amd64"]);
+    let lock = f.seed_lock();
+    let forge_toml = f.path().join("forge.toml");
+    std::fs::rename(&f.config, &forge_toml).unwrap();
+    run(git(&f.upstream).args(["tag", "-f", "v1.34.1", &f.commits.v1_35]));
+    let o = build(&f, "1.34", &["--config", "forge.toml"]);
+    let line = assert_failed(&f, &o, 3, &lock);
+    assert!(line.contains(" but forge.toml pins "), "{line}");
+}
+
 /// `git rev-parse v1.34.1` of an annotated tag prints the tag object, not the commit: a pin set
 /// to it is not a moved tag, and the message says which commit to pin.
 #[test]
@@ -180,6 +192,52 @@ fn required_test_that_never_ran_fails_the_build() {
     assert_eq!(
         line,
         "occm-forge: error: test: go test: required test(s) did not run and pass: TestDoesNotExist (did not run)"
+    );
+}
+
+/// A patch whose code needs a module go.mod does not require.
+const NEEDS_A_MODULE_PATCH: &str = r#"From: Someone <someone@example.org>
+Subject: [PATCH] openstack: use x/text
+
+---
+diff --git a/pkg/openstack/extra.go b/pkg/openstack/extra.go
+new file mode 100644
+--- /dev/null
++++ b/pkg/openstack/extra.go
+@@ -0,0 +1,3 @@
++package openstack
++
++import _ "golang.org/x/text/language"
+"#;
+
+#[test]
+fn a_patch_that_needs_a_go_mod_change_it_does_not_carry_is_named() {
+    let f = fixture(&["linux/amd64"]);
+    let lock = f.seed_lock();
+    f.add_patch("1.34", "0003-needs-a-module.patch", NEEDS_A_MODULE_PATCH);
+    let o = build(&f, "1.34", &[]);
+    let line = assert_failed(&f, &o, 4, &lock);
+    assert!(
+        line.contains("golang.org/x/text/language")
+            && line.contains("the patch series needs go.mod/go.sum changes it does not carry"),
+        "{line}"
+    );
+}
+
+#[test]
+fn a_go_toolchain_that_cannot_be_had_is_its_own_cause() {
+    let f = fixture(&["linux/amd64"]);
+    let lock = f.seed_lock();
+    let text = std::fs::read_to_string(&f.config).unwrap();
+    let go = format!("go = \"{}\"", local_go_version());
+    std::fs::write(&f.config, text.replace(&go, "go = \"1.99.0\"")).unwrap();
+    let o = build(&f, "1.34", &[]);
+    let line = assert_failed(&f, &o, 6, &lock);
+    assert!(
+        line.contains("go1.99.0")
+            && line.contains("cannot be downloaded")
+            && line.contains("GOPROXY (off)"),
+        "{line}"
     );
 }
 

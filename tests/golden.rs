@@ -320,13 +320,13 @@ fn digest_manifest_bytes() {
         mirrors: vec![],
     };
     let minor: Minor = "1.34".parse().unwrap();
-    digest_manifest::record(&path, minor, entry.clone()).unwrap();
+    digest_manifest::record(&path, "images.toml", minor, entry.clone()).unwrap();
     let mut other = entry;
     other.base_image = format!("registry.k8s.io/build-image/go-runner:v2.4.0@{}", h("5"));
     other.base_digest = Some(h("5"));
     other.already_upstream = vec![];
     other.published = false;
-    digest_manifest::record(&path, "1.9".parse().unwrap(), other).unwrap();
+    digest_manifest::record(&path, "images.toml", "1.9".parse().unwrap(), other).unwrap();
     assert_eq!(
         std::fs::read_to_string(&path).unwrap(),
         include_str!("golden/digest-manifest.yaml")

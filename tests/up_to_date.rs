@@ -217,7 +217,7 @@ fn each_changed_input_rebuilds_and_is_named() {
     )
     .unwrap();
     let o = rebuild(&format!("Go {go} → 1.99.0"));
-    assert_eq!(o.status.code(), Some(5), "{}", stderr(&o));
+    assert_eq!(o.status.code(), Some(6), "{}", stderr(&o));
 }
 
 #[test]

@@ -177,7 +177,10 @@ fn check_repository(s: &Spans<'_>, repository: &str) -> Result<(), ConfigError> 
             format!("repository `{repository}` must not carry a tag; the tag comes from `tag`"),
         ));
     }
-    Ok(())
+    repository
+        .parse::<crate::reference::RepositoryName>()
+        .map(drop)
+        .map_err(|e| s.err(at(), format!("repository {e}")))
 }
 
 /// One minor: its key, commit, upstream tag, Go version, base, platforms, test packages, patch
@@ -226,16 +229,17 @@ fn check_minor(
             ),
         );
     }
-    if m.go.is_empty()
-        || !m
-            .go
-            .split('.')
+    let parts: Vec<&str> = m.go.split('.').collect();
+    if parts.len() != 3
+        || parts[0] != "1"
+        || !parts
+            .iter()
             .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
     {
         return fail(
             "go",
             format!(
-                "{} `{}` is not a Go version such as 1.25.1",
+                "{} `{}` is not a Go release such as 1.25.1 (major.minor.patch: it is run as GOTOOLCHAIN=go<version>, and `go1.22` is a language version, not a toolchain)",
                 f.name("go"),
                 m.go
             ),

@@ -401,6 +401,24 @@ test_packages = ["./pkg/openstack/"]
     }
 
     #[test]
+    fn a_go_language_version_and_an_uppercase_repository_are_located() {
+        let bad = GOOD.replace("go = \"1.25.1\"", "go = \"1.22\"");
+        let e = parse_str(&bad).unwrap_err().to_string();
+        assert!(
+            e.starts_with(
+                "/x/images.toml:11:6: minors.\"1.34\".go `1.22` is not a Go release such as 1.25.1"
+            ),
+            "{e}"
+        );
+        let bad = GOOD.replace("occm/openstack", "OCCM/openstack");
+        let e = parse_str(&bad).unwrap_err().to_string();
+        assert!(
+            e.starts_with("/x/images.toml:2:14: repository `registry.example.internal/OCCM/"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn bad_commit_is_located() {
         let bad = GOOD.replace("63ec67a04b40fee4ff43fec11c3d31f2a90c9ad2", "63ec67a");
         let e = parse_str(&bad).unwrap_err().to_string();

@@ -29,7 +29,8 @@ impl Toolchain {
     }
 
     /// A `go` command in `dir` with a controlled environment: `GOTOOLCHAIN`, the caches,
-    /// `GOFLAGS=-mod=mod`, `GOWORK=off`, `GOENV=off` (no user go.env), `CGO_ENABLED=0` and
+    /// `GOFLAGS=-mod=readonly` (upstream's default: go.mod and go.sum are never rewritten, so a
+    /// patch that needs a new requirement fails instead of being fixed up silently), `GOWORK=off`, `GOENV=off` (no user go.env), `CGO_ENABLED=0` and
     /// `GOTELEMETRY=off`. `GOPROXY`, `GONOSUMDB` and friends are inherited so that a proxy or
     /// `GOPROXY=off` set by the caller still applies.
     pub fn command(&self, dir: &Path) -> Command {
@@ -38,7 +39,7 @@ impl Toolchain {
             .env("GOTOOLCHAIN", format!("go{}", self.version))
             .env("GOMODCACHE", &self.mod_cache)
             .env("GOCACHE", &self.build_cache)
-            .env("GOFLAGS", "-mod=mod")
+            .env("GOFLAGS", "-mod=readonly")
             .env("GOWORK", "off")
             .env("GOENV", "off")
             .env("GOTELEMETRY", "off")
@@ -50,10 +51,46 @@ impl Toolchain {
     }
 }
 
-/// One line from a `go` command's stderr: the modules the proxy would not serve when that is
-/// the cause (`module downloads failed: k8s.io/kubernetes@v1.31.11 (403 Forbidden), …`), else
-/// the last `n` non-empty lines joined with ` | `.
+/// When Go's output says the code needs a go.mod or go.sum change (Go refuses it under
+/// `-mod=readonly`), that line and what to do, in one line.
+pub(crate) fn module_graph_change(text: &str) -> Option<String> {
+    let line = text.lines().find(|l| {
+        l.contains("updates to go.mod needed")
+            || l.contains("missing go.sum entry")
+            || l.contains("no required module provides package")
+            || l.contains("import lookup disabled by -mod=readonly")
+    })?;
+    Some(format!(
+        "{}: the patch series needs go.mod/go.sum changes it does not carry (occm-forge builds like upstream, with -mod=readonly); add them to the patch (`go mod tidy` in the patched tree)",
+        line.trim()
+    ))
+}
+
+/// Whether a `go` command's stderr says the toolchain itself could not be had
+/// (`go: download go1.99.0 for linux/amd64: toolchain not available`).
+pub(crate) fn toolchain_unavailable(text: &str) -> bool {
+    text.contains("toolchain not available")
+}
+
+/// One line from a `go` command's stderr: the toolchain that cannot be had, or the go.mod/go.sum
+/// change a patch needs and does not carry, or the modules the proxy would not serve
+/// (`module downloads failed: k8s.io/kubernetes@v1.31.11 (403 Forbidden), …`), else the last
+/// `n` non-empty lines joined with ` | `.
 pub(crate) fn summarize_stderr(text: &str, n: usize) -> String {
+    if toolchain_unavailable(text) {
+        let line = text
+            .lines()
+            .find(|l| l.contains("toolchain not available") || l.contains("go: download"))
+            .unwrap_or("toolchain not available")
+            .trim();
+        let proxy = std::env::var("GOPROXY").unwrap_or_else(|_| "the default".into());
+        return format!(
+            "{line}: the Go toolchain of images.toml `go` cannot be downloaded; check that it is a released version and that GOPROXY ({proxy}) reaches a module proxy"
+        );
+    }
+    if let Some(cause) = module_graph_change(text) {
+        return cause;
+    }
     let mut failed: Vec<String> = Vec::new();
     for line in text.lines() {
         // e.g. "main.go:30:2: k8s.io/x@v1.2.3: reading https://proxy.golang.org/…: 403 Forbidden"

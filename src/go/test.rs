@@ -77,6 +77,18 @@ pub enum TestError {
         /// What happened: the modules that could not be downloaded, or the tail of stderr.
         message: String,
     },
+    /// The patched tree needs go.mod/go.sum changes the patch series does not carry.
+    #[error("go test: {message}")]
+    ModuleGraph {
+        /// Go's line and what to do.
+        message: String,
+    },
+    /// The Go toolchain of images.toml `go` cannot be downloaded.
+    #[error("go test: {message}")]
+    Toolchain {
+        /// The cause and the hint.
+        message: String,
+    },
     /// Tests or packages failed.
     #[error("go test: {} failed ({}); {passed} passed, {skipped} skipped", failures.len(), names(failures))]
     Failed {
@@ -228,6 +240,11 @@ pub fn run_raw(
     let status = child.wait().map_err(|e| go_err(e.to_string()))?;
     let err_text = err_thread.join().unwrap_or_default();
     if summary.results.is_empty() && summary.failures.is_empty() && !status.success() {
+        if super::toolchain_unavailable(&err_text) {
+            return Err(TestError::Toolchain {
+                message: summarize_stderr(&err_text, 6),
+            });
+        }
         return Err(go_err(format!(
             "{status}: {}",
             summarize_stderr(&err_text, 6)
@@ -247,6 +264,13 @@ pub fn run_raw(
 /// Judges a summary: every test passed and every required test ran and passed.
 pub fn check(summary: TestSummary, required: &[String]) -> Result<TestSummary, TestError> {
     let (passed, _, skipped) = summary.counts();
+    if let Some(message) = summary
+        .failures
+        .iter()
+        .find_map(|f| super::module_graph_change(&f.output))
+    {
+        return Err(TestError::ModuleGraph { message });
+    }
     if !summary.failures.is_empty() {
         return Err(TestError::Failed {
             failures: summary.failures,

@@ -66,7 +66,7 @@ pub async fn pull_base(
         (None, Some(t)) if allow_unpinned => t.clone(),
         _ => {
             return Err(invalid(
-                "has no @sha256 digest; pin it in images.toml (or pass --allow-unpinned-base to build from the tag)".into(),
+                "has no @sha256 digest; pin it by digest with `occm-forge pin` (or pass --allow-unpinned-base to build from the tag)".into(),
             ));
         }
     };

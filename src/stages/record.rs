@@ -31,7 +31,8 @@ impl Stage for RecordStage<'_> {
             // A fragment holds this run's entries alone.
             let _ = std::fs::remove_file(&plan.record_to);
         }
-        let recorded = digest_manifest::record(&plan.record_to, plan.minor, self.entry)?;
+        let recorded =
+            digest_manifest::record(&plan.record_to, &plan.config_name, plan.minor, self.entry)?;
         let at = display_rel(&plan.record_to);
         let detail = match recorded {
             Recorded::Written => format!("{} in {at}", plan.minor),

@@ -16,6 +16,8 @@ pub struct SourceStage<'a> {
     pub tag: &'a str,
     /// The commit images.toml pins.
     pub commit: &'a str,
+    /// The images.toml that pins it (for messages).
+    pub config: &'a str,
     /// occm-forge's cache directory (the object store lives in `<cache>/git`).
     pub cache_dir: &'a Path,
     /// Where the work tree goes.
@@ -35,6 +37,7 @@ impl Stage for SourceStage<'_> {
             url: self.url,
             tag: self.tag,
             pinned_commit: self.commit,
+            config: self.config,
             cache_dir: self.cache_dir,
             tree_dir: self.tree_dir,
         })?;
