@@ -213,6 +213,7 @@ fn real_pr_3083_tree_reports_patch_0002_as_already_upstream() {
         url: clone.to_str().unwrap(),
         tag: "v1.36.99",
         pinned_commit: &pr_head,
+        config: "images.toml",
         cache_dir: &dir.path().join("cache"),
         tree_dir: &dir.path().join("tree"),
     })
