@@ -61,7 +61,7 @@ pub enum Error {
     Config(#[from] config::ConfigError),
     /// Fetching or checking out upstream failed, or the tag moved.
     #[error("source: {0}")]
-    Source(#[source] Box<source::SourceError>),
+    Source(#[from] source::SourceError),
     /// A patch does not apply.
     #[error("patches: {0}")]
     Patch(#[from] patches::PatchError),
@@ -108,12 +108,6 @@ pub enum Error {
     /// A local file-system failure outside the stages.
     #[error("{0}")]
     Io(String),
-}
-
-impl From<source::SourceError> for Error {
-    fn from(e: source::SourceError) -> Self {
-        Error::Source(Box::new(e))
-    }
 }
 
 impl Error {

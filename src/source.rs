@@ -30,6 +30,21 @@ pub struct SourceRequest<'a> {
     pub tree_dir: &'a Path,
 }
 
+/// A pin that does not match the tag.
+#[derive(Debug)]
+pub struct PinMismatch {
+    /// The images.toml that pins it (as given with `--config`).
+    pub config: String,
+    /// Upstream tag.
+    pub tag: String,
+    /// Source URL or path.
+    pub url: String,
+    /// What images.toml pins.
+    pub pinned: String,
+    /// The commit the tag points at.
+    pub commit: String,
+}
+
 /// A checked-out upstream tree at the pinned commit.
 #[derive(Debug, Clone)]
 pub struct SourceTree {
@@ -64,38 +79,18 @@ pub enum SourceError {
     },
     /// The tag points at another commit than the pin: upstream moved it, or the pin is wrong.
     #[error(
-        "tag {tag} in {url} points at {actual}, but {config} pins {expected}; refusing to build a moved tag"
+        "tag {} in {} points at {}, but {} pins {}; refusing to build a moved tag",
+        .0.tag, .0.url, .0.commit, .0.config, .0.pinned
     )]
-    TagMoved {
-        /// The images.toml that pins it (as given with `--config`).
-        config: String,
-        /// Upstream tag.
-        tag: String,
-        /// Source URL or path.
-        url: String,
-        /// The pinned commit.
-        expected: String,
-        /// The commit the tag points at now.
-        actual: String,
-    },
+    TagMoved(Box<PinMismatch>),
     /// The pin is the id of the annotated tag object itself, not of the commit the tag points
     /// at (`git rev-parse v1.34.1` prints the tag object for an annotated tag;
     /// `git rev-parse v1.34.1^{commit}` prints the commit).
     #[error(
-        "{config} pins {pinned} for {tag}, which is the annotated tag object in {url}, not a commit; pin the commit it points at: {commit}"
+        "{} pins {} for {}, which is the annotated tag object in {}, not a commit; pin the commit it points at: {}",
+        .0.config, .0.pinned, .0.tag, .0.url, .0.commit
     )]
-    PinIsTagObject {
-        /// The images.toml that pins it (as given with `--config`).
-        config: String,
-        /// Upstream tag.
-        tag: String,
-        /// Source URL or path.
-        url: String,
-        /// The pinned id (the tag object's).
-        pinned: String,
-        /// The commit the tag points at.
-        commit: String,
-    },
+    PinIsTagObject(Box<PinMismatch>),
     /// Local git or filesystem failure in the cache or the work tree.
     #[error("git cache {path}: {message}")]
     Cache {
@@ -120,6 +115,16 @@ fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> SourceError + '_ {
     }
 }
 
+fn mismatch(req: &SourceRequest<'_>, commit: String) -> PinMismatch {
+    PinMismatch {
+        config: req.config.to_string(),
+        tag: req.tag.to_string(),
+        url: req.url.to_string(),
+        pinned: req.pinned_commit.to_string(),
+        commit,
+    }
+}
+
 /// Fetches `req.tag` into the shared store, checks it against the pin and checks out a work tree.
 ///
 /// Errors: [`SourceError::Fetch`] when the source is unreachable or has no such tag,
@@ -131,22 +136,10 @@ pub fn checkout(req: &SourceRequest<'_>) -> Result<SourceTree, SourceError> {
     if fetched.commit != req.pinned_commit
         && fetched.tag_object.as_deref() == Some(req.pinned_commit)
     {
-        return Err(SourceError::PinIsTagObject {
-            tag: req.tag.to_string(),
-            url: req.url.to_string(),
-            pinned: req.pinned_commit.to_string(),
-            config: req.config.to_string(),
-            commit: fetched.commit,
-        });
+        return Err(SourceError::PinIsTagObject(Box::new(mismatch(req, fetched.commit))));
     }
     if fetched.commit != req.pinned_commit {
-        return Err(SourceError::TagMoved {
-            config: req.config.to_string(),
-            tag: req.tag.to_string(),
-            url: req.url.to_string(),
-            expected: req.pinned_commit.to_string(),
-            actual: fetched.commit,
-        });
+        return Err(SourceError::TagMoved(Box::new(mismatch(req, fetched.commit))));
     }
     let oid = Oid::from_str(&fetched.commit).map_err(cache_err(req.tree_dir))?;
     let tree = create_tree(&fetched.store, req.tree_dir, oid)?;
