@@ -215,6 +215,14 @@ pub fn lock_run(
         }
         Err(std::fs::TryLockError::Error(e)) => return Err(err(e)),
     }
+    // What a run killed while writing left next to the manifest.
+    if let Some(dir) = path.parent() {
+        crate::util::remove_stale_temp_files(if dir.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            dir
+        });
+    }
     file.set_len(0)
         .and_then(|_| file.rewind())
         .and_then(|_| write!(file, "{}", std::process::id()))

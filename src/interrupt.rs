@@ -68,6 +68,16 @@ pub fn spawn(cmd: &mut Command) -> io::Result<(Child, Guard)> {
         return Err(error());
     }
     cmd.process_group(0);
+    // SAFETY: prctl(2) in the child between fork and exec touches no memory of the parent.
+    unsafe {
+        cmd.pre_exec(|| {
+            // The child dies with the thread that spawned it (which waits for it), so a `go`
+            // never outlives an occm-forge killed with SIGKILL; what `go` itself started is
+            // stopped by the next run's `util::sweep_scratch` and work-tree check.
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            Ok(())
+        });
+    }
     let child = cmd.spawn()?;
     let pid = child.id();
     CHILDREN.lock().expect("children lock").insert(pid);

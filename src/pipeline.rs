@@ -150,6 +150,7 @@ async fn steps(
         return up_to_date(plan, *entry, run).await;
     }
     let served_before = preflight(plan, registry).await?;
+    crate::util::sweep_scratch(&plan.cache_dir);
     let scratch =
         scratch_dir(&plan.cache_dir, &format!("build-{}-", plan.minor)).map_err(Error::Io)?;
     let reused = crate::source::reusable_tree(&plan.cache_dir, &plan.minor.to_string());

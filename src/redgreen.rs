@@ -250,6 +250,7 @@ pub async fn prove(req: &ProofRequest<'_>, reporter: &dyn Reporter) -> Result<Mi
         ..Overrides::default()
     };
     let plan = BuildPlan::resolve(cfg, req.minor, &overrides)?;
+    crate::util::sweep_scratch(req.cache_dir);
     let scratch =
         scratch_dir(req.cache_dir, &format!("verify-{}-", req.minor)).map_err(Error::Io)?;
     let without: Vec<PatchFile> = plan

@@ -136,10 +136,16 @@ pub fn checkout(req: &SourceRequest<'_>) -> Result<SourceTree, SourceError> {
     if fetched.commit != req.pinned_commit
         && fetched.tag_object.as_deref() == Some(req.pinned_commit)
     {
-        return Err(SourceError::PinIsTagObject(Box::new(mismatch(req, fetched.commit))));
+        return Err(SourceError::PinIsTagObject(Box::new(mismatch(
+            req,
+            fetched.commit,
+        ))));
     }
     if fetched.commit != req.pinned_commit {
-        return Err(SourceError::TagMoved(Box::new(mismatch(req, fetched.commit))));
+        return Err(SourceError::TagMoved(Box::new(mismatch(
+            req,
+            fetched.commit,
+        ))));
     }
     let oid = Oid::from_str(&fetched.commit).map_err(cache_err(req.tree_dir))?;
     let tree = create_tree(&fetched.store, req.tree_dir, oid)?;
@@ -398,7 +404,10 @@ pub fn reusable_tree(cache_dir: &Path, minor: &str) -> Option<(PathBuf, File)> {
     fs::create_dir_all(&dir).ok()?;
     let lock = File::create(dir.join(format!("{minor}.lock"))).ok()?;
     lock.try_lock().ok()?;
-    Some((dir.join(minor), lock))
+    let tree = dir.join(minor);
+    // Anything still working in it belongs to a run that was killed.
+    crate::util::kill_processes_in(&tree);
+    Some((tree, lock))
 }
 
 /// Sets every tracked file's modification time from its content (the git blob id) so that the

@@ -37,13 +37,38 @@ pub fn is_valid_tag(tag: &str) -> bool {
         && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'))
 }
 
+/// The name prefix of occm-forge's temporary files: a file left by a killed run is recognised
+/// and removed by [`remove_stale_temp_files`].
+pub const TEMP_PREFIX: &str = ".occm-forge-tmp-";
+
+/// Removes temporary files a killed run left in `dir` (named [`TEMP_PREFIX`]…, older than a
+/// minute: a write in progress elsewhere takes milliseconds). Errors are ignored.
+pub fn remove_stale_temp_files(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let stale = e.file_name().to_string_lossy().starts_with(TEMP_PREFIX)
+            && e.metadata()
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| t.elapsed().ok())
+                .is_some_and(|age| age > std::time::Duration::from_secs(60));
+        if stale {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+}
+
 /// Writes `data` to `path` through a temporary file in the same directory, `fsync` and a rename,
 /// so readers see the old file or the new one, never a torn one. The file is mode 0644 (layouts
 /// and manifests are meant to be read by others). Creates the parent directory.
 pub fn write_file_atomically(path: &Path, data: &[u8]) -> std::io::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir)?;
-    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
+    let mut tmp = tempfile::Builder::new()
+        .prefix(TEMP_PREFIX)
+        .tempfile_in(dir)?;
     tmp.write_all(data)?;
     #[cfg(unix)]
     {
@@ -65,18 +90,86 @@ pub fn rfc3339(epoch: i64) -> String {
         .expect("RFC 3339 formatting of a valid time")
 }
 
+/// A scratch directory, removed when dropped. While it lives, the file `.lock` inside it is
+/// locked, which tells [`sweep_scratch`] of another run that it is in use.
+#[derive(Debug)]
+pub struct Scratch {
+    _lock: std::fs::File,
+    dir: tempfile::TempDir,
+}
+
+impl Scratch {
+    /// The directory.
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
 /// A fresh scratch directory `<cache_dir>/tmp/<prefix>XXXXXX`, removed when dropped.
 ///
 /// Errors: the directory cannot be created (the message names it).
-pub fn scratch_dir(cache_dir: &Path, prefix: &str) -> Result<tempfile::TempDir, String> {
+pub fn scratch_dir(cache_dir: &Path, prefix: &str) -> Result<Scratch, String> {
     let tmp_root = cache_dir.join("tmp");
-    std::fs::create_dir_all(&tmp_root)
-        .and_then(|_| {
-            tempfile::Builder::new()
-                .prefix(prefix)
-                .tempdir_in(&tmp_root)
-        })
-        .map_err(|e| format!("{}: {e}", tmp_root.display()))
+    let err = |e: std::io::Error| format!("{}: {e}", tmp_root.display());
+    std::fs::create_dir_all(&tmp_root).map_err(err)?;
+    let dir = tempfile::Builder::new()
+        .prefix(prefix)
+        .tempdir_in(&tmp_root)
+        .map_err(err)?;
+    let lock = std::fs::File::create(dir.path().join(".lock")).map_err(err)?;
+    lock.lock().map_err(err)?;
+    Ok(Scratch { _lock: lock, dir })
+}
+
+/// Removes what runs killed with SIGKILL left under `<cache_dir>/tmp`: scratch directories whose
+/// `.lock` no process holds (first stopping any process still working in them, e.g. a `go`
+/// child that outlived its parent), and directories without a lock older than a day. Errors are
+/// ignored: this only tidies.
+pub fn sweep_scratch(cache_dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(cache_dir.join("tmp")) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let path = e.path();
+        if !path.is_dir() {
+            continue;
+        }
+        let stale = match std::fs::File::open(path.join(".lock")) {
+            Ok(f) => f.try_lock().is_ok(),
+            Err(_) => e
+                .metadata()
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| t.elapsed().ok())
+                .is_some_and(|age| age > std::time::Duration::from_secs(24 * 3600)),
+        };
+        if stale {
+            kill_processes_in(&path);
+            let _ = std::fs::remove_dir_all(&path);
+        }
+    }
+}
+
+/// Sends SIGKILL to every process (but this one) whose working directory is `dir` or below it:
+/// the Go compilers and test binaries a killed run left behind work in its tree.
+pub fn kill_processes_in(dir: &Path) {
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return;
+    };
+    let me = std::process::id();
+    for p in procs.flatten() {
+        let Ok(pid) = p.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        if pid != me
+            && std::fs::read_link(p.path().join("cwd")).is_ok_and(|cwd| cwd.starts_with(dir))
+        {
+            // SAFETY: kill(2) sends a signal; no memory is touched.
+            unsafe {
+                libc::kill(pid as i32, libc::SIGKILL);
+            }
+        }
+    }
 }
 
 /// `p` relative to the current directory when it lies below it, else as given (for messages).

@@ -274,3 +274,47 @@ fn a_second_run_on_the_same_manifest_waits_or_refuses() {
     assert!(err.contains("waiting for another occm-forge run"), "{err}");
     assert!(read_lock(&f.lock)["images"]["1.34"]["digest"].is_string());
 }
+
+#[test]
+fn after_sigkill_the_next_run_stops_leftover_go_processes_and_removes_scratch_and_temp_files() {
+    let f = slow_fixture();
+    let lock = f.seed_lock();
+    let cache = f.path().join("cache");
+    let pidfile = f.path().join("slow.pid");
+    let mut child = spawn_build_with(&f, Some(&pidfile), &[], Some(&cache));
+    let (test_pid, _) = wait_for_slow_test(&pidfile, &mut child);
+    let scratch = scratch_dirs(&cache);
+    assert_eq!(scratch.len(), 1);
+    signal(&child, "KILL");
+    let _ = finish(child);
+    assert_eq!(std::fs::read(&f.lock).unwrap(), lock);
+    // What a killed write of the digest manifest leaves: a complete temporary copy.
+    let stray = f.path().join(".occm-forge-tmp-AbCdEf");
+    std::fs::write(&stray, &lock).unwrap();
+    let old = std::time::SystemTime::now() - Duration::from_secs(600);
+    std::fs::File::options()
+        .write(true)
+        .open(&stray)
+        .unwrap()
+        .set_modified(old)
+        .unwrap();
+    assert!(alive(test_pid), "the orphaned test binary is still running");
+
+    // The next run on the same cache and manifest cleans up before it builds.
+    let next = spawn_build_with(&f, None, &[], Some(&cache));
+    let (code, err) = finish(next);
+    assert_eq!(code, Some(0), "{err}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while alive(test_pid) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        !alive(test_pid),
+        "the killed run's Go test {test_pid} is still running"
+    );
+    assert!(
+        !scratch[0].exists(),
+        "the killed run's scratch is still there"
+    );
+    assert!(!stray.exists(), "the stray temporary file is still there");
+}
