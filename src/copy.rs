@@ -92,6 +92,55 @@ pub async fn copy_image(
         .repository
         .parse()
         .map_err(|e: String| other(to, "parse the source repository".into(), e))?;
+    refuse_moved_tag(registry, to, entry).await?;
+
+    // Read everything first: the index, its manifests, the referrers and their blobs.
+    let image = read_image(registry, &from, &entry.digest).await?;
+    let mut subjects: Vec<String> = vec![entry.digest.clone()];
+    subjects.extend(image.manifests.iter().map(|m| m.digest.clone()));
+    let referrers = read_referrers(registry, &from, &subjects, &recorded_referrers(entry)).await?;
+
+    // Write: blobs, platform manifests, the index by digest, referrers, fallback indexes, tag.
+    let blobs: Vec<Descriptor> = image
+        .blobs
+        .iter()
+        .chain(&referrers.blobs)
+        .cloned()
+        .collect();
+    let mut copied = copy_blobs(registry, &from, to, &blobs, on_bytes).await?;
+    push_manifests(registry, to, &image.manifests).await?;
+    registry
+        .push_manifest(
+            to,
+            &entry.digest,
+            &image.index_media_type,
+            image.index_bytes.clone(),
+        )
+        .await?;
+    push_manifests(registry, to, &referrers.manifests).await?;
+    for fallback in &referrers.fallbacks {
+        write_fallback_index(registry, &from, to, fallback).await?;
+    }
+    tag_and_verify(
+        registry,
+        to,
+        entry,
+        &image.index_media_type,
+        image.index_bytes,
+    )
+    .await?;
+    copied.reference = format!("{to}:{}@{}", entry.tag, entry.digest);
+    copied.manifests = image.manifests.len();
+    copied.referrers = referrers.manifests.len();
+    Ok(copied)
+}
+
+/// Fails when `to` already has `entry.tag` serving another digest: tags never move.
+async fn refuse_moved_tag(
+    registry: &dyn Registry,
+    to: &RepositoryName,
+    entry: &Entry,
+) -> Result<(), RegistryError> {
     if let Some(d) = registry.manifest_digest(to, &entry.tag).await?
         && d != entry.digest
     {
@@ -104,32 +153,58 @@ pub async fn copy_image(
             ),
         ));
     }
+    Ok(())
+}
 
-    // Read everything first: the index, its manifests, the referrers and their blobs.
-    let index_bytes = registry.pull_manifest(&from, &entry.digest).await?;
-    let index: Index = parse(&from, "index", &entry.digest, &index_bytes)?;
+/// The image index and its platform manifests as pulled from the source.
+struct SourceImage {
+    /// The index's exact bytes.
+    index_bytes: Bytes,
+    /// The index's media type ([`spec::OCI_INDEX`] when it names none).
+    index_media_type: String,
+    /// The platform manifests, in index order.
+    manifests: Vec<Pulled>,
+    /// Config and layers of every platform manifest.
+    blobs: Vec<Descriptor>,
+}
+
+/// Pulls the image index `digest` from `from` and every platform manifest it lists.
+async fn read_image(
+    registry: &dyn Registry,
+    from: &RepositoryName,
+    digest: &str,
+) -> Result<SourceImage, RegistryError> {
+    let index_bytes = registry.pull_manifest(from, digest).await?;
+    let index: Index = parse(from, "index", digest, &index_bytes)?;
     let index_media_type = if index.media_type.is_empty() {
         spec::OCI_INDEX.to_string()
     } else {
         index.media_type.clone()
     };
     let mut blobs: Vec<Descriptor> = Vec::new();
-    let mut platform_manifests = Vec::new();
+    let mut manifests = Vec::new();
     for d in &index.manifests {
-        let bytes = registry.pull_manifest(&from, &d.digest).await?;
-        let m: Manifest = parse(&from, "manifest", &d.digest, &bytes)?;
+        let bytes = registry.pull_manifest(from, &d.digest).await?;
+        let m: Manifest = parse(from, "manifest", &d.digest, &bytes)?;
         blobs.push(m.config.clone());
         blobs.extend(m.layers.iter().cloned());
-        platform_manifests.push(Pulled {
+        manifests.push(Pulled {
             digest: d.digest.clone(),
             media_type: d.media_type.clone(),
             bytes,
         });
     }
+    Ok(SourceImage {
+        index_bytes,
+        index_media_type,
+        manifests,
+        blobs,
+    })
+}
 
-    // Referrers per subject: those the source lists in its fallback index, plus those recorded.
-    let mut subjects: Vec<String> = vec![entry.digest.clone()];
-    subjects.extend(index.manifests.iter().map(|d| d.digest.clone()));
+/// The referrers the digest-manifest entry records, by subject digest: each platform's SBOM
+/// under its platform manifest, the provenance under the index.
+fn recorded_referrers(entry: &Entry) -> BTreeMap<String, Vec<String>> {
     let mut recorded: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for (platform, sbom) in &entry.sbom {
         if let Some(subject) = entry.manifests.get(platform) {
@@ -145,51 +220,65 @@ pub async fn copy_image(
             .or_default()
             .push(p.clone());
     }
-    let mut fallbacks: Vec<(String, Option<Bytes>, Vec<Descriptor>)> = Vec::new();
-    let mut referrers: Vec<Pulled> = Vec::new();
+    recorded
+}
+
+/// The referrers tag-schema fallback index of one subject, to write to the target.
+struct Fallback {
+    /// `sha256-<hex>` of the subject.
+    tag: String,
+    /// The source's index at that tag, byte for byte; `None` when the source has none.
+    listed: Option<Bytes>,
+    /// The referrers to list: the source's, then recorded ones it lacks.
+    descriptors: Vec<Descriptor>,
+}
+
+/// The referrers of every subject as pulled from the source.
+struct SourceReferrers {
+    /// Each referrer manifest once.
+    manifests: Vec<Pulled>,
+    /// One per subject that has referrers.
+    fallbacks: Vec<Fallback>,
+    /// Config and layers of every referrer manifest.
+    blobs: Vec<Descriptor>,
+}
+
+/// Pulls, per subject, the source's fallback index and every referrer manifest it lists or
+/// `recorded` names.
+async fn read_referrers(
+    registry: &dyn Registry,
+    from: &RepositoryName,
+    subjects: &[String],
+    recorded: &BTreeMap<String, Vec<String>>,
+) -> Result<SourceReferrers, RegistryError> {
+    let mut out = SourceReferrers {
+        manifests: Vec::new(),
+        fallbacks: Vec::new(),
+        blobs: Vec::new(),
+    };
     let mut seen = BTreeSet::new();
-    for subject in &subjects {
+    for subject in subjects {
         let tag = fallback_tag(subject);
-        let listed = match registry.pull_manifest(&from, &tag).await {
-            Ok(b) => Some(b),
-            Err(e) if e.kind == ErrorKind::NotFound => None,
-            Err(e) => return Err(e),
-        };
+        let listed = pull_if_present(registry, from, &tag).await?;
         let mut descriptors: Vec<Descriptor> = match &listed {
-            Some(b) => parse::<Index>(&from, "referrers index", &tag, b)?.manifests,
+            Some(b) => parse::<Index>(from, "referrers index", &tag, b)?.manifests,
             None => Vec::new(),
         };
         for digest in recorded.get(subject).into_iter().flatten() {
             if !descriptors.iter().any(|d| &d.digest == digest) {
-                descriptors.push(Descriptor {
-                    media_type: String::new(),
-                    digest: digest.clone(),
-                    size: 0,
-                    platform: None,
-                    artifact_type: None,
-                    annotations: BTreeMap::new(),
-                    urls: vec![],
-                });
+                descriptors.push(unlisted(digest));
             }
         }
         for d in &mut descriptors {
-            let bytes = registry.pull_manifest(&from, &d.digest).await?;
-            let m: Manifest = parse(&from, "referrer", &d.digest, &bytes)?;
+            let bytes = registry.pull_manifest(from, &d.digest).await?;
+            let m: Manifest = parse(from, "referrer", &d.digest, &bytes)?;
             if d.media_type.is_empty() {
-                // A recorded referrer the source does not list: describe it from its manifest.
-                d.media_type = if m.media_type.is_empty() {
-                    spec::OCI_MANIFEST.to_string()
-                } else {
-                    m.media_type.clone()
-                };
-                d.size = bytes.len() as u64;
-                d.artifact_type = m.artifact_type.clone();
-                d.annotations = m.annotations.clone();
+                describe_from_manifest(d, &m, bytes.len());
             }
-            blobs.push(m.config.clone());
-            blobs.extend(m.layers.iter().cloned());
+            out.blobs.push(m.config.clone());
+            out.blobs.extend(m.layers.iter().cloned());
             if seen.insert(d.digest.clone()) {
-                referrers.push(Pulled {
+                out.manifests.push(Pulled {
                     digest: d.digest.clone(),
                     media_type: d.media_type.clone(),
                     bytes,
@@ -197,59 +286,122 @@ pub async fn copy_image(
             }
         }
         if !descriptors.is_empty() {
-            fallbacks.push((tag, listed, descriptors));
+            out.fallbacks.push(Fallback {
+                tag,
+                listed,
+                descriptors,
+            });
         }
     }
+    Ok(out)
+}
 
-    // Write: blobs, platform manifests, the index by digest, referrers, fallback indexes, tag.
-    let mut copied = copy_blobs(registry, &from, to, &blobs, on_bytes).await?;
-    for m in &platform_manifests {
+/// The manifest at `reference`, or `None` when the registry has none there.
+async fn pull_if_present(
+    registry: &dyn Registry,
+    repo: &RepositoryName,
+    reference: &str,
+) -> Result<Option<Bytes>, RegistryError> {
+    match registry.pull_manifest(repo, reference).await {
+        Ok(b) => Ok(Some(b)),
+        Err(e) if e.kind == ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// A descriptor of a recorded referrer the source does not list: only its digest, until
+/// [`describe_from_manifest`] fills it in.
+fn unlisted(digest: &str) -> Descriptor {
+    Descriptor {
+        media_type: String::new(),
+        digest: digest.to_string(),
+        size: 0,
+        platform: None,
+        artifact_type: None,
+        annotations: BTreeMap::new(),
+        urls: vec![],
+    }
+}
+
+/// Describes an [`unlisted`] referrer from its manifest `m` of `len` bytes.
+fn describe_from_manifest(d: &mut Descriptor, m: &Manifest, len: usize) {
+    d.media_type = if m.media_type.is_empty() {
+        spec::OCI_MANIFEST.to_string()
+    } else {
+        m.media_type.clone()
+    };
+    d.size = len as u64;
+    d.artifact_type = m.artifact_type.clone();
+    d.annotations = m.annotations.clone();
+}
+
+/// Pushes each manifest by digest, byte for byte.
+async fn push_manifests(
+    registry: &dyn Registry,
+    to: &RepositoryName,
+    manifests: &[Pulled],
+) -> Result<(), RegistryError> {
+    for m in manifests {
         registry
             .push_manifest(to, &m.digest, &m.media_type, m.bytes.clone())
             .await?;
     }
+    Ok(())
+}
+
+/// Writes one subject's fallback index to `to`: the source's bytes when the target has none
+/// and the source lists every referrer, nothing when the target already has the same bytes,
+/// else the target's index (if any) merged with the referrers.
+async fn write_fallback_index(
+    registry: &dyn Registry,
+    from: &RepositoryName,
+    to: &RepositoryName,
+    fallback: &Fallback,
+) -> Result<(), RegistryError> {
+    let Fallback {
+        tag,
+        listed: source,
+        descriptors,
+    } = fallback;
+    let existing = pull_if_present(registry, to, tag).await?;
+    let (media_type, body) = match (source, &existing) {
+        // The target has no fallback index: the source's, byte for byte (when complete).
+        (Some(src), None) if listed_all(src, descriptors) => {
+            let i: Index = parse(from, "referrers index", tag, src)?;
+            (i.media_type, src.clone())
+        }
+        (Some(src), Some(dst)) if src == dst => return Ok(()),
+        _ => {
+            let existing = existing
+                .as_ref()
+                .map(|b| parse::<Index>(to, "referrers index", tag, b))
+                .transpose()?;
+            let merged = merge_referrers(existing, descriptors);
+            (
+                merged.media_type.clone(),
+                Bytes::from(spec::to_bytes(&merged)),
+            )
+        }
+    };
+    let media_type = if media_type.is_empty() {
+        spec::OCI_INDEX.to_string()
+    } else {
+        media_type
+    };
+    registry.push_manifest(to, tag, &media_type, body).await?;
+    Ok(())
+}
+
+/// Pushes the index under `entry.tag` (the last write) and checks the tag serves `entry.digest`.
+async fn tag_and_verify(
+    registry: &dyn Registry,
+    to: &RepositoryName,
+    entry: &Entry,
+    index_media_type: &str,
+    index_bytes: Bytes,
+) -> Result<(), RegistryError> {
     registry
-        .push_manifest(to, &entry.digest, &index_media_type, index_bytes.clone())
-        .await?;
-    for r in &referrers {
-        registry
-            .push_manifest(to, &r.digest, &r.media_type, r.bytes.clone())
-            .await?;
-    }
-    for (tag, source, descriptors) in &fallbacks {
-        let existing = match registry.pull_manifest(to, tag).await {
-            Ok(b) => Some(b),
-            Err(e) if e.kind == ErrorKind::NotFound => None,
-            Err(e) => return Err(e),
-        };
-        let (media_type, body) = match (source, &existing) {
-            // The target has no fallback index: the source's, byte for byte (when complete).
-            (Some(src), None) if listed_all(src, descriptors) => {
-                let i: Index = parse(&from, "referrers index", tag, src)?;
-                (i.media_type, src.clone())
-            }
-            (Some(src), Some(dst)) if src == dst => continue,
-            _ => {
-                let existing = existing
-                    .as_ref()
-                    .map(|b| parse::<Index>(to, "referrers index", tag, b))
-                    .transpose()?;
-                let merged = merge_referrers(existing, descriptors);
-                (
-                    merged.media_type.clone(),
-                    Bytes::from(spec::to_bytes(&merged)),
-                )
-            }
-        };
-        let media_type = if media_type.is_empty() {
-            spec::OCI_INDEX.to_string()
-        } else {
-            media_type
-        };
-        registry.push_manifest(to, tag, &media_type, body).await?;
-    }
-    registry
-        .push_manifest(to, &entry.tag, &index_media_type, index_bytes)
+        .push_manifest(to, &entry.tag, index_media_type, index_bytes)
         .await?;
     let served = registry.manifest_digest(to, &entry.tag).await?;
     if served.as_deref() != Some(entry.digest.as_str()) {
@@ -263,10 +415,7 @@ pub async fn copy_image(
             ),
         ));
     }
-    copied.reference = format!("{to}:{}@{}", entry.tag, entry.digest);
-    copied.manifests = platform_manifests.len();
-    copied.referrers = referrers.len();
-    Ok(copied)
+    Ok(())
 }
 
 /// Whether the source's fallback index `src` lists every descriptor we copy.

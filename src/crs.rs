@@ -90,6 +90,27 @@ fn fail<T>(message: impl Into<String>) -> Result<T, CrsError> {
 /// see the module documentation. The key may be in `data` (base64, as the API server returns it)
 /// or in `stringData`.
 pub fn rewrite_secret(input: &str, opts: &RewriteOptions) -> Result<Rewritten, CrsError> {
+    let secret = parse_secret(input)?;
+    let name = secret
+        .get("metadata")
+        .and_then(|m| m.get("name"))
+        .and_then(Value::as_str)
+        .unwrap_or("<unnamed>");
+    let key = read_key(&secret, name)?;
+    let edited = set_occm_image(&key.text, opts)
+        .map_err(|e| CrsError(format!("Secret {name}, key {SECRET_KEY}: {}", e.0)))?;
+    Ok(Rewritten {
+        secret: write_secret(&secret, key.field, &edited.text)?,
+        daemonset: edited.daemonset,
+        previous_image: edited.previous_image,
+        changed: edited.text != key.text,
+        warnings: edited.warnings,
+    })
+}
+
+/// Reads stdin as one Kubernetes object of kind `Secret`; its top-level mapping (a YAML tag on
+/// it is dropped).
+fn parse_secret(input: &str) -> Result<Mapping, CrsError> {
     if input.trim().is_empty() {
         return fail(
             "stdin is empty: pipe in `kubectl get secret -n magnum-system <stack_id>-cloud-provider -o yaml`",
@@ -115,15 +136,25 @@ pub fn rewrite_secret(input: &str, opts: &RewriteOptions) -> Result<Rewritten, C
             }
         ));
     }
-    let name = secret["metadata"]["name"].as_str().unwrap_or("<unnamed>");
-    let in_data = secret["data"].get(SECRET_KEY);
-    let in_string_data = secret["stringData"].get(SECRET_KEY);
-    let (manifests, field) = match (in_data, in_string_data) {
-        (Some(_), Some(_)) => {
-            return fail(format!(
-                "Secret {name} has {SECRET_KEY} in both data and stringData"
-            ));
-        }
+    Ok(map.clone())
+}
+
+/// The text of [`SECRET_KEY`] in a Secret and the field that holds it.
+struct KeyText {
+    /// The key's content: the OCCM chart's multi-document YAML stream.
+    text: String,
+    /// `data` (stored base64-encoded) or `stringData` (stored as is).
+    field: &'static str,
+}
+
+/// Finds [`SECRET_KEY`] in exactly one of `data` (decoding base64 to UTF-8) and `stringData` of
+/// the Secret `name`.
+fn read_key(secret: &Mapping, name: &str) -> Result<KeyText, CrsError> {
+    let in_field = |field: &str| secret.get(field).and_then(|f| f.get(SECRET_KEY));
+    match (in_field("data"), in_field("stringData")) {
+        (Some(_), Some(_)) => fail(format!(
+            "Secret {name} has {SECRET_KEY} in both data and stringData"
+        )),
         (Some(v), None) => {
             let b64 = v.as_str().ok_or_else(|| {
                 CrsError(format!("Secret {name}: data.{SECRET_KEY} is not a string"))
@@ -140,55 +171,52 @@ pub fn rewrite_secret(input: &str, opts: &RewriteOptions) -> Result<Rewritten, C
                     "Secret {name}: data.{SECRET_KEY} is not UTF-8 text"
                 ))
             })?;
-            (text, "data")
+            Ok(KeyText {
+                text,
+                field: "data",
+            })
         }
-        (None, Some(v)) => (
-            v.as_str()
+        (None, Some(v)) => Ok(KeyText {
+            text: v
+                .as_str()
                 .ok_or_else(|| {
                     CrsError(format!(
                         "Secret {name}: stringData.{SECRET_KEY} is not a string"
                     ))
                 })?
                 .to_string(),
-            "stringData",
-        ),
-        (None, None) => {
-            return fail(format!(
-                "Secret {name} has no key {SECRET_KEY}: is it magnum-cluster-api's <stack_id>-cloud-provider Secret?"
-            ));
-        }
-    };
-    let edited = set_occm_image(&manifests, opts)
-        .map_err(|e| CrsError(format!("Secret {name}, key {SECRET_KEY}: {}", e.0)))?;
+            field: "stringData",
+        }),
+        (None, None) => fail(format!(
+            "Secret {name} has no key {SECRET_KEY}: is it magnum-cluster-api's <stack_id>-cloud-provider Secret?"
+        )),
+    }
+}
 
+/// The Secret as YAML for `kubectl apply -f -`: server-set metadata dropped, [`SECRET_KEY`] in
+/// `field` replaced by `text` (base64-encoded in `data`), every other key as it was.
+fn write_secret(secret: &Mapping, field: &str, text: &str) -> Result<String, CrsError> {
     let mut out = Mapping::new();
-    for (k, v) in map {
+    for (k, v) in secret {
         let mut v = v.clone();
         match k.as_str() {
             Some("metadata") => clean_metadata(&mut v),
             Some(f) if f == field => {
                 let new = if field == "data" {
-                    base64::engine::general_purpose::STANDARD.encode(edited.text.as_bytes())
+                    base64::engine::general_purpose::STANDARD.encode(text.as_bytes())
                 } else {
-                    edited.text.clone()
+                    text.to_string()
                 };
                 v.as_mapping_mut()
-                    .expect("checked above")
+                    .expect("read_key found the key in it")
                     .insert(SECRET_KEY.into(), Value::String(new));
             }
             _ => {}
         }
         out.insert(k.clone(), v);
     }
-    let secret = serde_norway::to_string(&Value::Mapping(out))
-        .map_err(|e| CrsError(format!("cannot write the Secret: {e}")))?;
-    Ok(Rewritten {
-        secret,
-        daemonset: edited.daemonset,
-        previous_image: edited.previous_image,
-        changed: edited.text != manifests,
-        warnings: edited.warnings,
-    })
+    serde_norway::to_string(&Value::Mapping(out))
+        .map_err(|e| CrsError(format!("cannot write the Secret: {e}")))
 }
 
 fn one_line(s: &str) -> String {
@@ -369,6 +397,47 @@ pub fn set_occm_image(text: &str, opts: &RewriteOptions) -> Result<Edited, CrsEr
     if let Err(e) = opts.image.parse::<crate::reference::ImageRef>() {
         return fail(format!("--image {e}"));
     }
+    let target = find_occm_daemonset(text)?;
+    let previous = target.image()?;
+    let (start, end) = target.span;
+    let mut edit = DocumentEdit::new(&target, &text[start..end]);
+    let image_line = edit.set_image(&previous, &opts.image)?;
+    let mut warnings = Vec::new();
+    if !opts.image.contains("@sha256:") {
+        warnings.push(format!(
+            "{} is not pinned by digest: the nodes pull whatever its tag serves",
+            opts.image
+        ));
+    }
+    if opts.observable {
+        edit.add_probes(&image_line, &mut warnings)?;
+        edit.set_min_ready_seconds()?;
+    }
+    if opts.on_delete {
+        edit.set_on_delete()?;
+    }
+    let new_doc = edit.into_checked_text()?;
+    Ok(Edited {
+        text: format!("{}{new_doc}{}", &text[..start], &text[end..]),
+        daemonset: target.name,
+        previous_image: previous,
+        warnings,
+    })
+}
+
+/// A DaemonSet document of the stream with at least one OCCM container.
+struct Candidate {
+    /// Byte range of the document in the stream.
+    span: (usize, usize),
+    /// The document as parsed.
+    value: Value,
+    /// Indexes of its OCCM containers in `spec.template.spec.containers`.
+    occm: Vec<usize>,
+}
+
+/// Every DaemonSet document of `text` running OCCM ([`is_occm_container`]); fails on a document
+/// that is not YAML, naming its first line.
+fn occm_daemonsets(text: &str) -> Result<Vec<Candidate>, CrsError> {
     let mut found = Vec::new();
     for (start, end) in documents(text) {
         let doc = &text[start..end];
@@ -396,17 +465,67 @@ pub fn set_occm_image(text: &str, opts: &RewriteOptions) -> Result<Edited, CrsEr
             .map(|(i, _)| i)
             .collect();
         if !occm.is_empty() {
-            found.push((start, end, value, occm));
+            found.push(Candidate {
+                span: (start, end),
+                value,
+                occm,
+            });
         }
     }
-    let name_of = |v: &Value| {
-        format!(
-            "{}/{}",
-            v["metadata"]["namespace"].as_str().unwrap_or("default"),
-            v["metadata"]["name"].as_str().unwrap_or("<unnamed>")
-        )
-    };
-    let (start, end, original, occm) = match found.len() {
+    Ok(found)
+}
+
+/// `namespace/name` of a Kubernetes object (`default` and `<unnamed>` where missing).
+fn object_name(v: &Value) -> String {
+    format!(
+        "{}/{}",
+        v["metadata"]["namespace"].as_str().unwrap_or("default"),
+        v["metadata"]["name"].as_str().unwrap_or("<unnamed>")
+    )
+}
+
+/// The one DaemonSet that runs OCCM, with its one OCCM container.
+struct OccmDaemonSet {
+    /// Byte range of its document in the stream.
+    span: (usize, usize),
+    /// The document as parsed.
+    value: Value,
+    /// Index of the OCCM container in `spec.template.spec.containers`.
+    container: usize,
+    /// `namespace/name`.
+    name: String,
+}
+
+impl OccmDaemonSet {
+    /// The pod template's `spec`.
+    fn pod_spec(&self) -> &Value {
+        &self.value["spec"]["template"]["spec"]
+    }
+
+    /// The OCCM container.
+    fn container(&self) -> &Value {
+        &self.pod_spec()["containers"][self.container]
+    }
+
+    /// The OCCM container's current image.
+    fn image(&self) -> Result<String, CrsError> {
+        Ok(self.container()["image"]
+            .as_str()
+            .ok_or_else(|| {
+                CrsError(format!(
+                    "DaemonSet {}: its OCCM container has no image",
+                    self.name
+                ))
+            })?
+            .to_string())
+    }
+}
+
+/// The one DaemonSet of `text` running OCCM; refuses none, several, or one with several OCCM
+/// containers.
+fn find_occm_daemonset(text: &str) -> Result<OccmDaemonSet, CrsError> {
+    let mut found = occm_daemonsets(text)?;
+    let one = match found.len() {
         1 => found.pop().expect("one"),
         0 => {
             return fail(format!(
@@ -418,72 +537,112 @@ pub fn set_occm_image(text: &str, opts: &RewriteOptions) -> Result<Edited, CrsEr
                 "{n} OCCM DaemonSets ({}); expected exactly one",
                 found
                     .iter()
-                    .map(|f| name_of(&f.2))
+                    .map(|f| object_name(&f.value))
                     .collect::<Vec<_>>()
                     .join(", ")
             ));
         }
     };
-    let daemonset = name_of(&original);
-    if occm.len() > 1 {
+    let name = object_name(&one.value);
+    if one.occm.len() > 1 {
         return fail(format!(
-            "DaemonSet {daemonset} has {} OCCM containers; expected exactly one",
-            occm.len()
+            "DaemonSet {name} has {} OCCM containers; expected exactly one",
+            one.occm.len()
         ));
     }
-    let ci = occm[0];
-    let pod_spec = &original["spec"]["template"]["spec"];
-    let container = &pod_spec["containers"][ci];
-    let previous = container["image"]
-        .as_str()
-        .ok_or_else(|| {
-            CrsError(format!(
-                "DaemonSet {daemonset}: its OCCM container has no image"
-            ))
-        })?
-        .to_string();
-    let doc = &text[start..end];
+    Ok(OccmDaemonSet {
+        span: one.span,
+        value: one.value,
+        container: one.occm[0],
+        name,
+    })
+}
 
-    // The one line that carries the container's image.
-    let mut lines: Vec<String> = doc.split_inclusive('\n').map(str::to_string).collect();
-    let matches: Vec<usize> = lines
-        .iter()
-        .enumerate()
-        .filter(|(_, l)| parse_image_line(l).is_some_and(|(_, v)| v == previous))
-        .map(|(i, _)| i)
-        .collect();
-    if matches.len() != 1 {
-        return fail(format!(
-            "DaemonSet {daemonset}: {} lines carry image {previous}; cannot tell which to change",
-            matches.len()
-        ));
-    }
-    let at = matches[0];
-    let (image_line, _) = parse_image_line(&lines[at]).expect("matched above");
-    let (s, e) = image_line.value;
-    lines[at] = format!("{}{}{}", &lines[at][..s], opts.image, &lines[at][e..]);
+/// Where the OCCM container's `image:` line is in the document.
+struct ImageLineAt {
+    /// Index into [`DocumentEdit::lines`].
+    index: usize,
+    /// Column of the `image` key: the indentation of the container's other keys.
+    key_column: usize,
+}
 
-    let mut expected = original.clone();
-    set(
-        &mut expected,
-        &["spec", "template", "spec", "containers"],
-        |c| {
-            c.as_sequence_mut().expect("containers")[ci]
-                .as_mapping_mut()
-                .expect("container")
-                .insert("image".into(), Value::String(opts.image.clone()));
-        },
-    );
-    let mut warnings = Vec::new();
-    if !opts.image.contains("@sha256:") {
-        warnings.push(format!(
-            "{} is not pinned by digest: the nodes pull whatever its tag serves",
-            opts.image
-        ));
+/// The OCCM DaemonSet's document, edited line by line, and the value the edited text must parse
+/// to: the original with the same changes made to the parsed value.
+struct DocumentEdit<'a> {
+    /// The DaemonSet whose document this is.
+    target: &'a OccmDaemonSet,
+    /// The document's lines, each with its line ending (an inserted entry may hold several lines).
+    lines: Vec<String>,
+    /// The parsed original with every intended change.
+    expected: Value,
+}
+
+impl<'a> DocumentEdit<'a> {
+    /// Starts from `doc`, the text of `target`'s document, unchanged.
+    fn new(target: &'a OccmDaemonSet, doc: &str) -> Self {
+        DocumentEdit {
+            target,
+            lines: doc.split_inclusive('\n').map(str::to_string).collect(),
+            expected: target.value.clone(),
+        }
     }
 
-    if opts.observable {
-        let host_network = pod_spec["hostNetwork"].as_bool().unwrap_or(false);
+    /// Sets `key` of the OCCM container in [`Self::expected`].
+    fn expect_container_key(&mut self, key: &str, value: Value) {
+        let ci = self.target.container;
+        set(
+            &mut self.expected,
+            &["spec", "template", "spec", "containers"],
+            |c| {
+                c.as_sequence_mut().expect("containers")[ci]
+                    .as_mapping_mut()
+                    .expect("container")
+                    .insert(key.into(), value);
+            },
+        );
+    }
+
+    /// Replaces the value of the one line `image: <previous>` with `image`, keeping its quotes.
+    /// Refuses when no line or several lines carry `previous`.
+    fn set_image(&mut self, previous: &str, image: &str) -> Result<ImageLineAt, CrsError> {
+        let matches: Vec<usize> = self
+            .lines
+            .iter()
+            .enumerate()
+            .filter(|(_, l)| parse_image_line(l).is_some_and(|(_, v)| v == previous))
+            .map(|(i, _)| i)
+            .collect();
+        if matches.len() != 1 {
+            return fail(format!(
+                "DaemonSet {}: {} lines carry image {previous}; cannot tell which to change",
+                self.target.name,
+                matches.len()
+            ));
+        }
+        let at = matches[0];
+        let (image_line, _) = parse_image_line(&self.lines[at]).expect("matched above");
+        let (s, e) = image_line.value;
+        let line = &self.lines[at];
+        self.lines[at] = format!("{}{image}{}", &line[..s], &line[e..]);
+        self.expect_container_key("image", Value::String(image.to_string()));
+        Ok(ImageLineAt {
+            index: at,
+            key_column: image_line.key_column,
+        })
+    }
+
+    /// Adds liveness and readiness probes on `/healthz` to the OCCM container, right after its
+    /// `image:` line; a probe the container already has stays, with a warning.
+    fn add_probes(
+        &mut self,
+        image_line: &ImageLineAt,
+        warnings: &mut Vec<String>,
+    ) -> Result<(), CrsError> {
+        let daemonset = &self.target.name;
+        let container = self.target.container();
+        let host_network = self.target.pod_spec()["hostNetwork"]
+            .as_bool()
+            .unwrap_or(false);
         let (port, loopback) = probe_target(container, host_network)
             .map_err(|e| CrsError(format!("DaemonSet {daemonset}: {}", e.0)))?;
         let indent = " ".repeat(image_line.key_column);
@@ -494,52 +653,61 @@ pub fn set_occm_image(text: &str, opts: &RewriteOptions) -> Result<Edited, CrsEr
                 continue;
             }
             insert.push_str(&probe_lines(&indent, key, port, loopback, liveness));
-            set(
-                &mut expected,
-                &["spec", "template", "spec", "containers"],
-                |c| {
-                    c.as_sequence_mut().expect("containers")[ci]
-                        .as_mapping_mut()
-                        .expect("container")
-                        .insert(key.into(), probe_value(port, loopback, liveness));
-                },
-            );
+            self.expect_container_key(key, probe_value(port, loopback, liveness));
         }
-        if !lines[at].ends_with('\n') {
-            lines[at].push('\n');
+        let at = image_line.index;
+        if !self.lines[at].ends_with('\n') {
+            self.lines[at].push('\n');
         }
-        lines.insert(at + 1, insert);
-        let spec_line = top_level_key(&lines, "spec")
-            .ok_or_else(|| CrsError(format!("DaemonSet {daemonset}: no top-level `spec:` line")))?;
-        let child = child_indent(&lines, spec_line);
-        match find_child(&lines, spec_line, &child, "minReadySeconds") {
-            Some(i) => lines[i] = format!("{child}minReadySeconds: {MIN_READY_SECONDS}\n"),
-            None => lines.insert(
-                spec_line + 1,
-                format!("{child}minReadySeconds: {MIN_READY_SECONDS}\n"),
-            ),
+        self.lines.insert(at + 1, insert);
+        Ok(())
+    }
+
+    /// The index of the document's top-level `spec:` line and the indentation of its children.
+    fn spec_line(&self) -> Result<(usize, String), CrsError> {
+        let spec_line = top_level_key(&self.lines, "spec").ok_or_else(|| {
+            CrsError(format!(
+                "DaemonSet {}: no top-level `spec:` line",
+                self.target.name
+            ))
+        })?;
+        Ok((spec_line, child_indent(&self.lines, spec_line)))
+    }
+
+    /// Sets `spec.minReadySeconds` to [`MIN_READY_SECONDS`], replacing the line if there is one.
+    fn set_min_ready_seconds(&mut self) -> Result<(), CrsError> {
+        let (spec_line, child) = self.spec_line()?;
+        let line = format!("{child}minReadySeconds: {MIN_READY_SECONDS}\n");
+        match find_child(&self.lines, spec_line, &child, "minReadySeconds") {
+            Some(i) => self.lines[i] = line,
+            None => self.lines.insert(spec_line + 1, line),
         }
-        set(&mut expected, &["spec"], |s| {
+        set(&mut self.expected, &["spec"], |s| {
             s.as_mapping_mut()
                 .expect("spec")
                 .insert("minReadySeconds".into(), Value::from(MIN_READY_SECONDS));
         });
+        Ok(())
     }
 
-    if opts.on_delete {
-        let strategy = &original["spec"]["updateStrategy"];
-        if strategy.get("rollingUpdate").is_some() {
+    /// Sets `spec.updateStrategy.type` to `OnDelete`; refuses a `rollingUpdate` block, which
+    /// would be left behind for a strategy that has none.
+    fn set_on_delete(&mut self) -> Result<(), CrsError> {
+        if self.target.value["spec"]["updateStrategy"]
+            .get("rollingUpdate")
+            .is_some()
+        {
             return fail(format!(
-                "DaemonSet {daemonset} has an updateStrategy.rollingUpdate block; leave --on-delete out"
+                "DaemonSet {} has an updateStrategy.rollingUpdate block; leave --on-delete out",
+                self.target.name
             ));
         }
-        let spec_line = top_level_key(&lines, "spec")
-            .ok_or_else(|| CrsError(format!("DaemonSet {daemonset}: no top-level `spec:` line")))?;
-        let child = child_indent(&lines, spec_line);
-        match find_child(&lines, spec_line, &child, "updateStrategy") {
+        let (spec_line, child) = self.spec_line()?;
+        let lines = &mut self.lines;
+        match find_child(lines, spec_line, &child, "updateStrategy") {
             Some(u) => {
-                let grand = child_indent(&lines, u);
-                match find_child(&lines, u, &grand, "type") {
+                let grand = child_indent(lines, u);
+                match find_child(lines, u, &grand, "type") {
                     Some(t) => lines[t] = format!("{grand}type: OnDelete\n"),
                     None => lines.insert(u + 1, format!("{grand}type: OnDelete\n")),
                 }
@@ -549,32 +717,32 @@ pub fn set_occm_image(text: &str, opts: &RewriteOptions) -> Result<Edited, CrsEr
                 format!("{child}updateStrategy:\n{child}  type: OnDelete\n"),
             ),
         }
-        set(&mut expected, &["spec"], |s| {
+        set(&mut self.expected, &["spec"], |s| {
             let m = s.as_mapping_mut().expect("spec");
             let mut u = Mapping::new();
             u.insert("type".into(), "OnDelete".into());
             m.insert("updateStrategy".into(), Value::Mapping(u));
         });
+        Ok(())
     }
 
-    let new_doc: String = lines.concat();
-    let reparsed: Value = serde_norway::from_str(&new_doc).map_err(|e| {
-        CrsError(format!(
-            "DaemonSet {daemonset}: the edited document does not parse ({}); nothing written",
-            one_line(&e.to_string())
-        ))
-    })?;
-    if reparsed != expected {
-        return fail(format!(
-            "DaemonSet {daemonset}: the edited document does not read back as intended; nothing written"
-        ));
+    /// The edited document, after checking that it parses to exactly [`Self::expected`].
+    fn into_checked_text(self) -> Result<String, CrsError> {
+        let daemonset = &self.target.name;
+        let new_doc: String = self.lines.concat();
+        let reparsed: Value = serde_norway::from_str(&new_doc).map_err(|e| {
+            CrsError(format!(
+                "DaemonSet {daemonset}: the edited document does not parse ({}); nothing written",
+                one_line(&e.to_string())
+            ))
+        })?;
+        if reparsed != self.expected {
+            return fail(format!(
+                "DaemonSet {daemonset}: the edited document does not read back as intended; nothing written"
+            ));
+        }
+        Ok(new_doc)
     }
-    Ok(Edited {
-        text: format!("{}{new_doc}{}", &text[..start], &text[end..]),
-        daemonset,
-        previous_image: previous,
-        warnings,
-    })
 }
 
 /// Applies `f` to the value at `path` (which exists: it was read from the same document).

@@ -169,12 +169,59 @@ fn rel(a: &str, kind: &str, b: &str) -> Value {
     json!({"spdxElementId": a, "relationshipType": kind, "relatedSpdxElement": b})
 }
 
+/// The SPDX ID of the image package.
+const IMAGE_ID: &str = "SPDXRef-Image";
+
+/// One SPDX package: its `SPDXID` and its JSON object.
+struct SpdxPackage {
+    /// `SPDXRef-…`, for relationships.
+    id: String,
+    /// The package object of the document's `packages`.
+    json: Value,
+}
+
 /// The SPDX 2.3 JSON SBOM of one platform image. Deterministic: same input, same bytes.
 pub fn spdx_sbom(i: &SbomInput<'_>) -> Vec<u8> {
+    let main = main_module_package(i);
+    let stdlib = stdlib_package(i);
+    let mut packages = vec![image_package(i), main.json, stdlib.json];
+    let mut relationships = vec![
+        rel("SPDXRef-DOCUMENT", "DESCRIBES", IMAGE_ID),
+        rel(IMAGE_ID, "CONTAINS", &main.id),
+        rel(&main.id, "DEPENDS_ON", &stdlib.id),
+    ];
+    for (id, p) in dependency_packages(i) {
+        relationships.push(rel(&main.id, "DEPENDS_ON", &id));
+        packages.push(p);
+    }
+    let (base, relationship) = base_package(i);
+    packages.push(base.json);
+    relationships.push(rel(IMAGE_ID, relationship, &base.id));
+    let doc = json!({
+        "spdxVersion": "SPDX-2.3",
+        "dataLicense": "CC0-1.0",
+        "SPDXID": "SPDXRef-DOCUMENT",
+        "name": format!("{}:{} {}", i.repository, i.tag, i.platform),
+        "documentNamespace": format!(
+            "https://spdx.org/spdxdocs/occm-forge/{}",
+            i.manifest_digest.trim_start_matches("sha256:")
+        ),
+        "creationInfo": {
+            "created": rfc3339(i.epoch),
+            "creators": [format!("Tool: occm-forge-{}", env!("CARGO_PKG_VERSION"))],
+        },
+        "packages": packages,
+        "relationships": relationships,
+    });
+    serde_json::to_vec(&doc).expect("JSON values serialise")
+}
+
+/// The image itself ([`IMAGE_ID`]): its repository and tag, a `pkg:oci` purl and the platform
+/// manifest's digest as checksum.
+fn image_package(i: &SbomInput<'_>) -> Value {
     let hex = i.manifest_digest.trim_start_matches("sha256:");
-    let image_id = "SPDXRef-Image".to_string();
     let mut image = package(
-        &image_id,
+        IMAGE_ID,
         i.repository,
         i.tag,
         Some(oci_purl(
@@ -187,33 +234,45 @@ pub fn spdx_sbom(i: &SbomInput<'_>) -> Vec<u8> {
     );
     image["checksums"] = json!([{"algorithm": "SHA256", "checksumValue": hex}]);
     image["supplier"] = json!(repository_supplier(i.repository));
+    image
+}
+
+/// OCCM's main module at the upstream tag, downloaded from the upstream commit.
+fn main_module_package(i: &SbomInput<'_>) -> SpdxPackage {
     let main = &i.build_info.main;
-    let main_id = spdx_id("Package", &main.path, i.upstream_tag);
-    let mut main_pkg = package(
-        &main_id,
+    let id = spdx_id("Package", &main.path, i.upstream_tag);
+    let mut p = package(
+        &id,
         &main.path,
         i.upstream_tag,
         Some(format!("pkg:golang/{}@{}", main.path, i.upstream_tag)),
         "APPLICATION",
     );
-    main_pkg["downloadLocation"] = json!(format!("git+{}@{}", i.upstream_url, i.upstream_commit));
-    main_pkg["supplier"] = json!(go_module_supplier(&main.path));
+    p["downloadLocation"] = json!(format!("git+{}@{}", i.upstream_url, i.upstream_commit));
+    p["supplier"] = json!(go_module_supplier(&main.path));
+    SpdxPackage { id, json: p }
+}
+
+/// The Go standard library of the toolchain that built the binary.
+fn stdlib_package(i: &SbomInput<'_>) -> SpdxPackage {
     let go = i.build_info.go_version.trim_start_matches("go");
-    let std_id = spdx_id("Package", "stdlib", go);
-    let mut stdlib = package(
-        &std_id,
+    let id = spdx_id("Package", "stdlib", go);
+    let mut p = package(
+        &id,
         "stdlib",
         &format!("go{go}"),
         Some(format!("pkg:golang/stdlib@go{go}")),
         "LIBRARY",
     );
-    stdlib["supplier"] = json!(go_module_supplier("golang.org"));
-    let mut packages = vec![image, main_pkg, stdlib];
-    let mut relationships = vec![
-        rel("SPDXRef-DOCUMENT", "DESCRIBES", &image_id),
-        rel(&image_id, "CONTAINS", &main_id),
-        rel(&main_id, "DEPENDS_ON", &std_id),
-    ];
+    p["supplier"] = json!(go_module_supplier("golang.org"));
+    SpdxPackage { id, json: p }
+}
+
+/// Every module linked in, by SPDX ID (so in ID order, each once): the replacement where a
+/// module is replaced, or, for a directory replacement, the module path at the main module's
+/// version.
+fn dependency_packages(i: &SbomInput<'_>) -> BTreeMap<String, Value> {
+    let main = &i.build_info.main;
     let mut deps: BTreeMap<String, Value> = BTreeMap::new();
     for d in &i.build_info.deps {
         let m = d.replace.as_deref().unwrap_or(d);
@@ -255,10 +314,12 @@ pub fn spdx_sbom(i: &SbomInput<'_>) -> Vec<u8> {
         }
         deps.insert(id, p);
     }
-    for (id, p) in deps {
-        relationships.push(rel(&main_id, "DEPENDS_ON", &id));
-        packages.push(p);
-    }
+    deps
+}
+
+/// The base the image is built on and how the image relates to it: a pulled base image the
+/// image is `DESCENDANT_OF`, or occm-forge's static base it `CONTAINS`.
+fn base_package(i: &SbomInput<'_>) -> (SpdxPackage, &'static str) {
     match i.base {
         Some((name, digest)) => {
             let id = "SPDXRef-BaseImage";
@@ -271,8 +332,11 @@ pub fn spdx_sbom(i: &SbomInput<'_>) -> Vec<u8> {
             );
             p["checksums"] = json!([{"algorithm": "SHA256", "checksumValue": digest.trim_start_matches("sha256:")}]);
             p["supplier"] = json!(repository_supplier(name));
-            packages.push(p);
-            relationships.push(rel(&image_id, "DESCENDANT_OF", id));
+            let base = SpdxPackage {
+                id: id.to_string(),
+                json: p,
+            };
+            (base, "DESCENDANT_OF")
         }
         None => {
             let id = "SPDXRef-StaticBase";
@@ -285,24 +349,13 @@ pub fn spdx_sbom(i: &SbomInput<'_>) -> Vec<u8> {
             );
             p["comment"] = json!(crate::image::base::STATIC_HISTORY);
             p["supplier"] = json!("Organization: occm-forge");
-            packages.push(p);
-            relationships.push(rel(&image_id, "CONTAINS", id));
+            let base = SpdxPackage {
+                id: id.to_string(),
+                json: p,
+            };
+            (base, "CONTAINS")
         }
     }
-    let doc = json!({
-        "spdxVersion": "SPDX-2.3",
-        "dataLicense": "CC0-1.0",
-        "SPDXID": "SPDXRef-DOCUMENT",
-        "name": format!("{}:{} {}", i.repository, i.tag, i.platform),
-        "documentNamespace": format!("https://spdx.org/spdxdocs/occm-forge/{hex}"),
-        "creationInfo": {
-            "created": rfc3339(i.epoch),
-            "creators": [format!("Tool: occm-forge-{}", env!("CARGO_PKG_VERSION"))],
-        },
-        "packages": packages,
-        "relationships": relationships,
-    });
-    serde_json::to_vec(&doc).expect("JSON values serialise")
 }
 
 /// One patch of the series, for provenance.

@@ -189,6 +189,9 @@ pub fn recorded_as<'e>(entry: &'e Entry, repository: &str) -> Option<&'e str> {
         .map(String::as_str)
 }
 
+/// The opening of `atmosphere-vars` output, before the one entry per minor.
+const ATMOSPHERE_HEADER: &str = "# Atmosphere merges these into atmosphere_images (roles/defaults/vars/main.yml); it then\n# mirrors them. No Atmosphere role deploys OCCM from them.\natmosphere_image_overrides:\n";
+
 /// Renders `entries` in `format`. With more than one entry, each block is introduced by a
 /// `# <minor>` comment (and Helm values documents are separated by `---`); Atmosphere vars form
 /// one YAML map. Unpublished entries are refused unless `allow_unpublished`; `magnum-label`
@@ -201,88 +204,16 @@ pub fn render_with(
     let mut out = Rendered::default();
     let many = entries.len() > 1;
     if format == Format::AtmosphereVars {
-        out.text.push_str(
-            "# Atmosphere merges these into atmosphere_images (roles/defaults/vars/main.yml); it then\n# mirrors them. No Atmosphere role deploys OCCM from them.\natmosphere_image_overrides:\n",
-        );
+        out.text.push_str(ATMOSPHERE_HEADER);
     }
     for (i, (minor, e)) in entries.iter().enumerate() {
-        let err = |message: String| RenderError {
-            minor: *minor,
-            message,
-        };
-        if format == Format::CrsSecret {
-            return Err(err(
-                "crs-secret rewrites a Secret read from stdin; it is not rendered from entries alone"
-                    .into(),
-            ));
-        }
-        if format == Format::MagnumLabel && !opts.patched_magnum_cluster_api {
-            return Err(err(
-                "no released magnum-cluster-api (up to v0.38.1) reads cloud_provider_image: it ignores unknown labels and the cluster would silently run the upstream image; use --format magnum-tag --prefix <container_infra_prefix>, or pass --patched-magnum-cluster-api if yours reads it".into(),
-            ));
-        }
-        if !e.published && !opts.allow_unpublished {
-            return Err(err(format!(
-                "{} was recorded without --push; publish it first (or pass --allow-unpublished)",
-                e.image
-            )));
-        }
-        let pinned_tag = format!("{}@{}", e.tag, e.digest);
-        let block = match format {
-            Format::MagnumLabel => format!("cloud_provider_image={}:{pinned_tag}\n", e.repository),
-            Format::MagnumTag => {
-                let Some(prefix) = opts.prefix.as_deref() else {
-                    return Err(err(
-                        "magnum-tag needs --prefix: the cluster's container_infra_prefix".into(),
-                    ));
-                };
-                held_at(e, *minor, prefix).map_err(err)?;
-                format!("cloud_provider_tag={pinned_tag}\n")
-            }
-            Format::MagnumPrefixTag => {
-                let prefix = match opts.prefix.as_deref() {
-                    Some(p) => {
-                        held_at(e, *minor, p).map_err(err)?;
-                        p.trim_end_matches('/').to_string()
-                    }
-                    None => {
-                        let (prefix, name) = e.repository.rsplit_once('/').ok_or_else(|| {
-                            err(format!("repository {} has no prefix", e.repository))
-                        })?;
-                        if name != MCAPI_IMAGE_NAME {
-                            return Err(err(format!(
-                                "repository {} must end in /{MCAPI_IMAGE_NAME}: magnum-cluster-api renders <container_infra_prefix>/{MCAPI_IMAGE_NAME}",
-                                e.repository
-                            )));
-                        }
-                        prefix.to_string()
-                    }
-                };
-                if !out.warnings.iter().any(|w| w.contains(&prefix)) {
-                    out.warnings.push(format!(
-                        "container_infra_prefix={prefix} moves every image of the cluster to {prefix}/<name>, not only OCCM: {PREFIX_MOVES}; mirror all of them there first, or keep the cluster's prefix and use --format magnum-tag"
-                    ));
+        let block =
+            render_entry(format, *minor, e, opts, &mut out.warnings).map_err(|message| {
+                RenderError {
+                    minor: *minor,
+                    message,
                 }
-                format!("container_infra_prefix={prefix}\ncloud_provider_tag={pinned_tag}\n")
-            }
-            Format::HelmValues => format!(
-                "image:\n  repository: {}\n  tag: \"{pinned_tag}\"\n",
-                e.repository
-            ),
-            Format::AtmosphereVars => {
-                let registry = e.repository.split('/').next().unwrap_or_default();
-                if registry.contains(':') && !out.warnings.iter().any(|w| w.contains(registry)) {
-                    out.warnings.push(format!(
-                        "registry {registry} has a port: Atmosphere's TestImageExist splits the reference at the first ':' (roles/defaults/vars_test.go:58) and its Renovate regex reads the name as [^:]+ (renovate.json:34), so both break; serve the image from a registry name without a port"
-                    ));
-                }
-                format!(
-                    "  openstack_cloud_controller_manager_{}_{}: \"{{{{ atmosphere_image_prefix }}}}{}\"\n",
-                    minor.major, minor.minor, e.image
-                )
-            }
-            Format::CrsSecret => unreachable!("refused above"),
-        };
+            })?;
         if many && format != Format::AtmosphereVars {
             if i > 0 && format == Format::HelmValues {
                 out.text.push_str("---\n");
@@ -292,6 +223,105 @@ pub fn render_with(
         out.text.push_str(&block);
     }
     Ok(out)
+}
+
+/// One entry's block in `format`, adding a warning to `warnings` the first time a prefix or
+/// registry needs one. Errors are one line, without the minor.
+fn render_entry(
+    format: Format,
+    minor: Minor,
+    e: &Entry,
+    opts: &RenderOptions,
+    warnings: &mut Vec<String>,
+) -> Result<String, String> {
+    refuse_unrenderable(format, e, opts)?;
+    let pinned_tag = format!("{}@{}", e.tag, e.digest);
+    Ok(match format {
+        Format::MagnumLabel => format!("cloud_provider_image={}:{pinned_tag}\n", e.repository),
+        Format::MagnumTag => {
+            let Some(prefix) = opts.prefix.as_deref() else {
+                return Err(
+                    "magnum-tag needs --prefix: the cluster's container_infra_prefix".into(),
+                );
+            };
+            held_at(e, minor, prefix)?;
+            format!("cloud_provider_tag={pinned_tag}\n")
+        }
+        Format::MagnumPrefixTag => {
+            let prefix = container_infra_prefix(minor, e, opts)?;
+            if !warnings.iter().any(|w| w.contains(&prefix)) {
+                warnings.push(format!(
+                    "container_infra_prefix={prefix} moves every image of the cluster to {prefix}/<name>, not only OCCM: {PREFIX_MOVES}; mirror all of them there first, or keep the cluster's prefix and use --format magnum-tag"
+                ));
+            }
+            format!("container_infra_prefix={prefix}\ncloud_provider_tag={pinned_tag}\n")
+        }
+        Format::HelmValues => format!(
+            "image:\n  repository: {}\n  tag: \"{pinned_tag}\"\n",
+            e.repository
+        ),
+        Format::AtmosphereVars => {
+            let registry = e.repository.split('/').next().unwrap_or_default();
+            if registry.contains(':') && !warnings.iter().any(|w| w.contains(registry)) {
+                warnings.push(format!(
+                    "registry {registry} has a port: Atmosphere's TestImageExist splits the reference at the first ':' (roles/defaults/vars_test.go:58) and its Renovate regex reads the name as [^:]+ (renovate.json:34), so both break; serve the image from a registry name without a port"
+                ));
+            }
+            format!(
+                "  openstack_cloud_controller_manager_{}_{}: \"{{{{ atmosphere_image_prefix }}}}{}\"\n",
+                minor.major, minor.minor, e.image
+            )
+        }
+        Format::CrsSecret => unreachable!("refused above"),
+    })
+}
+
+/// Refuses what is never rendered from `e` in `format`: `crs-secret` at all, `magnum-label`
+/// unless the operator patched magnum-cluster-api, an unpublished entry unless allowed.
+fn refuse_unrenderable(format: Format, e: &Entry, opts: &RenderOptions) -> Result<(), String> {
+    if format == Format::CrsSecret {
+        return Err(
+            "crs-secret rewrites a Secret read from stdin; it is not rendered from entries alone"
+                .into(),
+        );
+    }
+    if format == Format::MagnumLabel && !opts.patched_magnum_cluster_api {
+        return Err(
+            "no released magnum-cluster-api (up to v0.38.1) reads cloud_provider_image: it ignores unknown labels and the cluster would silently run the upstream image; use --format magnum-tag --prefix <container_infra_prefix>, or pass --patched-magnum-cluster-api if yours reads it".into(),
+        );
+    }
+    if !e.published && !opts.allow_unpublished {
+        return Err(format!(
+            "{} was recorded without --push; publish it first (or pass --allow-unpublished)",
+            e.image
+        ));
+    }
+    Ok(())
+}
+
+/// The `container_infra_prefix` for `magnum-prefix-tag`: `opts.prefix` (without trailing `/`),
+/// which must hold the image, or else the entry's repository without its last segment, which
+/// must be [`MCAPI_IMAGE_NAME`].
+fn container_infra_prefix(minor: Minor, e: &Entry, opts: &RenderOptions) -> Result<String, String> {
+    match opts.prefix.as_deref() {
+        Some(p) => {
+            held_at(e, minor, p)?;
+            Ok(p.trim_end_matches('/').to_string())
+        }
+        None => {
+            let (prefix, name) = e
+                .repository
+                .rsplit_once('/')
+                .ok_or_else(|| format!("repository {} has no prefix", e.repository))?;
+            if name != MCAPI_IMAGE_NAME {
+                return Err(format!(
+                    "repository {} must end in /{MCAPI_IMAGE_NAME}: magnum-cluster-api renders <container_infra_prefix>/{MCAPI_IMAGE_NAME}",
+                    e.repository
+                ));
+            }
+            Ok(prefix.to_string())
+        }
+    }
 }
 
 /// The full image reference to run for `entry`: `<repository>:<tag>@<digest>` at the entry's
