@@ -13,7 +13,11 @@ use crate::util::{sha256_digest, short};
 
 /// The version of occm-forge's output format. Bump it whenever occm-forge writes other bytes for
 /// the same inputs (image layers, configs, manifests, the index, SBOM, provenance).
-pub const IMAGE_FORMAT: u32 = 1;
+///
+/// - 1: the first recorded format.
+/// - 2: upstream's Dockerfile labels on the config; the binary reports `v1.34.1+occmforge.1`;
+///   Go runs with `-mod=readonly` (provenance); every SBOM package has a supplier.
+pub const IMAGE_FORMAT: u32 = 2;
 
 /// What determines an image, as recorded in the digest manifest (`inputs:` of an entry).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -232,10 +236,10 @@ mod tests {
             ),
             (
                 BuildInputs {
-                    image_format: IMAGE_FORMAT + 1,
+                    image_format: 1,
                     ..a.clone()
                 },
-                "image format 1 → 2",
+                "image format 2 → 1",
             ),
         ];
         for (b, phrase) in changed {

@@ -150,23 +150,8 @@ async fn steps(
         return up_to_date(plan, *entry, run).await;
     }
     let served_before = preflight(plan, registry).await?;
-    crate::util::sweep_scratch(&plan.cache_dir);
-    let scratch =
-        scratch_dir(&plan.cache_dir, &format!("build-{}-", plan.minor)).map_err(Error::Io)?;
-    let reused = crate::source::reusable_tree(&plan.cache_dir, &plan.minor.to_string());
-    let tree_dir = reused
-        .as_ref()
-        .map_or_else(|| scratch.path().join("src"), |(dir, _lock)| dir.clone());
-    let tree = run
-        .run(stages::SourceStage {
-            url: &plan.fetch_from,
-            tag: &plan.upstream_tag,
-            commit: &plan.commit,
-            config: &plan.config_name,
-            cache_dir: &plan.cache_dir,
-            tree_dir: &tree_dir,
-        })
-        .await?;
+    let (scratch, tree_dir, _tree_lock) = workspace(plan)?;
+    let tree = run.run(stages::SourceStage::of(plan, &tree_dir)).await?;
     let applied = run
         .run(stages::PatchStage {
             tree: &tree,
@@ -182,15 +167,13 @@ async fn steps(
         judge: Judge::Required(&plan.required_tests),
     })
     .await?;
+    let out_dir = scratch.path().join("bin");
     let binaries = run
-        .run(stages::BuildStage {
-            dir: &tree.path,
-            toolchain: &plan.toolchain,
-            version: &plan.tag,
-            platforms: &plan.platforms,
-            out_dir: &scratch.path().join("bin"),
-        })
+        .run(stages::BuildStage::of(plan, &tree, &out_dir))
         .await?;
+    // The layout is ours from the image stage to the garbage collection in describe.
+    let layout_lock = crate::image::layout::lock(&plan.output)
+        .map_err(|e| Error::Io(format!("--output {}: {e}", plan.output.display())))?;
     let imaged = run
         .run(stages::ImageStage {
             plan,
@@ -209,6 +192,7 @@ async fn steps(
             epoch,
         })
         .await?;
+    drop(layout_lock);
     if plan.push {
         run.run(stages::PublishStage {
             registry,
@@ -238,6 +222,26 @@ async fn steps(
         up_to_date: false,
         pushed: plan.push,
     })
+}
+
+/// Where a build works: its scratch directory (binaries; removed when dropped) and its work tree
+/// — `<cache>/work/<minor>`, reused across builds, with its lock — or `<scratch>/src` when
+/// another run holds that. Scratch left by runs that were killed is removed first.
+fn workspace(
+    plan: &BuildPlan,
+) -> Result<(crate::util::Scratch, PathBuf, Option<std::fs::File>), Error> {
+    crate::util::sweep_scratch(&plan.cache_dir);
+    let scratch =
+        scratch_dir(&plan.cache_dir, &format!("build-{}-", plan.minor)).map_err(Error::Io)?;
+    Ok(
+        match crate::source::reusable_tree(&plan.cache_dir, &plan.minor.to_string()) {
+            Some((dir, lock)) => (scratch, dir, Some(lock)),
+            None => {
+                let dir = scratch.path().join("src");
+                (scratch, dir, None)
+            }
+        },
+    )
 }
 
 /// The no-op build: the recorded entry stands. Nothing is written, except a fragment when one

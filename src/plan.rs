@@ -252,6 +252,20 @@ impl BuildPlan {
         })
     }
 
+    /// The version the binary reports (`--version`, `kubernetes_build_info`, the User-Agent):
+    /// the tag with its downstream suffix as semver build metadata, `v1.34.1+occmforge.1` for
+    /// the tag `v1.34.1-occmforge.1`. A pre-release suffix (`-occmforge.1`) would sort *below*
+    /// v1.34.1 for version-comparing tools; build metadata keeps the upstream version's order.
+    /// A tag scheme that does not start with the upstream tag is used as it is.
+    pub fn binary_version(&self) -> String {
+        match self.tag.strip_prefix(&self.upstream_tag) {
+            Some(rest) if rest.starts_with('-') => {
+                format!("{}+{}", self.upstream_tag, &rest[1..])
+            }
+            _ => self.tag.clone(),
+        }
+    }
+
     /// The patch names of the series, in order.
     pub fn patch_names(&self) -> Vec<String> {
         self.series.iter().map(|p| p.name.clone()).collect()
@@ -282,7 +296,7 @@ impl BuildPlan {
                 platforms: self.platform_names(),
                 repository: self.repository.clone(),
                 tag: self.tag.clone(),
-                ldflags: crate::go::build::ldflags(&self.tag),
+                ldflags: crate::go::build::ldflags(&self.binary_version()),
                 source_date_epoch: self.source_date_epoch,
                 test_packages: self.test_packages.clone(),
                 required_tests: self.required_tests.clone(),

@@ -202,16 +202,7 @@ async fn tested_tree(
         inner: reporter,
     };
     let mut run = Runner::new(&labelled);
-    let tree = run
-        .run(SourceStage {
-            url: &plan.fetch_from,
-            tag: &plan.upstream_tag,
-            commit: &plan.commit,
-            config: &plan.config_name,
-            cache_dir: &plan.cache_dir,
-            tree_dir: dir,
-        })
-        .await?;
+    let tree = run.run(SourceStage::of(plan, dir)).await?;
     let applied = run
         .run(PatchStage {
             tree: &tree,

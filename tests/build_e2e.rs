@@ -158,8 +158,8 @@ fn build_push_and_check_with_skopeo_and_umoci() {
     );
     let version = run(Command::new(&bin).arg("--version"));
     assert_eq!(
-        version,
-        format!("openstack-cloud-controller-manager version {tag}\n")
+        version, "openstack-cloud-controller-manager version v1.34.1+occmforge.1\n",
+        "the binary reports the tag as semver build metadata"
     );
     let behaviour = run(&mut Command::new(&bin));
     assert!(
@@ -673,6 +673,73 @@ fn a_multi_platform_base_index_is_resolved_per_platform() {
             config["rootfs"]["diff_ids"].as_array().unwrap().len(),
             3,
             "{arch}"
+        );
+    }
+}
+
+#[test]
+fn the_layout_lists_its_referrers_and_keeps_only_what_it_reaches() {
+    let f = fixture(&["linux/amd64", "linux/arm64"]);
+    let build = |extra: &[&str]| {
+        let o = occm_forge(f.path())
+            .args(["build", "--k8s", "1.34", "--source"])
+            .arg(&f.upstream)
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", stderr(&o));
+        o
+    };
+    build(&[]);
+    let out = f.path().join("out");
+    let lock = read_lock(&f.lock);
+    let entry = &lock["images"]["1.34"];
+    let index: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("index.json")).unwrap()).unwrap();
+    let untagged: Vec<&serde_json::Value> = index["manifests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["annotations"]["org.opencontainers.image.ref.name"].is_null())
+        .collect();
+    let mut listed: Vec<&str> = untagged
+        .iter()
+        .map(|m| m["digest"].as_str().unwrap())
+        .collect();
+    listed.sort();
+    let mut recorded: Vec<&str> = entry["sbom"]
+        .as_mapping()
+        .unwrap()
+        .values()
+        .map(|v| v.as_str().unwrap())
+        .chain([entry["provenance"].as_str().unwrap()])
+        .collect();
+    recorded.sort();
+    assert_eq!(
+        listed, recorded,
+        "index.json lists the SBOM and provenance referrers"
+    );
+    assert!(untagged.iter().all(|m| m["artifactType"].is_string()));
+
+    // A blob nothing reaches (left by an interrupted build) is collected by the next build.
+    let junk = b"left by an interrupted build";
+    let junk_path = out.join("blobs/sha256").join(sha256_hex(junk));
+    std::fs::write(&junk_path, junk).unwrap();
+    let o = build(&["--force"]);
+    assert!(!junk_path.exists());
+    assert!(
+        stderr(&o).contains("1 unreferenced blob removed from out"),
+        "{}",
+        stderr(&o)
+    );
+
+    // umoci's own garbage collection walks index.json: the referrers survive it.
+    require_tool("umoci");
+    run(Command::new("umoci").args(["gc", "--layout"]).arg(&out));
+    for d in &recorded {
+        assert!(
+            out.join("blobs/sha256").join(&d[7..]).exists(),
+            "umoci gc removed the referrer {d}"
         );
     }
 }

@@ -2,7 +2,8 @@
 //! (static base and a synthetic Docker-family base), the SBOM and provenance documents, the
 //! digest-manifest file and every minor's resolved images.toml, so that a refactor that changes
 //! any output byte fails here first. A change of these values is a change of the image format:
-//! update them only on purpose, together with the image-format version.
+//! update them only on purpose, together with `inputs::IMAGE_FORMAT` (now 2: upstream's
+//! Dockerfile labels, `-mod=readonly` in the provenance, SBOM suppliers).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -151,10 +152,10 @@ fn image_on_the_static_base() {
     assert_eq!(
         digests(&index, &manifests, &index_json),
         concat!(
-            "index sha256:c48c685b5a4aacb0cabbc43085fd3eb534127f115553c1d7fac0fe860a45993a\n",
-            "manifest linux/amd64 sha256:3d3404772df5458227dc45caf7a90bb981c1ef90bb91e8145b2b733d025637a9\n",
-            "manifest linux/arm64 sha256:c9054c007a9e267f60882f5e1dedebdc2794cf29b2de4420519720d3724191e1\n",
-            "index.json sha256:15f51435b74ffa0de8bbbc227715329cdec83ae63c3135c918f360168d23c4db\n",
+            "index sha256:83f60cc94ef02a273f1d61216358fa55331c6ba23ab4a582cbaa97905db1d164\n",
+            "manifest linux/amd64 sha256:fd62bd98c99df40e2e38bf24eb39f3a4a99717b7f0ab9e3a83f4ef1403fc7cee\n",
+            "manifest linux/arm64 sha256:7943e3301e7cb67e90b9a17e0a293b930425cf94e75189ec8e56d5694751597c\n",
+            "index.json sha256:41939c8507f7278a89289dc7089142914eb83d0f7fbf6eb1eb4c18dfc490a1d7\n",
         )
     );
 }
@@ -167,10 +168,10 @@ fn image_on_a_docker_family_base() {
     assert_eq!(
         digests(&index, &manifests, &index_json),
         concat!(
-            "index sha256:0e2aa246a71d12662dfbcfa9911c212c1e6006b7e402196a09baf95686dada52\n",
-            "manifest linux/amd64 sha256:7bbd4a4f6d2441f0826a085e880d19c0bd6966c19f587069fa294e44868fc0d0\n",
-            "manifest linux/arm64 sha256:2d38755219e079ddc2d5446bb68d1391a4507d987dd20bbc777b5417ce8b3d80\n",
-            "index.json sha256:a658e84229400496df6aa4c5a92bcc4ff6dea399a197228d3fd298c76ede6616\n",
+            "index sha256:424def9b3d02852b783b03c2762fdd6f1d329124269d59adb500e6da7b8781da\n",
+            "manifest linux/amd64 sha256:d9c6c77241fc5c94953df0ff2650454307a7b2003f43d21770345f68e1154e89\n",
+            "manifest linux/arm64 sha256:3050ba500485e4ebe1aaddefca02a8740d8eea65c9eed644f21d87b70b99218c\n",
+            "index.json sha256:c7a9d469ef83bf28cbac9797567a6ee64712d96d3b998626d60c2427e273f61e\n",
         )
     );
 }
@@ -280,7 +281,7 @@ fn provenance_bytes() {
     let on_pulled = sha256(&describe::slsa_provenance(&input));
     assert_eq!(
         format!("{on_static} {on_pulled}"),
-        "sha256:3a07bd110d442707f7dc4480d0de5e6c358a028484174f3b674bc7a51fe26161 sha256:20858a4048f46f9a9774894437896f78dad4f8c430ac571ca9fd0bc74e0edfdc"
+        "sha256:510f9301118f83918313f0012b90b43b3d6503c2c797e3d77eaaf5f51d9b5757 sha256:36ae5125600255ee5830df982b28829dcfcd1e79e8fb59c490112ca31acb8c7a"
     );
 }
 

@@ -87,6 +87,22 @@ pub fn labels(c: &Composition<'_>) -> BTreeMap<String, String> {
     l
 }
 
+/// The labels upstream's Dockerfile gives the OCCM image (cloud-provider-openstack `Dockerfile`
+/// L74-80, the same from v1.31 to v1.36), with ours where they differ (the description says
+/// the binary carries a downstream patch series). Config labels only, as `docker build` sets them.
+pub const DOCKERFILE_LABELS: &[(&str, &str)] = &[
+    ("name", "openstack-cloud-controller-manager"),
+    ("license", "Apache Version 2.0"),
+    ("maintainers", "Kubernetes Authors"),
+    (
+        "description",
+        "OpenStack cloud controller manager, built by occm-forge with a downstream patch series",
+    ),
+    ("distribution-scope", "public"),
+    ("summary", "OpenStack cloud controller manager"),
+    ("help", "none"),
+];
+
 /// Composes the image; see the module documentation.
 ///
 /// Errors: [`ImageError::Base`] when the base lacks a platform, mixes media-type families or has
@@ -262,6 +278,11 @@ fn config(
                 .collect()
         })
         .unwrap_or_default();
+    all_labels.extend(
+        DOCKERFILE_LABELS
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string())),
+    );
     all_labels.extend(labels.clone());
     if let Some(d) = &base.manifest_digest {
         all_labels.insert(keys::BASE_DIGEST.to_string(), d.clone());

@@ -57,28 +57,137 @@ pub fn set_ref(layout: &Path, top: &Descriptor, ref_name: &str) -> std::io::Resu
         &layout.join("oci-layout"),
         br#"{"imageLayoutVersion":"1.0.0"}"#,
     )?;
+    let mut index = read_index(layout)?;
+    index.manifests.retain(|m| ref_of(m) != Some(ref_name));
+    let mut entry = top.clone();
+    entry
+        .annotations
+        .insert(spec::keys::REF_NAME.to_string(), ref_name.to_string());
+    index.manifests.push(entry);
+    write_index(layout, &index)
+}
+
+/// The layout's `index.json` (empty when there is none).
+fn read_index(layout: &Path) -> std::io::Result<Index> {
     let index_path = layout.join("index.json");
-    let mut index = match std::fs::read(&index_path) {
+    match std::fs::read(&index_path) {
         Ok(b) => serde_json::from_slice::<Index>(&b)
-            .map_err(|e| std::io::Error::other(format!("{}: {e}", index_path.display())))?,
-        Err(_) => Index {
+            .map_err(|e| std::io::Error::other(format!("{}: {e}", index_path.display()))),
+        Err(_) => Ok(Index {
             schema_version: 2,
             media_type: spec::OCI_INDEX.to_string(),
             artifact_type: None,
             manifests: Vec::new(),
             subject: None,
             annotations: Default::default(),
-        },
-    };
+        }),
+    }
+}
+
+fn write_index(layout: &Path, index: &Index) -> std::io::Result<()> {
+    write_file_atomically(&layout.join("index.json"), &spec::to_bytes(index))
+}
+
+/// The tag an `index.json` entry carries, if any.
+fn ref_of(d: &Descriptor) -> Option<&str> {
+    d.annotations.get(spec::keys::REF_NAME).map(String::as_str)
+}
+
+/// Lists referrer manifests (SBOM, provenance) in `index.json` as entries without a tag, as the
+/// image-layout spec allows, so that tools walking `index.json` (`umoci gc`, cosign) find and
+/// keep them. An entry already listed is not listed twice.
+pub fn add_referrers(layout: &Path, referrers: &[Descriptor]) -> std::io::Result<()> {
+    let mut index = read_index(layout)?;
+    for r in referrers {
+        if !index
+            .manifests
+            .iter()
+            .any(|m| m.digest == r.digest && ref_of(m).is_none())
+        {
+            index.manifests.push(r.clone());
+        }
+    }
+    write_index(layout, &index)
+}
+
+/// Takes the layout's lock (`<layout>/.occm-forge.lock`, `flock`): held from the image stage to
+/// the garbage collection, so that one run never collects the fresh blobs of another.
+pub fn lock(layout: &Path) -> std::io::Result<std::fs::File> {
+    std::fs::create_dir_all(layout)?;
+    let f = std::fs::File::create(layout.join(".occm-forge.lock"))?;
+    f.lock()?;
+    Ok(f)
+}
+
+/// Keeps what `index.json` reaches and removes the rest: untagged entries (referrers) whose
+/// subject no tagged image reaches any more leave `index.json`, then every blob file nothing
+/// reaches is deleted (what an interrupted build or an image replaced under its tag left).
+/// Returns the number of blobs removed.
+pub fn gc(layout: &Path) -> std::io::Result<usize> {
+    let mut index = read_index(layout)?;
+    let mut reached = std::collections::BTreeSet::new();
+    for m in index.manifests.iter().filter(|m| ref_of(m).is_some()) {
+        walk(layout, &m.digest, &mut reached);
+    }
+    // Referrers whose subject is reached are kept (and may have referrers of their own).
+    let mut kept: Vec<Descriptor> = Vec::new();
+    loop {
+        let before = kept.len();
+        for m in index.manifests.iter().filter(|m| ref_of(m).is_none()) {
+            if kept.iter().any(|k| k.digest == m.digest) {
+                continue;
+            }
+            let subject = read_blob(layout, &m.digest)
+                .ok()
+                .and_then(|b| serde_json::from_slice::<spec::Manifest>(&b).ok())
+                .and_then(|r| r.subject.map(|s| s.digest));
+            if subject.is_some_and(|s| reached.contains(&s)) {
+                walk(layout, &m.digest, &mut reached);
+                kept.push(m.clone());
+            }
+        }
+        if kept.len() == before {
+            break;
+        }
+    }
     index
         .manifests
-        .retain(|m| m.annotations.get(spec::keys::REF_NAME).map(String::as_str) != Some(ref_name));
-    let mut entry = top.clone();
-    entry
-        .annotations
-        .insert(spec::keys::REF_NAME.to_string(), ref_name.to_string());
-    index.manifests.push(entry);
-    write_file_atomically(&index_path, &spec::to_bytes(&index))
+        .retain(|m| ref_of(m).is_some() || kept.iter().any(|k| k.digest == m.digest));
+    write_index(layout, &index)?;
+    let mut removed = 0;
+    let dir = layout.join("blobs").join("sha256");
+    for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name.len() == 64 && !reached.contains(&format!("sha256:{name}")) {
+            std::fs::remove_file(e.path())?;
+            removed += 1;
+        }
+    }
+    Ok(removed)
+}
+
+/// Marks `digest` and everything its JSON names (index entries, config, layers) as reached.
+fn walk(layout: &Path, digest: &str, reached: &mut std::collections::BTreeSet<String>) {
+    if !reached.insert(digest.to_string()) {
+        return;
+    }
+    let Ok(bytes) = read_blob(layout, digest) else {
+        return;
+    };
+    let Ok(v) = serde_json::from_slice::<serde_json::Value>(&bytes) else {
+        return; // a layer or another non-JSON blob
+    };
+    let named = v["manifests"]
+        .as_array()
+        .into_iter()
+        .chain(v["layers"].as_array())
+        .flatten()
+        .chain(std::iter::once(&v["config"]));
+    for d in named {
+        if let Some(d) = d["digest"].as_str() {
+            walk(layout, d, reached);
+        }
+    }
 }
 
 /// Writes a composed image into the layout in one step: every blob (each once; cached base

@@ -16,12 +16,29 @@ pub struct BuildStage<'a> {
     pub dir: &'a Path,
     /// Toolchain and caches.
     pub toolchain: &'a Toolchain,
-    /// The version stamped into the binary (the image tag).
-    pub version: &'a str,
+    /// The version stamped into the binary (`BuildPlan::binary_version`).
+    pub version: String,
     /// Target platforms.
     pub platforms: &'a [Platform],
     /// Where the binaries go.
     pub out_dir: &'a Path,
+}
+
+impl<'a> BuildStage<'a> {
+    /// The build stage of `plan` on `tree`, writing into `out_dir`.
+    pub fn of(
+        plan: &'a crate::plan::BuildPlan,
+        tree: &'a crate::source::SourceTree,
+        out_dir: &'a Path,
+    ) -> Self {
+        BuildStage {
+            dir: &tree.path,
+            toolchain: &plan.toolchain,
+            version: plan.binary_version(),
+            platforms: &plan.platforms,
+            out_dir,
+        }
+    }
 }
 
 #[async_trait]
@@ -36,7 +53,7 @@ impl Stage for BuildStage<'_> {
         let binaries = build::build(&build::BuildRequest {
             dir: self.dir,
             toolchain: self.toolchain,
-            version: self.version,
+            version: &self.version,
             platforms: self.platforms,
             out_dir: self.out_dir,
         })?;

@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use crate::describe::{self, PatchRef};
 use crate::go::build::{self as gobuild, Binary};
 use crate::image::referrer::{self, Attachment};
-use crate::image::{ImageError, PlatformImage};
+use crate::image::{ImageError, PlatformImage, layout};
 use crate::plan::BuildPlan;
 use crate::stage::{Done, Stage, StageContext};
 use crate::util::{short, write_file_atomically};
@@ -62,10 +62,22 @@ impl Stage for DescribeStage<'_> {
         let a = self.provenance(&dir)?;
         let provenance = a.manifest.digest.clone();
         attachments.push(a);
-        let detail = format!(
+        let out = &self.plan.output;
+        let referrers: Vec<_> = attachments.iter().map(|a| a.manifest.clone()).collect();
+        let removed = layout::add_referrers(out, &referrers)
+            .and_then(|_| layout::gc(out))
+            .map_err(io(out))?;
+        let mut detail = format!(
             "SPDX SBOM per platform, SLSA provenance {}",
             short(&provenance)
         );
+        if removed > 0 {
+            detail.push_str(&format!(
+                "; {removed} unreferenced {} removed from {}",
+                crate::util::plural(removed, "blob", "s"),
+                out.display()
+            ));
+        }
         Ok(Done::new(
             Described {
                 attachments,
@@ -144,7 +156,7 @@ impl DescribeStage<'_> {
             platforms: &plan.platform_names(),
             manifests: &manifests,
             go_version: &plan.toolchain.version,
-            ldflags: &gobuild::ldflags(&plan.tag),
+            ldflags: &gobuild::ldflags(&plan.binary_version()),
             base: (&plan.base_text, self.imaged.base.digest.as_deref()),
             epoch: self.epoch,
         });

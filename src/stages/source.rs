@@ -24,6 +24,20 @@ pub struct SourceStage<'a> {
     pub tree_dir: &'a Path,
 }
 
+impl<'a> SourceStage<'a> {
+    /// The source stage of `plan`, checking out into `tree_dir`.
+    pub fn of(plan: &'a crate::plan::BuildPlan, tree_dir: &'a Path) -> Self {
+        SourceStage {
+            url: &plan.fetch_from,
+            tag: &plan.upstream_tag,
+            commit: &plan.commit,
+            config: &plan.config_name,
+            cache_dir: &plan.cache_dir,
+            tree_dir,
+        }
+    }
+}
+
 #[async_trait]
 impl Stage for SourceStage<'_> {
     type Output = SourceTree;
