@@ -105,6 +105,17 @@ fn build_push_and_check_with_skopeo_and_umoci() {
         f.commits.v1_34
     );
     assert_eq!(labels["org.opencontainers.image.version"], tag);
+    // Upstream's Dockerfile labels, with our description.
+    assert_eq!(labels["name"], "openstack-cloud-controller-manager");
+    assert_eq!(labels["license"], "Apache Version 2.0");
+    assert_eq!(labels["maintainers"], "Kubernetes Authors");
+    assert_eq!(labels["distribution-scope"], "public");
+    assert!(
+        labels["description"]
+            .as_str()
+            .unwrap()
+            .contains("patch series")
+    );
     let config: serde_json::Value = serde_json::from_str(&skopeo(&[
         "inspect",
         "--tls-verify=false",

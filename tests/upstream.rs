@@ -91,9 +91,10 @@ fn real_v1_34_build_push_and_run() {
         .unwrap();
     let text = format!("{}{}", stdout(&out), stderr(&out));
     eprintln!("binary --version: {text}");
+    // The tag's suffix as semver build metadata (README, "What build does").
     assert!(
-        text.contains(tag),
-        "the binary does not report {tag}: {text}"
+        text.contains("v1.34.1+occmforge.1"),
+        "the binary does not report v1.34.1+occmforge.1: {text}"
     );
 
     // A second build from scratch — an empty cache (git objects, Go modules and build cache),
