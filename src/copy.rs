@@ -593,43 +593,13 @@ pub async fn copy(
 
 #[cfg(test)]
 mod tests {
-    use std::path::Path;
 
     use super::*;
-    use crate::registry::memory::MemoryRegistry;
+
     use crate::registry::publish;
     use crate::testing;
 
-    fn config() -> Config {
-        crate::config::parse(
-            Path::new("/x/images.toml"),
-            r#"
-repository = "registry.example/occm/openstack-cloud-controller-manager"
-[minors."1.34"]
-upstream_tag = "v1.34.1"
-commit = "63ec67a04b40fee4ff43fec11c3d31f2a90c9ad2"
-go = "1.25.1"
-base = "static"
-platforms = ["linux/amd64", "linux/arm64"]
-revision = 1
-patches = []
-test_packages = ["./pkg/..."]
-"#,
-        )
-        .unwrap()
-    }
-
-    async fn published() -> (testing::FixtureImage, MemoryRegistry) {
-        let f = testing::image("v1.34.1-occmforge.1");
-        let reg = MemoryRegistry::new();
-        publish::publish(&reg, &f.repo, &f.image, &|_, _| {})
-            .await
-            .unwrap();
-        publish::publish_attachments(&reg, &f.repo, &f.image.layout_dir, &f.attachments)
-            .await
-            .unwrap();
-        (f, reg)
-    }
+    use testing::{config, published};
 
     fn repo(s: &str) -> RepositoryName {
         s.parse().unwrap()

@@ -120,3 +120,37 @@ pub fn image(tag: &str) -> FixtureImage {
         entry,
     }
 }
+
+/// An images.toml with one minor, 1.34, for the fixture image's repository.
+pub fn config() -> crate::config::Config {
+    crate::config::parse(
+        std::path::Path::new("/x/images.toml"),
+        r#"
+repository = "registry.example/occm/openstack-cloud-controller-manager"
+[minors."1.34"]
+upstream_tag = "v1.34.1"
+commit = "63ec67a04b40fee4ff43fec11c3d31f2a90c9ad2"
+go = "1.25.1"
+base = "static"
+platforms = ["linux/amd64", "linux/arm64"]
+revision = 1
+patches = []
+test_packages = ["./pkg/..."]
+"#,
+    )
+    .expect("fixture images.toml")
+}
+
+/// The fixture image pushed with its referrers to a fresh in-process registry.
+pub async fn published() -> (FixtureImage, crate::registry::memory::MemoryRegistry) {
+    use crate::registry::publish;
+    let f = image("v1.34.1-occmforge.1");
+    let reg = crate::registry::memory::MemoryRegistry::new();
+    publish::publish(&reg, &f.repo, &f.image, &|_, _| {})
+        .await
+        .expect("publish");
+    publish::publish_attachments(&reg, &f.repo, &f.image.layout_dir, &f.attachments)
+        .await
+        .expect("publish referrers");
+    (f, reg)
+}

@@ -188,13 +188,14 @@ fn check_repository(s: &Spans<'_>, repository: &str) -> Result<(), ConfigError> 
 fn check_minor(
     s: &Spans<'_>,
     key: &str,
-    m: Merged,
+    merged: Merged,
     scheme: &str,
 ) -> Result<(Minor, MinorConfig), ConfigError> {
     let f = Field {
         minor: key,
-        inherited: &m.inherited,
+        inherited: &merged.inherited,
     };
+    let m = &merged.config;
     let fail = |field: &str, message: String| Err(s.err(f.span(s, field), message));
     let minor: Minor = key
         .parse()
@@ -246,7 +247,7 @@ fn check_minor(
         );
     }
     check_base(s, &f, &m.base)?;
-    check_lists(s, &f, &m)?;
+    check_lists(s, &f, m)?;
     let rendered = render_tag(
         scheme,
         &TagInputs {
@@ -268,20 +269,7 @@ fn check_minor(
             format!("the tag scheme gives `{rendered}`, not a valid image tag"),
         ));
     }
-    Ok((
-        minor,
-        MinorConfig {
-            upstream_tag: m.upstream_tag,
-            commit: m.commit,
-            go: m.go,
-            base: m.base,
-            platforms: m.platforms,
-            revision: m.revision,
-            patches: m.patches,
-            test_packages: m.test_packages,
-            required_tests: m.required_tests,
-        },
-    ))
+    Ok((minor, merged.config))
 }
 
 /// `base`: `static`, or a reference whose digest (if any) is `sha256:<64 hex>`.
@@ -304,7 +292,7 @@ fn check_base(s: &Spans<'_>, f: &Field<'_>, base: &str) -> Result<(), ConfigErro
 }
 
 /// `platforms` (non-empty, no repeats), `test_packages` (non-empty), `patches` (file names).
-fn check_lists(s: &Spans<'_>, f: &Field<'_>, m: &Merged) -> Result<(), ConfigError> {
+fn check_lists(s: &Spans<'_>, f: &Field<'_>, m: &MinorConfig) -> Result<(), ConfigError> {
     let fail = |field: &str, message: String| Err(s.err(f.span(s, field), message));
     if m.platforms.is_empty() {
         return fail("platforms", format!("{} is empty", f.name("platforms")));

@@ -4,7 +4,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Deserialize;
 
-use super::{DEFAULT_DIGEST_MANIFEST, DEFAULT_TAG_SCHEME, DEFAULT_UPSTREAM, PatchInfo, Platform};
+use super::{
+    DEFAULT_DIGEST_MANIFEST, DEFAULT_TAG_SCHEME, DEFAULT_UPSTREAM, MinorConfig, PatchInfo, Platform,
+};
 
 /// The whole file as written.
 #[derive(Deserialize)]
@@ -68,15 +70,7 @@ pub(super) struct RawMinor {
 /// A minor with `[defaults]` applied, and which of its keys came from `[defaults]` (their
 /// errors point at the `[defaults]` line).
 pub(super) struct Merged {
-    pub upstream_tag: String,
-    pub commit: String,
-    pub go: String,
-    pub base: String,
-    pub platforms: Vec<Platform>,
-    pub revision: u32,
-    pub patches: Vec<String>,
-    pub test_packages: Vec<String>,
-    pub required_tests: Vec<String>,
+    pub config: MinorConfig,
     pub inherited: BTreeSet<&'static str>,
 }
 
@@ -116,15 +110,17 @@ impl RawMinor {
             (None, None) => return Err("base"),
         };
         Ok(Merged {
-            upstream_tag: self.upstream_tag,
-            commit: self.commit,
-            go: self.go,
-            base,
-            platforms,
-            revision: self.revision,
-            patches,
-            test_packages,
-            required_tests,
+            config: MinorConfig {
+                upstream_tag: self.upstream_tag,
+                commit: self.commit,
+                go: self.go,
+                base,
+                platforms,
+                revision: self.revision,
+                patches,
+                test_packages,
+                required_tests,
+            },
             inherited,
         })
     }
