@@ -138,9 +138,10 @@ pub struct BuildInfo {
     pub deps: Vec<Module>,
 }
 
-/// Reads a binary's embedded module list with `go version -m` of the minor's toolchain. The
-/// text form is read rather than `-json`, which Go toolchains before 1.24 do not have (1.31 to
-/// 1.33 build with Go 1.22 to 1.24).
+/// Reads a binary's embedded module list: from the binary itself ([`super::buildinfo`], no Go
+/// process), else with `go version -m` of the minor's toolchain. The text form of `go version
+/// -m` is read rather than `-json`, which Go toolchains before 1.24 do not have (1.31 to 1.33
+/// build with Go 1.22 to 1.24).
 pub fn read_build_info(
     toolchain: &Toolchain,
     dir: &Path,
@@ -150,6 +151,11 @@ pub fn read_build_info(
         platform: binary.display().to_string(),
         message,
     };
+    if let Ok(bytes) = std::fs::read(binary)
+        && let Ok(info) = super::buildinfo::read(&bytes)
+    {
+        return Ok(info);
+    }
     let mut cmd = toolchain.command(dir);
     cmd.args(["version", "-m"]).arg(binary);
     let output = crate::interrupt::output(&mut cmd)

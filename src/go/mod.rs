@@ -1,6 +1,7 @@
 //! Go stages: the toolchain environment, `go test -json` and the cross builds.
 
 pub mod build;
+pub mod buildinfo;
 pub mod test;
 
 use std::path::{Path, PathBuf};
