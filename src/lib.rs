@@ -45,6 +45,7 @@ pub mod stage;
 pub mod stages;
 pub mod upstream;
 pub mod util;
+pub mod worktree;
 
 #[cfg(test)]
 mod testing;

@@ -44,7 +44,7 @@ pub struct MailHeader {
 }
 
 /// How one patch of the series ended.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum PatchOutcome {
     /// Applied and committed; the commit id (40 hex).
     Applied(String),
@@ -53,7 +53,7 @@ pub enum PatchOutcome {
 }
 
 /// The result for one patch.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct AppliedPatch {
     /// Patch file name.
     pub name: String,

@@ -150,15 +150,8 @@ async fn steps(
         return up_to_date(plan, *entry, run).await;
     }
     let served_before = preflight(plan, registry).await?;
-    let (scratch, tree_dir, _tree_lock) = workspace(plan)?;
-    let tree = run.run(stages::SourceStage::of(plan, &tree_dir)).await?;
-    let applied = run
-        .run(stages::PatchStage {
-            tree: &tree,
-            series: &plan.series,
-            upstream_tag: &plan.upstream_tag,
-        })
-        .await?;
+    let (scratch, tree_dir, tree_lock) = workspace(plan)?;
+    let (tree, applied) = patched_tree(plan, &mut run, &tree_dir, tree_lock.is_some()).await?;
     let epoch = plan.source_date_epoch.unwrap_or(tree.commit_time);
     run.run(stages::TestStage {
         dir: &tree.path,
@@ -222,6 +215,38 @@ async fn steps(
         up_to_date: false,
         pushed: plan.push,
     })
+}
+
+/// The source and patches stages. In the minor's own work tree (`reusable`), a tree that still
+/// holds the pinned commit with the series applied is kept (`worktree::prepared`), and a new one
+/// is remembered for the next build.
+async fn patched_tree(
+    plan: &BuildPlan,
+    run: &mut Runner<'_>,
+    tree_dir: &Path,
+    reusable: bool,
+) -> Result<(SourceTree, Vec<AppliedPatch>), Error> {
+    let prepared = reusable
+        .then(|| crate::worktree::prepared(tree_dir, &plan.commit, &plan.series_sha256))
+        .flatten();
+    let tree = run
+        .run(stages::SourceStage {
+            prepared: prepared.as_ref().map(|p| &p.tree),
+            ..stages::SourceStage::of(plan, tree_dir)
+        })
+        .await?;
+    let applied = run
+        .run(stages::PatchStage {
+            tree: &tree,
+            series: &plan.series,
+            upstream_tag: &plan.upstream_tag,
+            prepared: prepared.as_ref().map(|p| p.applied.as_slice()),
+        })
+        .await?;
+    if reusable && prepared.is_none() {
+        crate::worktree::remember(&tree, &plan.series_sha256, &applied);
+    }
+    Ok((tree, applied))
 }
 
 /// Where a build works: its scratch directory (binaries; removed when dropped) and its work tree

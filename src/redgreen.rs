@@ -208,6 +208,7 @@ async fn tested_tree(
             tree: &tree,
             series,
             upstream_tag: &plan.upstream_tag,
+            prepared: None,
         })
         .await?;
     let mut tested = run

@@ -132,6 +132,19 @@ fn mismatch(req: &SourceRequest<'_>, commit: String) -> PinMismatch {
 /// [`SourceError::TagMoved`] when the tag's commit differs from the pin (naming both), and
 /// [`SourceError::Cache`] for local failures.
 pub fn checkout(req: &SourceRequest<'_>) -> Result<SourceTree, SourceError> {
+    let fetched = check_pin(req)?;
+    let oid = Oid::from_str(&fetched.commit).map_err(cache_err(req.tree_dir))?;
+    let tree = create_tree(&fetched.store, req.tree_dir, oid)?;
+    Ok(SourceTree {
+        path: tree,
+        commit: fetched.commit,
+        commit_time: fetched.commit_time,
+    })
+}
+
+/// Fetches `req.tag` into the shared store and checks it against the pin, without checking
+/// out (errors as [`checkout`]).
+pub fn check_pin(req: &SourceRequest<'_>) -> Result<FetchedTag, SourceError> {
     let fetched = fetch_tag(req.url, req.tag, req.cache_dir)?;
     if fetched.commit != req.pinned_commit
         && fetched.tag_object.as_deref() == Some(req.pinned_commit)
@@ -147,13 +160,7 @@ pub fn checkout(req: &SourceRequest<'_>) -> Result<SourceTree, SourceError> {
             fetched.commit,
         ))));
     }
-    let oid = Oid::from_str(&fetched.commit).map_err(cache_err(req.tree_dir))?;
-    let tree = create_tree(&fetched.store, req.tree_dir, oid)?;
-    Ok(SourceTree {
-        path: tree,
-        commit: fetched.commit,
-        commit_time: fetched.commit_time,
-    })
+    Ok(fetched)
 }
 
 /// A tag fetched into the object store.
@@ -425,13 +432,18 @@ pub fn stamp_mtimes(tree: &Path, commit_time: i64) {
         if entry.mode & 0o170000 != 0o100000 {
             continue; // symlinks and submodules
         }
-        let id = entry.id.as_bytes();
-        let offset = u32::from_be_bytes([id[0], id[1], id[2], id[3]]) % 100_000_000;
-        let secs = (commit_time - i64::from(offset)).max(1);
-        let when = std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs as u64);
         let path = tree.join(String::from_utf8_lossy(&entry.path).as_ref());
         if let Ok(f) = File::open(&path) {
-            let _ = f.set_modified(when);
+            let _ = f.set_modified(stamped_mtime(entry.id, commit_time));
         }
     }
+}
+
+/// The time [`stamp_mtimes`] gives a file with blob id `id`: up to about three years before
+/// the commit time, derived from the id.
+pub fn stamped_mtime(id: Oid, commit_time: i64) -> std::time::SystemTime {
+    let id = id.as_bytes();
+    let offset = u32::from_be_bytes([id[0], id[1], id[2], id[3]]) % 100_000_000;
+    let secs = (commit_time - i64::from(offset)).max(1);
+    std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs as u64)
 }

@@ -359,3 +359,59 @@ fn several_minors_in_one_run_with_a_summary_and_the_first_failures_status() {
         stderr(&o)
     );
 }
+
+#[test]
+fn the_minors_work_tree_is_kept_only_while_untouched() {
+    let f = fixture(&["linux/amd64"]);
+    let cache = f.path().join("cache");
+    let build = || {
+        let o = forge(&f, &["--k8s", "1.34", "--force"])
+            .env("OCCM_FORGE_CACHE", &cache)
+            .output()
+            .unwrap();
+        ok(&o);
+        o
+    };
+    let source_line = |o: &Output| {
+        stderr(o)
+            .lines()
+            .find(|l| l.starts_with("occm-forge: source"))
+            .unwrap()
+            .to_string()
+    };
+    let first = build();
+    assert!(!source_line(&first).contains("kept"), "{}", stderr(&first));
+    let second = build();
+    assert!(
+        source_line(&second).contains("work tree kept: unchanged since it was patched"),
+        "{}",
+        stderr(&second)
+    );
+    assert!(stderr(&second).contains("in the kept work tree"));
+    assert_eq!(stdout(&second), stdout(&first));
+
+    // An edited file or a file nobody tracks: checked out and patched again.
+    let tree = cache.join("work/1.34");
+    let file = tree.join("pkg/openstack/instances.go");
+    let text = std::fs::read_to_string(&file).unwrap();
+    std::fs::write(
+        &file,
+        text.replace("failed to find object", "failed to find object!"),
+    )
+    .unwrap();
+    let third = build();
+    assert!(!source_line(&third).contains("kept"), "{}", stderr(&third));
+    assert_eq!(
+        stdout(&third),
+        stdout(&first),
+        "the edit did not reach the image"
+    );
+    std::fs::write(tree.join("pkg/openstack/left_by_a_test.txt"), "x").unwrap();
+    let fourth = build();
+    assert!(
+        !source_line(&fourth).contains("kept"),
+        "{}",
+        stderr(&fourth)
+    );
+    assert!(!tree.join("pkg/openstack/left_by_a_test.txt").exists());
+}

@@ -15,6 +15,8 @@ pub struct PatchStage<'a> {
     pub series: &'a [PatchFile],
     /// The upstream tag (for the "already upstream" warning).
     pub upstream_tag: &'a str,
+    /// The outcomes recorded with a kept work tree (`worktree::prepared`): nothing is applied.
+    pub prepared: Option<&'a [AppliedPatch]>,
 }
 
 #[async_trait]
@@ -26,8 +28,16 @@ impl Stage for PatchStage<'_> {
     }
 
     async fn run(self, _: &StageContext<'_>) -> Result<Done<Vec<AppliedPatch>>, Error> {
-        let applied = patches::apply_series(&self.tree.path, self.series, self.tree.commit_time)?;
-        crate::source::stamp_mtimes(&self.tree.path, self.tree.commit_time);
+        let kept = self.prepared.is_some();
+        let applied = match self.prepared {
+            Some(applied) => applied.to_vec(),
+            None => {
+                let applied =
+                    patches::apply_series(&self.tree.path, self.series, self.tree.commit_time)?;
+                crate::source::stamp_mtimes(&self.tree.path, self.tree.commit_time);
+                applied
+            }
+        };
         let upstreamed: Vec<&str> = applied
             .iter()
             .filter(|a| a.outcome == PatchOutcome::AlreadyUpstream)
@@ -40,10 +50,11 @@ impl Stage for PatchStage<'_> {
             );
         }
         let detail = format!(
-            "{} applied, {} already upstream (series {})",
+            "{} applied, {} already upstream (series {}){}",
             applied.len() - upstreamed.len(),
             upstreamed.len(),
-            &patches::series_sha256(self.series)[..12]
+            &patches::series_sha256(self.series)[..12],
+            if kept { "; in the kept work tree" } else { "" }
         );
         Ok(Done::new(applied, detail))
     }

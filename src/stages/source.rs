@@ -22,6 +22,9 @@ pub struct SourceStage<'a> {
     pub cache_dir: &'a Path,
     /// Where the work tree goes.
     pub tree_dir: &'a Path,
+    /// The work tree already there, holding the pinned commit with the series applied
+    /// (`worktree::prepared`): kept once the pin is checked.
+    pub prepared: Option<&'a SourceTree>,
 }
 
 impl<'a> SourceStage<'a> {
@@ -34,6 +37,7 @@ impl<'a> SourceStage<'a> {
             config: &plan.config_name,
             cache_dir: &plan.cache_dir,
             tree_dir,
+            prepared: None,
         }
     }
 }
@@ -47,14 +51,24 @@ impl Stage for SourceStage<'_> {
     }
 
     async fn run(self, _: &StageContext<'_>) -> Result<Done<SourceTree>, Error> {
-        let tree = source::checkout(&source::SourceRequest {
+        let req = source::SourceRequest {
             url: self.url,
             tag: self.tag,
             pinned_commit: self.commit,
             config: self.config,
             cache_dir: self.cache_dir,
             tree_dir: self.tree_dir,
-        })?;
+        };
+        if let Some(tree) = self.prepared {
+            source::check_pin(&req)?;
+            let detail = format!(
+                "{} at {} (matches the pin; work tree kept: unchanged since it was patched)",
+                self.tag,
+                &tree.commit[..12]
+            );
+            return Ok(Done::new(tree.clone(), detail));
+        }
+        let tree = source::checkout(&req)?;
         let detail = format!("{} at {} (matches the pin)", self.tag, &tree.commit[..12]);
         Ok(Done::new(tree, detail))
     }
