@@ -167,6 +167,8 @@ pub fn gc(layout: &Path) -> std::io::Result<usize> {
 }
 
 /// Marks `digest` and everything its JSON names (index entries, config, layers) as reached.
+/// Only manifests and indexes are read (their entries are followed); configs and layers are
+/// marked without reading them.
 fn walk(layout: &Path, digest: &str, reached: &mut std::collections::BTreeSet<String>) {
     if !reached.insert(digest.to_string()) {
         return;
@@ -175,15 +177,19 @@ fn walk(layout: &Path, digest: &str, reached: &mut std::collections::BTreeSet<St
         return;
     };
     let Ok(v) = serde_json::from_slice::<serde_json::Value>(&bytes) else {
-        return; // a layer or another non-JSON blob
+        return;
     };
-    let named = v["manifests"]
+    let leaves = v["layers"]
         .as_array()
         .into_iter()
-        .chain(v["layers"].as_array())
         .flatten()
         .chain(std::iter::once(&v["config"]));
-    for d in named {
+    for d in leaves {
+        if let Some(d) = d["digest"].as_str() {
+            reached.insert(d.to_string());
+        }
+    }
+    for d in v["manifests"].as_array().into_iter().flatten() {
         if let Some(d) = d["digest"].as_str() {
             walk(layout, d, reached);
         }
