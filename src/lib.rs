@@ -8,6 +8,7 @@
 
 #![warn(missing_docs)]
 
+pub mod accept;
 pub mod audit;
 pub mod config;
 pub mod describe;
@@ -71,11 +72,16 @@ pub enum Error {
     /// A local file-system failure outside the stages.
     #[error("{0}")]
     Io(String),
+    /// `accept`: a scenario failed on ours, the minor could not be verified, or the acceptance
+    /// run itself failed (the message names the part).
+    #[error("accept: {0}")]
+    Accept(#[from] accept::AcceptError),
 }
 
 impl Error {
     /// Exit status: 2 usage/config, 3 source, 4 patches, 5 tests, 6 build, 7 image, 8 registry,
-    /// 9 digest manifest, 10 registry does not match the digest manifest (`verify`), 1 anything else.
+    /// 9 digest manifest, 10 registry does not match the digest manifest (`verify`), 12 acceptance
+    /// failed or not verified (`accept`), 1 anything else.
     pub fn exit_code(&self) -> u8 {
         match self {
             Error::Usage(_) | Error::Config(_) | Error::Render(_) => 2,
@@ -89,6 +95,7 @@ impl Error {
             Error::Mismatch(_) => 10,
             Error::Interrupted(sig) => (128 + sig).clamp(0, 255) as u8,
             Error::Io(_) => 1,
+            Error::Accept(_) => 12,
         }
     }
 }

@@ -59,6 +59,35 @@ enum Command {
     /// Patch series checks on the real upstream tree.
     #[command(subcommand)]
     Patches(PatchesCommand),
+    /// Acceptance in a simulated cloud: the image's binary and the unpatched upstream build of
+    /// the same tag against a real kube-apiserver and a simulated OpenStack. Exit status 12 when
+    /// a minor is not accepted.
+    Accept(AcceptArgs),
+}
+
+#[derive(Args)]
+#[command(group = clap::ArgGroup::new("which").required(true).args(["k8s", "all"]))]
+struct AcceptArgs {
+    /// Kubernetes minor to accept (repeatable).
+    #[arg(long = "k8s", value_name = "MINOR")]
+    k8s: Vec<Minor>,
+    /// Every minor of images.toml.
+    #[arg(long)]
+    all: bool,
+    #[command(flatten)]
+    inputs: Inputs,
+    /// The OCI layout holding the images (`build --output`); logs go to <DIR>/accept/<minor>.
+    #[arg(long, default_value = "out", value_name = "DIR")]
+    layout: PathBuf,
+    /// Run only these scenarios (repeatable): S1, S2, S3, S4.
+    #[arg(long = "scenario", value_name = "S1..S4")]
+    scenario: Vec<occm_forge::accept::Scenario>,
+    /// Print the report as JSON (an object for one minor, an array for several).
+    #[arg(long)]
+    json: bool,
+    /// Also write the report as a document to this file (atomically), e.g. docs/acceptance.md.
+    #[arg(long, value_name = "FILE")]
+    output: Option<PathBuf>,
 }
 
 #[derive(Subcommand)]
@@ -637,6 +666,83 @@ fn patches_matrix(cli: &Cli, args: &MatrixArgs) -> Result<(), occm_forge::Error>
     }
 }
 
+async fn accept(cli: &Cli, args: &AcceptArgs) -> Result<(), occm_forge::Error> {
+    use occm_forge::accept;
+    let config = config::load(&args.inputs.config)?;
+    let minors: Vec<Minor> = if args.all {
+        config.minors.keys().copied().collect()
+    } else {
+        args.k8s.clone()
+    };
+    let scenarios = if args.scenario.is_empty() {
+        accept::Scenario::ALL.to_vec()
+    } else {
+        args.scenario.clone()
+    };
+    let cache = cache_dir(cli);
+    let reporter = Terminal::new(cli.quiet, "");
+    let source = args.inputs.source.as_deref();
+    let reports = if let [minor] = minors.as_slice() {
+        let req = accept::MinorRequest {
+            config: &config,
+            minor: *minor,
+            source,
+            layout_dir: &args.layout,
+            cache_dir: &cache,
+            work_dir: None,
+            scenarios: &scenarios,
+        };
+        vec![accept::accept_minor(&req, &reporter).await?]
+    } else {
+        accept::matrix(
+            &config,
+            &minors,
+            source,
+            &args.layout,
+            &cache,
+            &scenarios,
+            &reporter,
+        )
+        .await?
+    };
+    if let Some(path) = &args.output {
+        let now = time::OffsetDateTime::now_utc().unix_timestamp();
+        occm_forge::image::layout::write_file_atomically(
+            path,
+            accept::document(&reports, now).as_bytes(),
+        )
+        .map_err(|e| occm_forge::Error::Io(format!("{}: {e}", path.display())))?;
+    }
+    let text = match (args.json, reports.as_slice()) {
+        (true, [one]) => serde_json::to_string(one).expect("report serialises"),
+        (true, all) => serde_json::to_string(all).expect("reports serialise"),
+        (false, all) => accept::render_markdown(all),
+    };
+    print_stdout(&text)?;
+    let bad: Vec<String> = reports
+        .iter()
+        .filter(|r| !r.ok())
+        .map(|r| {
+            let logs = r
+                .logs
+                .as_ref()
+                .map(|l| format!(" (logs in {})", l.display()))
+                .unwrap_or_default();
+            format!(
+                "{} {}: {}{logs}",
+                r.minor,
+                r.verdict.text(),
+                r.reason.as_deref().unwrap_or("see the table")
+            )
+        })
+        .collect();
+    if bad.is_empty() {
+        Ok(())
+    } else {
+        Err(accept::AcceptError::Failed(bad.join("; ")).into())
+    }
+}
+
 fn print_stdout(text: &str) -> Result<(), occm_forge::Error> {
     let mut stdout = std::io::stdout().lock();
     write!(stdout, "{text}")
@@ -724,6 +830,7 @@ fn main() -> ExitCode {
             Command::Manifest(ManifestCommand::Merge(args)) => manifest_merge(&cli, args).map(|_| 0),
             Command::Patches(PatchesCommand::Verify(args)) => patches_verify(&cli, args).map(|_| 0),
             Command::Patches(PatchesCommand::Matrix(args)) => patches_matrix(&cli, args).map(|_| 0),
+            Command::Accept(args) => accept(&cli, args).await.map(|_| 0),
         }
         };
         tokio::select! {
