@@ -82,6 +82,10 @@ struct AcceptArgs {
     /// Run only these scenarios (repeatable): S1, S2, S3, S4.
     #[arg(long = "scenario", value_name = "S1..S4")]
     scenario: Vec<occm_forge::accept::Scenario>,
+    /// Keep <DIR>/accept/<minor> (OCCM, etcd and kube-apiserver logs, the simulated cloud's
+    /// request log) even when the minor is accepted.
+    #[arg(long)]
+    keep_logs: bool,
     /// Print the report as JSON (an object for one minor, an array for several).
     #[arg(long)]
     json: bool,
@@ -691,6 +695,7 @@ async fn accept(cli: &Cli, args: &AcceptArgs) -> Result<(), occm_forge::Error> {
             cache_dir: &cache,
             work_dir: None,
             scenarios: &scenarios,
+            keep_logs: args.keep_logs,
         };
         vec![accept::accept_minor(&req, &reporter).await?]
     } else {
@@ -701,6 +706,7 @@ async fn accept(cli: &Cli, args: &AcceptArgs) -> Result<(), occm_forge::Error> {
             &args.layout,
             &cache,
             &scenarios,
+            args.keep_logs,
             &reporter,
         )
         .await?

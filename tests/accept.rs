@@ -249,6 +249,234 @@ fn accept_refuses_an_image_without_a_binary_for_this_host() {
     );
 }
 
+fn executable(path: &std::path::Path, text: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::write(path, text).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+/// Processes whose working directory is under `dir` (what an acceptance run started there).
+fn processes_under(dir: &std::path::Path) -> Vec<String> {
+    let dir = dir.canonicalize().unwrap();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .bytes()
+                .all(|b| b.is_ascii_digit())
+        })
+        .filter_map(|e| {
+            let cwd = std::fs::read_link(e.path().join("cwd")).ok()?;
+            cwd.starts_with(&dir)
+                .then(|| format!("{} ({})", e.file_name().to_string_lossy(), cwd.display()))
+        })
+        .collect()
+}
+
+/// Fault injection: an etcd that never answers `/health` is named with its log line and stopped.
+#[tokio::test]
+async fn a_control_plane_part_that_never_gets_ready_is_named_and_stopped() {
+    use occm_forge::accept::control_plane::{Binaries, ControlPlane};
+    let dir = tempfile::tempdir().unwrap();
+    let stand_in = dir.path().join("etcd");
+    executable(
+        &stand_in,
+        "#!/bin/sh\necho 'member has no quorum yet' >&2\nexec sleep 600\n",
+    );
+    let bins = Binaries {
+        kube_apiserver: stand_in.clone(),
+        etcd: stand_in,
+        cached: true,
+    };
+    let cp = dir.path().join("cp");
+    let e = ControlPlane::start(&bins, &cp, std::time::Duration::from_secs(2))
+        .await
+        .err()
+        .expect("a control plane whose etcd never gets ready must not start");
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "etcd: not ready after 2 s: member has no quorum yet (log {})",
+            cp.join("etcd.log").display()
+        )
+    );
+    assert_eq!(processes_under(&cp), Vec::<String>::new(), "left running");
+}
+
+/// Fault injection: an etcd that exits at once (as it does on a port in use) is named with the
+/// last line of its log.
+#[tokio::test]
+async fn a_control_plane_part_that_exits_is_named_with_its_last_log_line() {
+    use occm_forge::accept::control_plane::{Binaries, ControlPlane};
+    let dir = tempfile::tempdir().unwrap();
+    let stand_in = dir.path().join("etcd");
+    executable(
+        &stand_in,
+        "#!/bin/sh\necho 'listen tcp 127.0.0.1:2379: bind: address already in use' >&2\nexit 1\n",
+    );
+    let bins = Binaries {
+        kube_apiserver: stand_in.clone(),
+        etcd: stand_in,
+        cached: true,
+    };
+    let cp = dir.path().join("cp");
+    let e = ControlPlane::start(&bins, &cp, std::time::Duration::from_secs(20))
+        .await
+        .err()
+        .unwrap();
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "etcd: exited (exit status: 1) before it was ready: listen tcp 127.0.0.1:2379: bind: address already in use (log {})",
+            cp.join("etcd.log").display()
+        )
+    );
+}
+
+/// The control plane of v1.34.1, built through the Go module proxy into the cache (reused).
+fn real_control_plane() -> occm_forge::accept::control_plane::Binaries {
+    use occm_forge::accept::control_plane::{self, Versions};
+    let cache = std::env::var_os("OCCM_FORGE_CACHE")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| shared_cache());
+    let toolchain = occm_forge::go::Toolchain::new("1.25.1", &cache);
+    control_plane::build(
+        &Versions {
+            kubernetes: "v1.34.1".into(),
+            etcd: "v3.6.5".into(),
+        },
+        &toolchain,
+        &cache,
+    )
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs the Go module proxy to build etcd and kube-apiserver v1.34.1 (run with OCCM_FORGE_UPSTREAM_MIRROR set and -- --ignored)"]
+async fn real_control_plane_faults_a_port_in_use_and_an_apiserver_never_ready() {
+    use occm_forge::accept::control_plane::{Binaries, ControlPlane, Ports};
+    let bins = tokio::task::block_in_place(real_control_plane);
+    let dir = tempfile::tempdir().unwrap();
+
+    // Another server holds the apiserver's port.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let mut ports = Ports::free().unwrap();
+    ports.apiserver = taken.local_addr().unwrap().port();
+    let cp = dir.path().join("busy");
+    let e = ControlPlane::start_on(&bins, &cp, std::time::Duration::from_secs(60), ports)
+        .await
+        .err()
+        .expect("the apiserver cannot serve on a port in use");
+    let e = e.to_string();
+    assert!(
+        e.starts_with("kube-apiserver: exited (exit status: 1) before it was ready: ")
+            && e.contains("address already in use"),
+        "{e}"
+    );
+    assert_eq!(processes_under(&cp), Vec::<String>::new(), "left running");
+
+    // An apiserver that never answers /readyz (real etcd).
+    let stand_in = dir.path().join("kube-apiserver");
+    executable(
+        &stand_in,
+        "#!/bin/sh\necho 'waiting for etcd' >&2\nexec sleep 600\n",
+    );
+    let slow = Binaries {
+        kube_apiserver: stand_in,
+        ..bins
+    };
+    let cp = dir.path().join("slow");
+    let e = ControlPlane::start(&slow, &cp, std::time::Duration::from_secs(3))
+        .await
+        .err()
+        .unwrap();
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "kube-apiserver: not ready after 3 s: waiting for etcd (log {})",
+            cp.join("kube-apiserver.log").display()
+        )
+    );
+    assert_eq!(
+        processes_under(&cp),
+        Vec::<String>::new(),
+        "etcd left running"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs the Go module proxy to build etcd and kube-apiserver v1.34.1 (run with OCCM_FORGE_UPSTREAM_MIRROR set and -- --ignored)"]
+async fn an_occm_that_crashes_fails_the_scenario_and_nothing_is_left_running() {
+    use occm_forge::accept::{self, AcceptRequest, Scenario, Verdict};
+    use occm_forge::image;
+    tokio::task::block_in_place(real_control_plane);
+    let cache = std::env::var_os("OCCM_FORGE_CACHE")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| shared_cache());
+    let dir = tempfile::tempdir().unwrap();
+    // "Ours" is a binary that exits 1 at once, packed like the real one.
+    let host = accept::binary::host_platform().unwrap();
+    let layout = dir.path().join("out");
+    let base = image::base::static_base(std::slice::from_ref(&host), 0).unwrap();
+    let bins = vec![(host.clone(), std::path::PathBuf::from("/bin/false"))];
+    tokio::task::block_in_place(|| {
+        image::assemble(&image::ImageRequest {
+            binaries: &bins,
+            base: &base,
+            tag: "v0.0.0-crash",
+            epoch: 0,
+            source: "https://example.invalid/crash",
+            revision: "0000000000000000000000000000000000000000",
+            layout_dir: &layout,
+        })
+    })
+    .unwrap();
+    let work = dir.path().join("work");
+    let toolchain = occm_forge::go::Toolchain::new("1.25.1", &cache);
+    let go_mod = b"module x\nrequire (\n\tk8s.io/kubernetes v1.34.1\n\tgo.etcd.io/etcd/client/v3 v3.6.5\n)\n";
+    let report = accept::accept(
+        &AcceptRequest {
+            minor: "1.34".parse().unwrap(),
+            upstream_tag: "v1.34.1",
+            go_mod,
+            layout_dir: &layout,
+            image_tag: "v0.0.0-crash",
+            control_binary: std::path::Path::new("/bin/true"),
+            toolchain: &toolchain,
+            cache_dir: &cache,
+            work_dir: &work,
+            scenarios: &[Scenario::S1],
+            keep_logs: false,
+        },
+        &occm_forge::pipeline::Silent,
+    )
+    .await
+    .unwrap();
+    assert_eq!(report.verdict, Verdict::Failed);
+    assert_eq!(report.reason.as_deref(), Some("ours fails S1"));
+    let ours = report.rows[0].ours.as_ref().unwrap();
+    assert!(!ours.passed);
+    assert_eq!(
+        ours.evidence,
+        "before any replica became leader: occm exited (exit status: 1) where it must keep running: `(empty log)`"
+    );
+    let control = report.rows[0].control.as_ref().unwrap();
+    assert!(
+        control.evidence.contains("occm exited (exit status: 0)"),
+        "{}",
+        control.evidence
+    );
+    assert_eq!(
+        report.logs.as_deref(),
+        Some(work.as_path()),
+        "logs kept on failure"
+    );
+    assert!(work.join("S1-ours").join("occm.log").is_file());
+    assert_eq!(processes_under(&work), Vec::<String>::new(), "left running");
+}
+
 /// Gated: the real upstream. Builds v1.34.1 with the project's images.toml and patches
 /// (`--base static`), then runs `accept --k8s 1.34` on it: etcd and kube-apiserver v1.34.1 built
 /// through the Go module proxy, the control built from the unpatched tag.

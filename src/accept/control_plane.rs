@@ -313,6 +313,7 @@ struct Pki {
     cert: PathBuf,
     key: PathBuf,
     sa_key: PathBuf,
+    sa_pub: PathBuf,
 }
 
 fn generate_pki(dir: &Path) -> Result<Pki, String> {
@@ -364,7 +365,31 @@ fn generate_pki(dir: &Path) -> Result<Pki, String> {
         cert: write("apiserver.crt", &leaf_cert.pem())?,
         key: write("apiserver.key", &leaf_key.serialize_pem())?,
         sa_key: write("service-account.key", &sa.serialize_pem())?,
+        sa_pub: write("service-account.pub", &sa.public_key_pem())?,
     })
+}
+
+/// The loopback ports of one control plane.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ports {
+    /// etcd `--listen-client-urls`.
+    pub etcd_client: u16,
+    /// etcd `--listen-peer-urls`.
+    pub etcd_peer: u16,
+    /// kube-apiserver `--secure-port`.
+    pub apiserver: u16,
+}
+
+impl Ports {
+    /// Three free ports (bound and released; a port taken in between makes its server exit,
+    /// which [`ControlPlane::start_on`] reports).
+    pub fn free() -> std::io::Result<Ports> {
+        Ok(Ports {
+            etcd_client: free_port()?,
+            etcd_peer: free_port()?,
+            apiserver: free_port()?,
+        })
+    }
 }
 
 /// A running etcd + kube-apiserver.
@@ -386,17 +411,32 @@ pub struct ControlPlane {
 }
 
 impl ControlPlane {
-    /// Starts etcd and kube-apiserver in `dir` (logs `etcd.log`, `kube-apiserver.log`, data,
-    /// certificates and the kubeconfig there) and waits until `/readyz` answers, at most
-    /// `ready_timeout`.
-    ///
-    /// Errors: [`AcceptError::ControlPlane`] naming etcd or kube-apiserver: it exited (the
-    /// last error line of its log, e.g. `bind: address already in use`) or did not get ready
-    /// in time. Both are stopped before the error returns.
+    /// Starts etcd and kube-apiserver in `dir` on free loopback ports (see
+    /// [`ControlPlane::start_on`]).
     pub async fn start(
         binaries: &Binaries,
         dir: &Path,
         ready_timeout: Duration,
+    ) -> Result<ControlPlane, AcceptError> {
+        let ports = Ports::free().map_err(|e| AcceptError::ControlPlane {
+            part: "etcd".into(),
+            message: format!("no free loopback port: {e}"),
+        })?;
+        Self::start_on(binaries, dir, ready_timeout, ports).await
+    }
+
+    /// Starts etcd and kube-apiserver in `dir` on `ports` (logs `etcd.log`,
+    /// `kube-apiserver.log`, data, certificates and the kubeconfig there) and waits until
+    /// `/readyz` answers, at most `ready_timeout` (etcd's `/health`: at most 30 s).
+    ///
+    /// Errors: [`AcceptError::ControlPlane`] naming etcd or kube-apiserver: it exited (the
+    /// last error line of its log, e.g. `bind: address already in use`) or did not get ready
+    /// in time. Both are stopped before the error returns.
+    pub async fn start_on(
+        binaries: &Binaries,
+        dir: &Path,
+        ready_timeout: Duration,
+        ports: Ports,
     ) -> Result<ControlPlane, AcceptError> {
         let t0 = Instant::now();
         let io = |e: std::io::Error| AcceptError::Io(format!("{}: {e}", dir.display()));
@@ -418,37 +458,11 @@ impl ControlPlane {
         };
         let tokens = dir.join("tokens.csv");
         std::fs::write(&tokens, format!("{token},admin,admin,system:masters\n")).map_err(io)?;
-        let cp_err = |part: &str, message: String| AcceptError::ControlPlane {
-            part: part.into(),
-            message,
-        };
-        let (client_port, peer_port, api_port) = (
-            free_port().map_err(|e| cp_err("etcd", format!("no free port: {e}")))?,
-            free_port().map_err(|e| cp_err("etcd", format!("no free port: {e}")))?,
-            free_port().map_err(|e| cp_err("kube-apiserver", format!("no free port: {e}")))?,
-        );
-        Self::start_on(
-            binaries,
-            dir,
-            ready_timeout,
-            (client_port, peer_port, api_port),
-            pki,
-            token,
-            t0,
-        )
-        .await
-    }
-
-    async fn start_on(
-        binaries: &Binaries,
-        dir: &Path,
-        ready_timeout: Duration,
-        (client_port, peer_port, api_port): (u16, u16, u16),
-        pki: Pki,
-        token: String,
-        t0: Instant,
-    ) -> Result<ControlPlane, AcceptError> {
-        let io = |e: std::io::Error| AcceptError::Io(format!("{}: {e}", dir.display()));
+        let Ports {
+            etcd_client: client_port,
+            etcd_peer: peer_port,
+            apiserver: api_port,
+        } = ports;
         let etcd_url = format!("http://127.0.0.1:{client_port}");
         let peer_url = format!("http://127.0.0.1:{peer_port}");
         let mut cmd = Command::new(&binaries.etcd);
@@ -472,14 +486,18 @@ impl ControlPlane {
             .build()
             .map_err(|e| AcceptError::Io(format!("HTTP client: {e}")))?;
         let health = format!("{etcd_url}/health");
-        wait_ready(&mut etcd, Duration::from_secs(30), || async {
-            match plain.get(&health).send().await {
-                Ok(r) if r.status().is_success() => {
-                    r.text().await.map(|t| t.contains("true")).unwrap_or(false)
+        wait_ready(
+            &mut etcd,
+            ready_timeout.min(Duration::from_secs(30)),
+            || async {
+                match plain.get(&health).send().await {
+                    Ok(r) if r.status().is_success() => {
+                        r.text().await.map(|t| t.contains("true")).unwrap_or(false)
+                    }
+                    _ => false,
                 }
-                _ => false,
-            }
-        })
+            },
+        )
         .await?;
 
         let url = format!("https://127.0.0.1:{api_port}");
@@ -500,7 +518,7 @@ impl ControlPlane {
             .arg("--service-account-issuer=https://kubernetes.default.svc")
             .arg(format!(
                 "--service-account-key-file={}",
-                pki.sa_key.display()
+                pki.sa_pub.display()
             ))
             .arg(format!(
                 "--service-account-signing-key-file={}",

@@ -103,6 +103,8 @@ pub struct AcceptRequest<'a> {
     pub work_dir: &'a Path,
     /// Scenarios to run, in order.
     pub scenarios: &'a [Scenario],
+    /// Keep the work directory (logs, request logs) even when accepted.
+    pub keep_logs: bool,
 }
 
 struct Stages<'a> {
@@ -165,7 +167,7 @@ pub async fn accept(
     match result {
         Ok(()) => {
             report.decide();
-            if report.ok() {
+            if report.ok() && !req.keep_logs {
                 let _ = std::fs::remove_dir_all(req.work_dir);
             } else {
                 report.logs = Some(req.work_dir.to_path_buf());
@@ -200,16 +202,16 @@ async fn run(
     let bins = tokio::task::block_in_place(|| {
         control_plane::build(&versions, req.toolchain, req.cache_dir)
     })?;
-    stages.done(
-        "control-plane",
-        t,
-        format!(
-            "kube-apiserver {}, etcd {}{}",
-            versions.kubernetes,
-            versions.etcd,
-            if bins.cached { " (cached)" } else { "" }
-        ),
-    );
+    if !bins.cached {
+        stages.done(
+            "control-plane",
+            t,
+            format!(
+                "kube-apiserver {}, etcd {}",
+                versions.kubernetes, versions.etcd
+            ),
+        );
+    }
     check_interrupt()?;
 
     let io = |e: std::io::Error| AcceptError::Io(format!("{}: {e}", req.work_dir.display()));
@@ -346,6 +348,8 @@ pub struct MinorRequest<'a> {
     pub work_dir: Option<&'a Path>,
     /// Scenarios to run.
     pub scenarios: &'a [Scenario],
+    /// Keep the work directory even when accepted.
+    pub keep_logs: bool,
 }
 
 /// The image tag images.toml gives `minor` (as `build` computes it).
@@ -483,6 +487,7 @@ pub async fn accept_minor(
             cache_dir: req.cache_dir,
             work_dir,
             scenarios: req.scenarios,
+            keep_logs: req.keep_logs,
         },
         reporter,
     )
@@ -500,6 +505,7 @@ pub async fn matrix(
     layout_dir: &Path,
     cache_dir: &Path,
     scenarios: &[Scenario],
+    keep_logs: bool,
     reporter: &dyn Reporter,
 ) -> Result<Vec<AcceptReport>, crate::Error> {
     let mut out = Vec::new();
@@ -513,6 +519,7 @@ pub async fn matrix(
             cache_dir,
             work_dir: None,
             scenarios,
+            keep_logs,
         };
         match accept_minor(&req, reporter).await {
             Ok(r) => out.push(r),

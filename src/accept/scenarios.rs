@@ -440,7 +440,8 @@ async fn s2(c: &Ctx<'_>, reps: &mut Vec<Replica>) -> Result<RunResult, AcceptErr
                     format!(
                         "exited with status {} after {secs:.1} s: `{}`",
                         status.code().map_or("signal".into(), |c| c.to_string()),
-                        shorten(l, 240)
+                        // The patch's message goes on to explain the likely cause.
+                        shorten(l.split(", most likely").next().unwrap_or(l), 240)
                     ),
                 ),
                 _ => RunResult::fail(
@@ -459,9 +460,16 @@ async fn s2(c: &Ctx<'_>, reps: &mut Vec<Replica>) -> Result<RunResult, AcceptErr
     }
     let healthz = healthz(reps[0].secure_port).await;
     let log = reps[0].log();
-    let skipped = line_with(&log, "Skipping \"cloud-node")
-        .map(|l| format!("; log: `{l}`"))
-        .unwrap_or_default();
+    let skipped: Vec<String> = log
+        .lines()
+        .filter(|l| l.contains("Skipping \"cloud-node"))
+        .map(|l| format!("`{}`", klog_message(l)))
+        .collect();
+    let skipped = if skipped.is_empty() {
+        String::new()
+    } else {
+        format!("; log: {}", skipped.join(", "))
+    };
     Ok(RunResult::fail(
         DEADLINE.as_secs_f64(),
         format!(
