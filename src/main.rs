@@ -683,33 +683,28 @@ async fn accept(cli: &Cli, args: &AcceptArgs) -> Result<(), occm_forge::Error> {
     } else {
         args.scenario.clone()
     };
+    let Some(&first) = minors.first() else {
+        return Err(occm_forge::Error::Usage(format!(
+            "{} tracks no minors",
+            args.inputs.config.display()
+        )));
+    };
     let cache = cache_dir(cli);
     let reporter = Terminal::new(cli.quiet, "");
-    let source = args.inputs.source.as_deref();
-    let reports = if let [minor] = minors.as_slice() {
-        let req = accept::MinorRequest {
-            config: &config,
-            minor: *minor,
-            source,
-            layout_dir: &args.layout,
-            cache_dir: &cache,
-            work_dir: None,
-            scenarios: &scenarios,
-            keep_logs: args.keep_logs,
-        };
+    let req = accept::MinorRequest {
+        config: &config,
+        minor: first,
+        source: args.inputs.source.as_deref(),
+        layout_dir: &args.layout,
+        cache_dir: &cache,
+        work_dir: None,
+        scenarios: &scenarios,
+        keep_logs: args.keep_logs,
+    };
+    let reports = if minors.len() == 1 {
         vec![accept::accept_minor(&req, &reporter).await?]
     } else {
-        accept::matrix(
-            &config,
-            &minors,
-            source,
-            &args.layout,
-            &cache,
-            &scenarios,
-            args.keep_logs,
-            &reporter,
-        )
-        .await?
+        accept::matrix(&req, &minors, &reporter).await?
     };
     if let Some(path) = &args.output {
         let now = time::OffsetDateTime::now_utc().unix_timestamp();

@@ -340,7 +340,7 @@ fn real_control_plane() -> occm_forge::accept::control_plane::Binaries {
     use occm_forge::accept::control_plane::{self, Versions};
     let cache = std::env::var_os("OCCM_FORGE_CACHE")
         .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| shared_cache());
+        .unwrap_or_else(shared_cache);
     let toolchain = occm_forge::go::Toolchain::new("1.25.1", &cache);
     control_plane::build(
         &Versions {
@@ -414,7 +414,7 @@ async fn an_occm_that_crashes_fails_the_scenario_and_nothing_is_left_running() {
     tokio::task::block_in_place(real_control_plane);
     let cache = std::env::var_os("OCCM_FORGE_CACHE")
         .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| shared_cache());
+        .unwrap_or_else(shared_cache);
     let dir = tempfile::tempdir().unwrap();
     // "Ours" is a binary that exits 1 at once, packed like the real one.
     let host = accept::binary::host_platform().unwrap();

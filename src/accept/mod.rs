@@ -70,7 +70,7 @@ pub enum AcceptError {
         message: String,
     },
     /// Ours failed scenarios (the table says which and why).
-    #[error("acceptance failed: {0}")]
+    #[error("not accepted: {0}")]
     Failed(String),
     /// A local file-system failure.
     #[error("{0}")]
@@ -495,31 +495,24 @@ pub async fn accept_minor(
     Ok(report)
 }
 
-/// [`accept_minor`] for each of `minors`. A minor whose run fails before a verdict becomes a
-/// report saying why (`not-verified` for an image missing from the layout, `failed` for other
-/// faults), so that the matrix still covers it; images.toml errors end the matrix.
+/// [`accept_minor`] for each of `minors`, with everything else taken from `req` (its `minor`
+/// and `work_dir` are ignored: each minor works in `<layout>/accept/<minor>`). A minor whose run
+/// fails before a verdict becomes a report saying why (`not-verified` for an image missing from
+/// the layout, `failed` for other faults), so that the matrix still covers it; images.toml
+/// errors end the matrix.
 pub async fn matrix(
-    config: &Config,
+    req: &MinorRequest<'_>,
     minors: &[Minor],
-    source: Option<&str>,
-    layout_dir: &Path,
-    cache_dir: &Path,
-    scenarios: &[Scenario],
-    keep_logs: bool,
     reporter: &dyn Reporter,
 ) -> Result<Vec<AcceptReport>, crate::Error> {
+    let config = req.config;
     let mut out = Vec::new();
     for &minor in minors {
         let m = config.minor(minor)?;
         let req = MinorRequest {
-            config,
             minor,
-            source,
-            layout_dir,
-            cache_dir,
             work_dir: None,
-            scenarios,
-            keep_logs,
+            ..req.clone()
         };
         match accept_minor(&req, reporter).await {
             Ok(r) => out.push(r),
