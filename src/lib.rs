@@ -4,7 +4,8 @@
 //!
 //! Stages, one module each, data flowing one way: [`config`] → [`source`] → [`patches`] →
 //! [`go`] (test, build) → [`image`] → [`registry`] (publish) → [`lockfile`]. [`pipeline`]
-//! sequences them; the binary only parses arguments and wires.
+//! sequences them; the binary only parses arguments and wires. [`accept`] runs a built image's
+//! binary against a real kube-apiserver and a simulated OpenStack.
 
 #![warn(missing_docs)]
 

@@ -23,7 +23,7 @@ use serde::Serialize;
 use super::AcceptError;
 use super::cloud::{CloudState, Server, SimulatedCloud};
 use super::kube::{Kube, NodeInit};
-use super::process::{Process, free_port, klog_message, last_error, read_log, shorten};
+use super::process::{Process, free_port, klog_message, last_error, shorten};
 
 /// How long a scenario's own check may take (S1 deletion, S2 exit, S3 initialisation, S4
 /// failover), counted from its start.
@@ -632,11 +632,6 @@ async fn s4(
     };
     r.leader_seconds = leader_seconds;
     Ok(r)
-}
-
-/// Reads a run's OCCM log (for tests and reports).
-pub fn occm_log(dir: &Path, name: &str) -> String {
-    read_log(&dir.join(format!("{name}.log")))
 }
 
 #[cfg(test)]
