@@ -31,8 +31,17 @@ pub const DEADLINE: Duration = Duration::from_secs(60);
 /// How long an OCCM may take to become leader (counted apart from the scenario's own time).
 pub const LEADER_DEADLINE: Duration = Duration::from_secs(60);
 
-/// The line client-go's leader election logs when this process became leader.
+/// What client-go's leader election logs when this process became leader, compared without
+/// case: `successfully acquired lease kube-system/cloud-controller-manager` up to client-go
+/// v0.34, `"Successfully acquired lease" lock="kube-system/cloud-controller-manager"` (structured)
+/// from v0.35 (tools/leaderelection/leaderelection.go).
 pub const LEADER_LINE: &str = "successfully acquired lease";
+
+/// Whether `log` holds [`LEADER_LINE`].
+fn became_leader(log: &str) -> bool {
+    log.lines()
+        .any(|l| l.to_ascii_lowercase().contains(LEADER_LINE))
+}
 /// The message of patch 0004 when cloud-node cannot start.
 pub const PATCH_0004_MESSAGE: &str = "is enabled but did not start";
 /// The node lifecycle controller's line before it deletes a Node.
@@ -271,7 +280,7 @@ async fn wait_leader(reps: &mut [Replica], except: &[usize]) -> Result<usize, St
     let start = Instant::now();
     loop {
         for (i, r) in reps.iter().enumerate() {
-            if !except.contains(&i) && r.log().contains(LEADER_LINE) {
+            if !except.contains(&i) && became_leader(&r.log()) {
                 return Ok(i);
             }
         }
@@ -645,6 +654,19 @@ mod tests {
         assert_eq!(stage_name(Scenario::S4, Side::Control), "S4 control");
         assert!(!Scenario::S1.control_expected_to_pass());
         assert!(Scenario::S3.control_expected_to_pass());
+    }
+
+    #[test]
+    fn leadership_is_read_from_old_and_structured_klog_lines() {
+        assert!(became_leader(
+            "I1201 09:00:00.1 1 leaderelection.go:271] successfully acquired lease kube-system/cloud-controller-manager\n"
+        ));
+        assert!(became_leader(
+            "I1201 11:23:06.649760 18971 leaderelection.go:272] \"Successfully acquired lease\" lock=\"kube-system/cloud-controller-manager\"\n"
+        ));
+        assert!(!became_leader(
+            "I1201 11:23:06.642743 18971 leaderelection.go:258] \"Attempting to acquire leader lease...\" lock=\"kube-system/cloud-controller-manager\"\n"
+        ));
     }
 
     #[test]
