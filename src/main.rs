@@ -720,28 +720,7 @@ async fn accept(cli: &Cli, args: &AcceptArgs) -> Result<(), occm_forge::Error> {
         (false, all) => accept::render_markdown(all),
     };
     print_stdout(&text)?;
-    let bad: Vec<String> = reports
-        .iter()
-        .filter(|r| !r.ok())
-        .map(|r| {
-            let logs = r
-                .logs
-                .as_ref()
-                .map(|l| format!(" (logs in {})", l.display()))
-                .unwrap_or_default();
-            format!(
-                "{} {}: {}{logs}",
-                r.minor,
-                r.verdict.text(),
-                r.reason.as_deref().unwrap_or("see the table")
-            )
-        })
-        .collect();
-    if bad.is_empty() {
-        Ok(())
-    } else {
-        Err(accept::AcceptError::Failed(bad.join("; ")).into())
-    }
+    accept::require_accepted(&reports).map_err(Into::into)
 }
 
 fn print_stdout(text: &str) -> Result<(), occm_forge::Error> {

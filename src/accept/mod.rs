@@ -21,7 +21,7 @@ pub mod scenarios;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-pub use report::{AcceptReport, ScenarioRow, Verdict, document, render_markdown};
+pub use report::{AcceptReport, ScenarioRow, Verdict, document, render_markdown, require_accepted};
 pub use scenarios::{Scenario, Side};
 
 use crate::config::{Config, Minor};

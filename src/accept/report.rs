@@ -162,6 +162,33 @@ impl AcceptReport {
     }
 }
 
+/// `Ok` when every report is accepted, else [`super::AcceptError::Failed`] naming each minor
+/// that is not, its verdict and reason, and where its logs are.
+pub fn require_accepted(reports: &[AcceptReport]) -> Result<(), super::AcceptError> {
+    let bad: Vec<String> = reports
+        .iter()
+        .filter(|r| !r.ok())
+        .map(|r| {
+            let logs = r
+                .logs
+                .as_ref()
+                .map(|l| format!(" (logs in {})", l.display()))
+                .unwrap_or_default();
+            format!(
+                "{} {}: {}{logs}",
+                r.minor,
+                r.verdict.text(),
+                r.reason.as_deref().unwrap_or("see the table")
+            )
+        })
+        .collect();
+    if bad.is_empty() {
+        Ok(())
+    } else {
+        Err(super::AcceptError::Failed(bad.join("; ")))
+    }
+}
+
 fn cell(text: &str) -> String {
     text.replace('|', "\\|").replace('\n', " ")
 }
@@ -377,5 +404,14 @@ mod tests {
         let json = serde_json::to_value(&r).unwrap();
         assert_eq!(json["verdict"], "not-verified");
         assert!(!r.ok());
+        assert_eq!(
+            require_accepted(std::slice::from_ref(&r))
+                .unwrap_err()
+                .to_string(),
+            "not accepted: 1.31 NOT VERIFIED: the Go module proxy refuses k8s.io/kubernetes@v1.31.11 (403 Forbidden), needed to build kube-apiserver"
+        );
+        let mut ok = report();
+        ok.decide();
+        assert!(require_accepted(&[ok]).is_ok());
     }
 }
