@@ -300,6 +300,7 @@ pub fn rebuild_plan(
         replace_tag: false,
         wait_for_lock: true,
         force: true,
+        accept: false,
     };
     BuildPlan::resolve(&config, minor, &overrides)
 }

@@ -13,6 +13,7 @@
 //!   [`go`] (test, build), [`image`], [`describe`], [`registry::publish`], [`digest_manifest`].
 //! - [`stage`] (the `Stage` trait and `Runner`), [`stages`] (the build's stages),
 //!   [`plan`] (settings resolved once into a `BuildPlan`), [`pipeline`] (the build).
+//! - [`accept`]: the image's binary against a real kube-apiserver and a simulated OpenStack.
 //! - Commands built on them: [`redgreen`] (`patches verify`), [`audit`] (`verify`), [`pin`],
 //!   [`upstream`], [`render`], and [`report`] (the text every command prints).
 //!
@@ -20,6 +21,7 @@
 
 #![warn(missing_docs)]
 
+pub mod accept;
 pub mod audit;
 pub mod config;
 pub mod copy;
@@ -109,13 +111,18 @@ pub enum Error {
     /// A local file-system failure outside the stages.
     #[error("{0}")]
     Io(String),
+    /// `accept`: a scenario failed on ours, the minor could not be verified, or the acceptance
+    /// run itself failed (the message names the part).
+    #[error("accept: {0}")]
+    Accept(#[from] accept::AcceptError),
 }
 
 impl Error {
     /// Exit status: 2 usage/config, 3 source, 4 patches (also a series that needs go.mod/go.sum
-    /// changes it does not carry), 5 tests, 6 build (and a Go toolchain
-    /// that cannot be had), 7 image, 8 registry,
-    /// 9 digest manifest, 10 registry does not match the digest manifest (`verify`), 1 anything else.
+    /// changes it does not carry), 5 tests, 6 build (and a Go toolchain that cannot be had),
+    /// 7 image, 8 registry, 9 digest manifest, 10 registry does not match the digest manifest
+    /// (`verify`), 11 copy found the target holding other bytes, 12 acceptance failed or not
+    /// verified (`accept`, `build --accept`), 1 anything else.
     pub fn exit_code(&self) -> u8 {
         match self {
             Error::Usage(_) | Error::Config(_) | Error::Render(_) | Error::Crs(_) => 2,
@@ -132,6 +139,7 @@ impl Error {
             Error::Mismatch(_) => 10,
             Error::Interrupted(sig) => (128 + sig).clamp(0, 255) as u8,
             Error::Io(_) => 1,
+            Error::Accept(_) => 12,
         }
     }
 }

@@ -1,4 +1,5 @@
-//! The build pipeline: source → patches → test → build → image → describe → publish → record.
+//! The build pipeline: inputs → source → patches → test → build → image → describe → (accept) →
+//! publish → record.
 //!
 //! [`build`] takes a resolved [`BuildPlan`] and lists the stages (`crate::stages`); the
 //! [`Runner`] times and reports them. Nothing is recorded unless every stage succeeded, and all
@@ -186,6 +187,9 @@ async fn steps(
         })
         .await?;
     drop(layout_lock);
+    if plan.accept {
+        run.run(stages::AcceptStage { plan }).await?;
+    }
     if plan.push {
         run.run(stages::PublishStage {
             registry,

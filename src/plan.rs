@@ -113,6 +113,8 @@ pub struct Overrides {
     pub wait_for_lock: bool,
     /// `--force`: build even when the recorded entry is up to date.
     pub force: bool,
+    /// `--accept`: run the acceptance stage before publish.
+    pub accept: bool,
 }
 
 /// The base an image is stacked on, parsed once.
@@ -186,6 +188,8 @@ pub struct BuildPlan {
     pub fragment_reset: bool,
     /// Build even when the recorded entry is up to date.
     pub force: bool,
+    /// Run the acceptance stage (`crate::stages::AcceptStage`) after describe, before publish.
+    pub accept: bool,
 }
 
 impl BuildPlan {
@@ -249,6 +253,7 @@ impl BuildPlan {
             fragment: o.manifest_fragment.is_some(),
             fragment_reset: o.manifest_fragment.is_some(),
             force: o.force,
+            accept: o.accept,
         })
     }
 

@@ -61,6 +61,11 @@ pub struct BuildArgs {
     /// Build even when the recorded entry is up to date (same inputs, result still there).
     #[arg(long)]
     force: bool,
+    /// Before publishing, run the image's binary and the unpatched control against a real
+    /// kube-apiserver and the simulated OpenStack (`occm-forge accept`); a minor that is not
+    /// accepted stops before publish and record (exit 12). Not run for an up-to-date minor.
+    #[arg(long)]
+    accept: bool,
     /// With several minors, stop at the first one that fails.
     #[arg(long)]
     fail_fast: bool,
@@ -81,6 +86,7 @@ impl BuildArgs {
             replace_tag: self.replace_tag,
             wait_for_lock: !self.no_wait,
             force: self.force,
+            accept: self.accept,
         })
     }
 

@@ -2,6 +2,7 @@
 //! one small file per command. Each command resolves its inputs through `occm_forge::plan`,
 //! calls one library entry, and prints through [`output`].
 
+mod accept;
 mod build;
 mod copy;
 mod manifest;
@@ -69,6 +70,10 @@ enum Command {
     /// Patch series checks on the real upstream tree.
     #[command(subcommand)]
     Patches(patches::PatchesCommand),
+    /// Acceptance in a simulated cloud: the image's binary and the unpatched upstream build of
+    /// the same tag against a real kube-apiserver and a simulated OpenStack. Exit status 12 when
+    /// a minor is not accepted.
+    Accept(accept::AcceptArgs),
 }
 
 /// How registries are reached.
@@ -149,5 +154,6 @@ pub async fn run(cli: &Cli) -> Result<u8, Error> {
         Command::Minors(args) => minors::run(args),
         Command::Manifest(cmd) => manifest::run(cli, cmd),
         Command::Patches(cmd) => patches::run(cli, cmd).await,
+        Command::Accept(args) => accept::run(cli, args).await,
     }
 }

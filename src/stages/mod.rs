@@ -5,6 +5,7 @@
 //! `digest_manifest::record`) and words its stage line. `pipeline::build` lists them;
 //! `patches verify` and `verify --rebuild` run the same stages through the same runner.
 
+pub mod accept;
 pub mod build;
 pub mod describe;
 pub mod image;
@@ -15,6 +16,7 @@ pub mod record;
 pub mod source;
 pub mod test;
 
+pub use accept::AcceptStage;
 pub use build::BuildStage;
 pub use describe::{DescribeStage, Described};
 pub use image::ImageStage;

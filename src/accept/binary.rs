@@ -1,0 +1,417 @@
+//! The two OCCM binaries an acceptance run compares: ours, taken out of the built OCI layout
+//! (the host platform's layer, as pushed), and the control, upstream's unpatched tree of the
+//! same tag built with the same toolchain and flags (cached like any build).
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use super::AcceptError;
+use crate::config::Platform;
+use crate::go::Toolchain;
+use crate::image::layout;
+use crate::image::spec::{Index, Manifest, keys};
+
+/// Path of the binary inside the image's layer (upstream Dockerfile L72).
+pub const LAYER_PATH: &str = "bin/openstack-cloud-controller-manager";
+
+/// The platform of this machine (`linux/amd64`, `linux/arm64`, …).
+///
+/// Errors: [`AcceptError::Input`] on an OS or architecture no OCCM image is built for.
+pub fn host_platform() -> Result<Platform, AcceptError> {
+    let arch = match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        "powerpc64" => "ppc64le",
+        "s390x" => "s390x",
+        "riscv64" => "riscv64",
+        "arm" => "arm",
+        other => other,
+    };
+    format!("{}/{arch}", std::env::consts::OS)
+        .parse()
+        .map_err(|e: String| AcceptError::Input {
+            part: "host".into(),
+            message: e,
+        })
+}
+
+/// Where ours came from.
+#[derive(Debug, Clone, Serialize)]
+pub struct Extracted {
+    /// The binary written.
+    pub path: PathBuf,
+    /// Digest of the image index tagged with the tag in the layout.
+    pub index_digest: String,
+    /// Digest of the host platform's manifest.
+    pub manifest_digest: String,
+    /// Digest of the layer holding the binary.
+    pub layer_digest: String,
+}
+
+fn input(part: impl Into<String>, message: impl Into<String>) -> AcceptError {
+    AcceptError::Input {
+        part: part.into(),
+        message: message.into(),
+    }
+}
+
+/// Reads a blob and checks it against its digest.
+fn verified_blob(layout_dir: &Path, digest: &str) -> Result<Vec<u8>, AcceptError> {
+    let bytes = layout::read_blob(layout_dir, digest).map_err(|e| {
+        input(
+            format!("layout {}", layout_dir.display()),
+            format!("blob {digest}: {e}"),
+        )
+    })?;
+    if crate::util::sha256_digest(&bytes) != digest {
+        return Err(input(
+            format!("layout {}", layout_dir.display()),
+            format!("blob {digest} does not match its digest"),
+        ));
+    }
+    Ok(bytes)
+}
+
+/// Takes `bin/openstack-cloud-controller-manager` for `platform` out of the image tagged `tag`
+/// in the OCI layout `layout_dir` (index.json → image index → the platform's manifest → the
+/// last layer holding the file; every blob checked against its digest) and writes it to `dest`
+/// (mode 0755), then checks that it is an ELF executable for `platform`.
+///
+/// Errors: [`AcceptError::Input`] naming the layout, the tag (listing the tags it has), the
+/// platform (listing those it has) or the binary (not in any layer; not an ELF for this host).
+pub fn extract_from_layout(
+    layout_dir: &Path,
+    tag: &str,
+    platform: &Platform,
+    dest: &Path,
+) -> Result<Extracted, AcceptError> {
+    let part = format!("layout {}", layout_dir.display());
+    let index_json = layout_dir.join("index.json");
+    let top: Index = serde_json::from_slice(
+        &std::fs::read(&index_json)
+            .map_err(|e| input(&part, format!("{}: {e}", index_json.display())))?,
+    )
+    .map_err(|e| input(&part, format!("index.json: {e}")))?;
+    let Some(entry) = top
+        .manifests
+        .iter()
+        .find(|d| d.annotations.get(keys::REF_NAME).map(String::as_str) == Some(tag))
+    else {
+        let tags: Vec<&str> = top
+            .manifests
+            .iter()
+            .filter_map(|d| d.annotations.get(keys::REF_NAME).map(String::as_str))
+            .collect();
+        return Err(input(
+            &part,
+            format!(
+                "no image tagged {tag} (it has: {}); build it with `occm-forge build --output {}`",
+                if tags.is_empty() {
+                    "none".to_string()
+                } else {
+                    tags.join(", ")
+                },
+                layout_dir.display()
+            ),
+        ));
+    };
+    let index: Index = serde_json::from_slice(&verified_blob(layout_dir, &entry.digest)?)
+        .map_err(|e| input(&part, format!("image index {}: {e}", entry.digest)))?;
+    let wanted = |d: &&crate::image::spec::Descriptor| {
+        d.platform
+            .as_ref()
+            .is_some_and(|p| p.os == platform.os && p.architecture == platform.arch)
+    };
+    let Some(md) = index.manifests.iter().find(wanted) else {
+        let have: Vec<String> = index
+            .manifests
+            .iter()
+            .filter_map(|d| d.platform.as_ref())
+            .map(|p| format!("{}/{}", p.os, p.architecture))
+            .collect();
+        return Err(input(
+            format!("image {tag}"),
+            format!(
+                "has no {platform} manifest, so no binary for this host (it has: {})",
+                have.join(", ")
+            ),
+        ));
+    };
+    let manifest: Manifest = serde_json::from_slice(&verified_blob(layout_dir, &md.digest)?)
+        .map_err(|e| input(&part, format!("manifest {}: {e}", md.digest)))?;
+    for layer in manifest.layers.iter().rev() {
+        let blob = verified_blob(layout_dir, &layer.digest)?;
+        let reader: Box<dyn Read> = if layer.media_type.ends_with("gzip") {
+            Box::new(flate2::read::GzDecoder::new(&blob[..]))
+        } else {
+            Box::new(&blob[..])
+        };
+        let mut archive = tar::Archive::new(reader);
+        let entries = archive
+            .entries()
+            .map_err(|e| input(&part, format!("layer {}: {e}", layer.digest)))?;
+        for e in entries {
+            let mut e = e.map_err(|e| input(&part, format!("layer {}: {e}", layer.digest)))?;
+            let path = e
+                .path()
+                .map(|p| {
+                    p.to_string_lossy()
+                        .trim_start_matches("./")
+                        .trim_start_matches('/')
+                        .to_string()
+                })
+                .unwrap_or_default();
+            if path != LAYER_PATH {
+                continue;
+            }
+            let mut data = Vec::new();
+            e.read_to_end(&mut data)
+                .map_err(|e| input(&part, format!("layer {}: {e}", layer.digest)))?;
+            check_elf(&data, platform).map_err(|m| {
+                input(
+                    format!("image {tag}"),
+                    format!("{LAYER_PATH} in layer {}: {m}", layer.digest),
+                )
+            })?;
+            write_executable(dest, &data)?;
+            return Ok(Extracted {
+                path: dest.to_path_buf(),
+                index_digest: entry.digest.clone(),
+                manifest_digest: md.digest.clone(),
+                layer_digest: layer.digest.clone(),
+            });
+        }
+    }
+    Err(input(
+        format!("image {tag}"),
+        format!(
+            "no layer of its {platform} manifest {} holds {LAYER_PATH}",
+            md.digest
+        ),
+    ))
+}
+
+fn write_executable(dest: &Path, data: &[u8]) -> Result<(), AcceptError> {
+    use std::os::unix::fs::PermissionsExt;
+    let io = |e: std::io::Error| AcceptError::Io(format!("{}: {e}", dest.display()));
+    if let Some(dir) = dest.parent() {
+        std::fs::create_dir_all(dir).map_err(io)?;
+    }
+    std::fs::write(dest, data).map_err(io)?;
+    std::fs::set_permissions(dest, std::fs::Permissions::from_mode(0o755)).map_err(io)
+}
+
+/// The ELF `e_machine` of a Go architecture (System V ABI; elf.h `EM_*`).
+fn elf_machine(arch: &str) -> Option<u16> {
+    Some(match arch {
+        "amd64" => 62,
+        "arm64" => 183,
+        "arm" => 40,
+        "ppc64le" => 21,
+        "s390x" => 22,
+        "riscv64" => 243,
+        _ => return None,
+    })
+}
+
+fn elf_arch_name(machine: u16) -> String {
+    match machine {
+        62 => "x86-64 (amd64)".into(),
+        183 => "AArch64 (arm64)".into(),
+        40 => "ARM".into(),
+        21 => "PowerPC64".into(),
+        22 => "s390x".into(),
+        243 => "RISC-V".into(),
+        m => format!("machine {m}"),
+    }
+}
+
+/// Checks that `data` starts like an ELF executable for `platform`'s architecture.
+///
+/// Errors: a one-line cause (`not an ELF executable`, `an ELF for AArch64 (arm64), not for linux/amd64`).
+pub fn check_elf(data: &[u8], platform: &Platform) -> Result<(), String> {
+    if data.len() < 20 || &data[..4] != b"\x7fELF" {
+        return Err("not an ELF executable".into());
+    }
+    let machine = if data[5] == 2 {
+        u16::from_be_bytes([data[18], data[19]])
+    } else {
+        u16::from_le_bytes([data[18], data[19]])
+    };
+    match elf_machine(&platform.arch) {
+        Some(m) if m == machine => Ok(()),
+        _ => Err(format!(
+            "an ELF for {}, not for {platform}",
+            elf_arch_name(machine)
+        )),
+    }
+}
+
+/// Checks the file at `path` with [`check_elf`]; `part` names it in the error.
+pub fn check_binary(path: &Path, platform: &Platform, part: &str) -> Result<(), AcceptError> {
+    let mut head = [0u8; 20];
+    let mut f =
+        std::fs::File::open(path).map_err(|e| input(part, format!("{}: {e}", path.display())))?;
+    let n = f
+        .read(&mut head)
+        .map_err(|e| input(part, format!("{}: {e}", path.display())))?;
+    check_elf(&head[..n], platform).map_err(|m| input(part, format!("{}: {m}", path.display())))
+}
+
+/// What to build as the control.
+#[derive(Debug, Clone)]
+pub struct ControlRequest<'a> {
+    /// Upstream git URL or local mirror.
+    pub source: &'a str,
+    /// Upstream tag, e.g. `v1.34.1`.
+    pub upstream_tag: &'a str,
+    /// The commit the tag must point at (images.toml).
+    pub commit: &'a str,
+    /// The images.toml that pins it, for messages.
+    pub config: &'a str,
+    /// Toolchain and Go caches (the minor's, as for ours).
+    pub toolchain: &'a Toolchain,
+    /// occm-forge's cache directory.
+    pub cache_dir: &'a Path,
+    /// The platform to build for (the host's).
+    pub platform: &'a Platform,
+}
+
+/// The control binary and the upstream go.mod it was built from.
+#[derive(Debug, Clone)]
+pub struct Control {
+    /// The unpatched upstream binary.
+    pub binary: PathBuf,
+    /// The upstream tree's go.mod (the Kubernetes and etcd versions come from it).
+    pub go_mod: Vec<u8>,
+    /// Whether it came from the cache.
+    pub cached: bool,
+}
+
+/// The unpatched upstream OCCM of `req.upstream_tag`, built like ours (`go::build::build`:
+/// `CGO_ENABLED=0 -trimpath -buildvcs=false`, upstream's ldflags with the upstream tag as
+/// version) for the host platform, cached in
+/// `<cache>/accept/control/<tag>-<commit 12>-go<version>-<os>-<arch>/` with the tree's go.mod.
+///
+/// Errors: source errors as in `build`; [`AcceptError::NotVerified`] when the Go module proxy
+/// refuses a module; [`AcceptError::Build`] for other build failures.
+pub fn build_control(req: &ControlRequest<'_>) -> Result<Control, crate::Error> {
+    let dir = req.cache_dir.join("accept").join("control").join(format!(
+        "{}-{}-go{}-{}-{}",
+        req.upstream_tag,
+        &req.commit[..12.min(req.commit.len())],
+        req.toolchain.version,
+        req.platform.os,
+        req.platform.arch
+    ));
+    let binary = dir.join("openstack-cloud-controller-manager");
+    let go_mod_path = dir.join("go.mod");
+    let io = |e: std::io::Error| crate::Error::Io(format!("{}: {e}", dir.display()));
+    if binary.is_file()
+        && let Ok(go_mod) = std::fs::read(&go_mod_path)
+    {
+        return Ok(Control {
+            binary,
+            go_mod,
+            cached: true,
+        });
+    }
+    let scratch =
+        crate::util::scratch_dir(req.cache_dir, "accept-control-").map_err(crate::Error::Io)?;
+    let tree = crate::source::checkout(&crate::source::SourceRequest {
+        url: req.source,
+        tag: req.upstream_tag,
+        pinned_commit: req.commit,
+        config: req.config,
+        cache_dir: req.cache_dir,
+        tree_dir: &scratch.path().join("src"),
+    })?;
+    let go_mod = std::fs::read(tree.path.join("go.mod")).map_err(io)?;
+    let built = crate::go::build::build(&crate::go::build::BuildRequest {
+        dir: &tree.path,
+        toolchain: req.toolchain,
+        version: req.upstream_tag,
+        platforms: std::slice::from_ref(req.platform),
+        out_dir: &scratch.path().join("bin"),
+    })
+    .map_err(|e| match refused(&e.message) {
+        Some(m) => crate::Error::Accept(AcceptError::NotVerified(format!(
+            "the Go module proxy refuses {m}, needed to build the control"
+        ))),
+        None => crate::Error::Accept(AcceptError::Build {
+            part: format!("control (upstream {})", req.upstream_tag),
+            message: e.message,
+        }),
+    })?;
+    std::fs::create_dir_all(&dir).map_err(io)?;
+    let tmp = dir.join(format!(".binary.tmp{}", std::process::id()));
+    std::fs::copy(&built[0].path, &tmp).map_err(io)?;
+    crate::util::write_file_atomically(&go_mod_path, &go_mod).map_err(io)?;
+    std::fs::rename(&tmp, &binary).map_err(io)?;
+    Ok(Control {
+        binary,
+        go_mod,
+        cached: false,
+    })
+}
+
+/// The module list of a `module downloads failed: …` build message.
+fn refused(message: &str) -> Option<&str> {
+    message
+        .split_once("module downloads failed: ")
+        .map(|(_, m)| m.trim())
+}
+
+/// Reads the upstream go.mod of `tag` from the shared object store without a build (for a
+/// minor whose control cannot be built).
+pub fn upstream_go_mod(
+    source: &str,
+    tag: &str,
+    commit: &str,
+    config: &str,
+    cache_dir: &Path,
+) -> Result<Vec<u8>, crate::Error> {
+    let scratch = crate::util::scratch_dir(cache_dir, "accept-gomod-").map_err(crate::Error::Io)?;
+    let tree = crate::source::checkout(&crate::source::SourceRequest {
+        url: source,
+        tag,
+        pinned_commit: commit,
+        config,
+        cache_dir,
+        tree_dir: &scratch.path().join("src"),
+    })?;
+    std::fs::read(tree.path.join("go.mod"))
+        .map_err(|e| crate::Error::Io(format!("{}: {e}", tree.path.join("go.mod").display())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn elf(machine: u16) -> Vec<u8> {
+        let mut h = vec![0u8; 64];
+        h[..4].copy_from_slice(b"\x7fELF");
+        h[4] = 2;
+        h[5] = 1;
+        h[18..20].copy_from_slice(&machine.to_le_bytes());
+        h
+    }
+
+    #[test]
+    fn elf_headers_are_matched_to_the_platform() {
+        let amd64: Platform = "linux/amd64".parse().unwrap();
+        let arm64: Platform = "linux/arm64".parse().unwrap();
+        assert!(check_elf(&elf(62), &amd64).is_ok());
+        assert_eq!(
+            check_elf(&elf(183), &amd64).unwrap_err(),
+            "an ELF for AArch64 (arm64), not for linux/amd64"
+        );
+        assert!(check_elf(&elf(183), &arm64).is_ok());
+        assert_eq!(
+            check_elf(b"#!/bin/sh\n", &amd64).unwrap_err(),
+            "not an ELF executable"
+        );
+    }
+}

@@ -1,0 +1,249 @@
+//! The few Kubernetes API calls the scenarios make, over plain HTTPS with the control plane's
+//! CA and bearer token (no kubectl): Nodes (create, status, read, delete) and the leader-election
+//! Lease.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use super::AcceptError;
+
+/// The taint a kubelet started with `--cloud-provider=external` puts on its Node until the cloud
+/// node controller has initialised it (k8s.io/cloud-provider/api `TaintExternalCloudProvider`).
+pub const UNINITIALIZED_TAINT: &str = "node.cloudprovider.kubernetes.io/uninitialized";
+/// The Lease OCCM's replicas elect their leader with (k8s.io/cloud-provider
+/// options `--leader-elect-resource-name` default).
+pub const LEASE: &str = "cloud-controller-manager";
+/// The Lease's namespace (`--leader-elect-resource-namespace` default).
+pub const LEASE_NAMESPACE: &str = "kube-system";
+
+/// A Kubernetes API client for one control plane.
+#[derive(Clone)]
+pub struct Kube {
+    base: String,
+    token: String,
+    http: reqwest::Client,
+}
+
+fn api(message: String) -> AcceptError {
+    AcceptError::ControlPlane {
+        part: "kube-apiserver".into(),
+        message,
+    }
+}
+
+impl Kube {
+    /// A client for `base` (`https://127.0.0.1:<port>`) trusting only `ca_pem`.
+    pub fn new(base: &str, ca_pem: &str, token: &str) -> Result<Kube, AcceptError> {
+        let ca = reqwest::Certificate::from_pem(ca_pem.as_bytes())
+            .map_err(|e| api(format!("CA certificate: {e}")))?;
+        let http = reqwest::Client::builder()
+            .tls_certs_only([ca])
+            .timeout(Duration::from_secs(10))
+            .build()
+            .map_err(|e| api(format!("HTTP client: {e}")))?;
+        Ok(Kube {
+            base: base.to_string(),
+            token: token.to_string(),
+            http,
+        })
+    }
+
+    async fn call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<(&str, Value)>,
+    ) -> Result<(u16, Value), AcceptError> {
+        let mut req = self
+            .http
+            .request(method.clone(), format!("{}{path}", self.base))
+            .bearer_auth(&self.token);
+        if let Some((content_type, body)) = body {
+            req = req
+                .header("Content-Type", content_type)
+                .body(serde_json::to_vec(&body).expect("JSON serialises"));
+        }
+        let resp = req
+            .send()
+            .await
+            .map_err(|e| api(format!("{method} {path}: {e}")))?;
+        let status = resp.status().as_u16();
+        let value = resp.json::<Value>().await.unwrap_or(Value::Null);
+        Ok((status, value))
+    }
+
+    async fn expect(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<(&str, Value)>,
+        ok: &[u16],
+    ) -> Result<Value, AcceptError> {
+        let (status, value) = self.call(method.clone(), path, body).await?;
+        if ok.contains(&status) || (200..300).contains(&status) {
+            Ok(value)
+        } else {
+            Err(api(format!(
+                "{method} {path}: {status} {}",
+                value["message"].as_str().unwrap_or("")
+            )))
+        }
+    }
+
+    /// Creates a Node the way a kubelet registers one: no provider ID, and with
+    /// `uninitialized` the cloud provider's `NoSchedule` taint.
+    pub async fn create_node(&self, name: &str, uninitialized: bool) -> Result<(), AcceptError> {
+        let mut node = json!({
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+            "spec": {}
+        });
+        if uninitialized {
+            node["spec"]["taints"] =
+                json!([{"key": UNINITIALIZED_TAINT, "value": "true", "effect": "NoSchedule"}]);
+        }
+        self.expect(
+            reqwest::Method::POST,
+            "/api/v1/nodes",
+            Some(("application/json", node)),
+            &[],
+        )
+        .await
+        .map(drop)
+    }
+
+    /// Sets the Node's `Ready` condition (`False`: the kubelet stopped posting status).
+    pub async fn set_ready(&self, name: &str, ready: bool) -> Result<(), AcceptError> {
+        let now = crate::util::rfc3339(time::OffsetDateTime::now_utc().unix_timestamp());
+        let (status, reason) = if ready {
+            ("True", "KubeletReady")
+        } else {
+            ("False", "KubeletNotReady")
+        };
+        let patch = json!({"status": {"conditions": [{
+            "type": "Ready", "status": status, "reason": reason,
+            "message": "set by occm-forge accept",
+            "lastHeartbeatTime": now, "lastTransitionTime": now
+        }]}});
+        self.expect(
+            reqwest::Method::PATCH,
+            &format!("/api/v1/nodes/{name}/status"),
+            Some(("application/merge-patch+json", patch)),
+            &[],
+        )
+        .await
+        .map(drop)
+    }
+
+    /// The Node, or `None` when it does not exist (404).
+    pub async fn node(&self, name: &str) -> Result<Option<Value>, AcceptError> {
+        let (status, v) = self
+            .call(reqwest::Method::GET, &format!("/api/v1/nodes/{name}"), None)
+            .await?;
+        match status {
+            404 => Ok(None),
+            200 => Ok(Some(v)),
+            s => Err(api(format!("GET /api/v1/nodes/{name}: {s}"))),
+        }
+    }
+
+    /// Deletes every Node and the leader-election Lease (a clean cluster for the next run).
+    pub async fn reset(&self) -> Result<(), AcceptError> {
+        self.expect(reqwest::Method::DELETE, "/api/v1/nodes", None, &[])
+            .await?;
+        self.expect(
+            reqwest::Method::DELETE,
+            &format!("/apis/coordination.k8s.io/v1/namespaces/{LEASE_NAMESPACE}/leases/{LEASE}"),
+            None,
+            &[404],
+        )
+        .await
+        .map(drop)
+    }
+
+    /// The Lease's `spec.holderIdentity`, if the Lease exists and is held.
+    pub async fn lease_holder(&self) -> Result<Option<String>, AcceptError> {
+        let (status, v) = self
+            .call(
+                reqwest::Method::GET,
+                &format!(
+                    "/apis/coordination.k8s.io/v1/namespaces/{LEASE_NAMESPACE}/leases/{LEASE}"
+                ),
+                None,
+            )
+            .await?;
+        if status != 200 {
+            return Ok(None);
+        }
+        Ok(v["spec"]["holderIdentity"]
+            .as_str()
+            .filter(|h| !h.is_empty())
+            .map(str::to_string))
+    }
+}
+
+/// What the cloud node controller has done to a Node so far.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NodeInit {
+    /// `spec.providerID`.
+    pub provider_id: String,
+    /// `status.addresses` of type `InternalIP`.
+    pub internal_ips: Vec<String>,
+    /// Whether the `uninitialized` taint is still there.
+    pub tainted: bool,
+}
+
+impl NodeInit {
+    /// Reads it from a Node object.
+    pub fn of(node: &Value) -> NodeInit {
+        NodeInit {
+            provider_id: node["spec"]["providerID"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+            internal_ips: node["status"]["addresses"]
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .filter(|x| x["type"] == "InternalIP")
+                        .filter_map(|x| x["address"].as_str().map(str::to_string))
+                        .collect()
+                })
+                .unwrap_or_default(),
+            tainted: node["spec"]["taints"]
+                .as_array()
+                .is_some_and(|t| t.iter().any(|t| t["key"] == UNINITIALIZED_TAINT)),
+        }
+    }
+
+    /// Whether the Node is initialised for `server_id` with `ip`.
+    pub fn done(&self, server_id: &str, ip: &str) -> bool {
+        self.provider_id == format!("openstack:///{server_id}")
+            && self.internal_ips.iter().any(|a| a == ip)
+            && !self.tainted
+    }
+
+    /// One line: what is there and what is missing.
+    pub fn describe(&self) -> String {
+        format!(
+            "providerID {}, InternalIP {}, taint {}",
+            if self.provider_id.is_empty() {
+                "empty"
+            } else {
+                &self.provider_id
+            },
+            if self.internal_ips.is_empty() {
+                "none".to_string()
+            } else {
+                self.internal_ips.join(",")
+            },
+            if self.tainted {
+                "still there"
+            } else {
+                "removed"
+            }
+        )
+    }
+}

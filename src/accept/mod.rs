@@ -1,0 +1,645 @@
+//! Acceptance in a simulated cloud (`occm-forge accept`): the image's own OCCM binary, and as
+//! the control the unpatched upstream build of the same tag, run the way the Helm chart runs
+//! them against a real etcd + kube-apiserver and a simulated OpenStack, through the bug report's
+//! scenarios (see [`scenarios::Scenario`]).
+//!
+//! Parts: [`binary`] (ours out of the OCI layout; the control build), [`control_plane`] (etcd
+//! and kube-apiserver built through the Go module proxy, cached per Kubernetes version, started
+//! on loopback), [`cloud`] (the simulated Keystone, Nova and Neutron), [`kube`] (the API calls
+//! the scenarios make), [`scenarios`] and [`report`]. [`accept`] is the entry given everything
+//! as plain data; [`accept_minor`] derives that data from images.toml for one minor (builds
+//! the control as needed); [`matrix`] does it for several minors.
+
+pub mod binary;
+pub mod cloud;
+pub mod control_plane;
+pub mod kube;
+mod process;
+pub mod report;
+pub mod scenarios;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+pub use report::{AcceptReport, ScenarioRow, Verdict, document, render_markdown, require_accepted};
+pub use scenarios::{Scenario, Side};
+
+use crate::config::{Config, Minor};
+use crate::go::Toolchain;
+use crate::stage::{Reporter, StageReport};
+
+/// How long the apiserver may take to answer `/readyz`.
+pub const APISERVER_READY_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// Acceptance failures. `Display` is one line naming the part.
+#[derive(Debug, thiserror::Error)]
+pub enum AcceptError {
+    /// The minor cannot be tested here (e.g. the Go module proxy refuses a module): never a pass.
+    #[error("NOT VERIFIED: {0}")]
+    NotVerified(String),
+    /// Bad input: the layout, the image, its binary, go.mod, the host.
+    #[error("{part}: {message}")]
+    Input {
+        /// What is wrong (`layout out`, `image v1.34.1-occmforge.1`, `go.mod`, `control`).
+        part: String,
+        /// Why.
+        message: String,
+    },
+    /// Building etcd, kube-apiserver or the control failed.
+    #[error("building {part}: {message}")]
+    Build {
+        /// What was built.
+        part: String,
+        /// The tail of the compiler output.
+        message: String,
+    },
+    /// etcd or kube-apiserver did not start, did not get ready, crashed, or refused a request.
+    #[error("{part}: {message}")]
+    ControlPlane {
+        /// `etcd` or `kube-apiserver`.
+        part: String,
+        /// Why, with the last error line of its log.
+        message: String,
+    },
+    /// An OCCM process could not be started.
+    #[error("openstack-cloud-controller-manager {name}: {message}")]
+    Occm {
+        /// Which replica.
+        name: String,
+        /// Why.
+        message: String,
+    },
+    /// Ours failed scenarios (the table says which and why).
+    #[error("not accepted: {0}")]
+    Failed(String),
+    /// A local file-system failure.
+    #[error("{0}")]
+    Io(String),
+    /// SIGINT or SIGTERM arrived.
+    #[error("interrupted")]
+    Interrupted,
+}
+
+/// Everything one acceptance run needs, as plain data.
+#[derive(Debug, Clone)]
+pub struct AcceptRequest<'a> {
+    /// The Kubernetes minor (for the report).
+    pub minor: Minor,
+    /// Upstream tag, e.g. `v1.34.1` (for the report).
+    pub upstream_tag: &'a str,
+    /// The upstream tree's go.mod: `k8s.io/kubernetes` and `go.etcd.io/etcd/*/v3` versions.
+    pub go_mod: &'a [u8],
+    /// The OCI layout holding our image.
+    pub layout_dir: &'a Path,
+    /// Our image's tag in that layout (`ref.name`).
+    pub image_tag: &'a str,
+    /// The control binary (unpatched upstream, host platform); see [`binary::build_control`].
+    pub control_binary: &'a Path,
+    /// Toolchain and Go caches to build etcd and kube-apiserver with.
+    pub toolchain: &'a Toolchain,
+    /// occm-forge's cache (`<cache>/accept/<kubernetes version>/` holds the control plane).
+    pub cache_dir: &'a Path,
+    /// Work and log directory (created; removed when accepted, kept otherwise).
+    pub work_dir: &'a Path,
+    /// Scenarios to run, in order.
+    pub scenarios: &'a [Scenario],
+    /// Keep the work directory (logs, request logs) even when accepted.
+    pub keep_logs: bool,
+}
+
+struct Stages<'a> {
+    reporter: &'a dyn Reporter,
+    reports: Vec<StageReport>,
+}
+
+impl Stages<'_> {
+    fn start(&self, stage: &'static str) -> std::time::Instant {
+        self.reporter.started(stage);
+        std::time::Instant::now()
+    }
+    fn done(&mut self, stage: &'static str, t: std::time::Instant, detail: String) {
+        let r = StageReport {
+            stage,
+            seconds: t.elapsed().as_secs_f64(),
+            detail,
+        };
+        self.reporter.finished(&r);
+        self.reports.push(r);
+    }
+}
+
+fn check_interrupt() -> Result<(), AcceptError> {
+    match crate::interrupt::signal() {
+        Some(_) => Err(AcceptError::Interrupted),
+        None => Ok(()),
+    }
+}
+
+/// Runs the acceptance scenarios on ours and on the control.
+///
+/// Builds (or reuses) etcd and kube-apiserver, takes ours out of the layout, starts the
+/// simulated cloud and the control plane, runs each scenario on ours then on the control, and
+/// stops everything. Returns the report, whose verdict is `not-verified` when the Go module
+/// proxy refuses a Kubernetes module, `failed` when ours fails a scenario, `accepted`
+/// otherwise. The work directory is removed when accepted and kept (named in the report)
+/// otherwise.
+///
+/// Errors (every process stopped, the work directory kept): bad input ([`AcceptError::Input`]:
+/// no such tag in the layout, no host-platform manifest, a binary that is not an ELF for this
+/// host), a control plane that does not start or get ready ([`AcceptError::ControlPlane`]),
+/// an OCCM that cannot be started, build failures, interruption.
+pub async fn accept(
+    req: &AcceptRequest<'_>,
+    reporter: &dyn Reporter,
+) -> Result<AcceptReport, AcceptError> {
+    let mut report = AcceptReport::new(
+        req.minor,
+        req.upstream_tag,
+        req.image_tag,
+        &req.toolchain.version,
+    );
+    let mut stages = Stages {
+        reporter,
+        reports: Vec::new(),
+    };
+    let result = run(req, &mut report, &mut stages).await;
+    report.timings = stages.reports;
+    match result {
+        Ok(()) => {
+            report.decide();
+            if report.ok() && !req.keep_logs {
+                let _ = std::fs::remove_dir_all(req.work_dir);
+            } else {
+                report.logs = Some(req.work_dir.to_path_buf());
+            }
+            Ok(report)
+        }
+        Err(AcceptError::NotVerified(reason)) => {
+            report.logs = None;
+            Ok(report.not_verified(reason))
+        }
+        Err(e) => {
+            tracing::error!("acceptance logs kept in {}", req.work_dir.display());
+            Err(e)
+        }
+    }
+}
+
+async fn run(
+    req: &AcceptRequest<'_>,
+    report: &mut AcceptReport,
+    stages: &mut Stages<'_>,
+) -> Result<(), AcceptError> {
+    let platform = binary::host_platform()?;
+    let go_mod = std::str::from_utf8(req.go_mod).map_err(|e| AcceptError::Input {
+        part: "go.mod".into(),
+        message: e.to_string(),
+    })?;
+    let versions = control_plane::versions_from_go_mod(go_mod)?;
+    report.versions = Some(versions.clone());
+
+    let t = stages.start("control-plane");
+    let bins = tokio::task::block_in_place(|| {
+        control_plane::build(&versions, req.toolchain, req.cache_dir)
+    })?;
+    if !bins.cached {
+        stages.done(
+            "control-plane",
+            t,
+            format!(
+                "kube-apiserver {}, etcd {}",
+                versions.kubernetes, versions.etcd
+            ),
+        );
+    }
+    check_interrupt()?;
+
+    let io = |e: std::io::Error| AcceptError::Io(format!("{}: {e}", req.work_dir.display()));
+    if req.work_dir.exists() {
+        std::fs::remove_dir_all(req.work_dir).map_err(io)?;
+    }
+    std::fs::create_dir_all(req.work_dir).map_err(io)?;
+    let t = stages.start("binaries");
+    let ours = tokio::task::block_in_place(|| {
+        binary::extract_from_layout(
+            req.layout_dir,
+            req.image_tag,
+            &platform,
+            &req.work_dir
+                .join("ours")
+                .join("openstack-cloud-controller-manager"),
+        )
+    })?;
+    binary::check_binary(req.control_binary, &platform, "control")?;
+    stages.done(
+        "binaries",
+        t,
+        format!(
+            "ours from {} layer {}, control {}",
+            crate::util::short(&ours.manifest_digest),
+            crate::util::short(&ours.layer_digest),
+            req.control_binary.display()
+        ),
+    );
+    report.ours = Some(ours.clone());
+    report.control = Some(req.control_binary.to_path_buf());
+
+    let t = stages.start("start");
+    let cloud = cloud::SimulatedCloud::start()
+        .await
+        .map_err(|e| AcceptError::Io(format!("simulated OpenStack: {e}")))?;
+    let mut cp = control_plane::ControlPlane::start(
+        &bins,
+        &req.work_dir.join("control-plane"),
+        APISERVER_READY_TIMEOUT,
+    )
+    .await?;
+    report.apiserver_version = Some(cp.version.clone());
+    stages.done(
+        "start",
+        t,
+        format!(
+            "kube-apiserver {} at {} ready in {:.1} s; simulated OpenStack at {}",
+            cp.version,
+            cp.url,
+            cp.ready_seconds,
+            cloud.base_url()
+        ),
+    );
+    let kube = kube::Kube::new(&cp.url, &cp.ca_pem, &cp.token)?;
+    let kubeconfig = cp.kubeconfig.clone();
+    let bench = scenarios::Bench {
+        cloud: &cloud,
+        kube: &kube,
+        kubeconfig: &kubeconfig,
+    };
+    let mut outcome = Ok(());
+    'scenarios: for &s in req.scenarios {
+        let mut row = ScenarioRow {
+            scenario: s,
+            title: s.title(),
+            ours: None,
+            control: None,
+        };
+        for (side, bin) in [
+            (Side::Ours, ours.path.as_path()),
+            (Side::Control, req.control_binary),
+        ] {
+            if let Err(e) = check_interrupt() {
+                outcome = Err(e);
+                break 'scenarios;
+            }
+            let stage = scenarios::stage_name(s, side);
+            let t = stages.start(stage);
+            let dir = req.work_dir.join(format!("{s}-{side}"));
+            let r = match scenarios::run(&bench, s, bin, &dir).await {
+                Ok(r) => r,
+                Err(e) => {
+                    outcome = Err(e);
+                    break 'scenarios;
+                }
+            };
+            if let Some(c) = cp.crashed() {
+                outcome = Err(AcceptError::ControlPlane {
+                    part: "control plane".into(),
+                    message: format!("during {s} {side}: {c}"),
+                });
+                break 'scenarios;
+            }
+            stages.done(
+                stage,
+                t,
+                format!(
+                    "{} {:.1} s: {}",
+                    if r.passed { "pass" } else { "FAIL" },
+                    r.seconds,
+                    process::shorten(&r.evidence, 160)
+                ),
+            );
+            for u in &r.unknown_requests {
+                report.unsimulated_requests.push(format!("{s} {side}: {u}"));
+            }
+            match side {
+                Side::Ours => row.ours = Some(r),
+                Side::Control => row.control = Some(r),
+            }
+        }
+        report.rows.push(row);
+    }
+    cp.stop().await;
+    drop(cloud);
+    outcome
+}
+
+/// How an acceptance run works: where our image is, where it may work, what it runs.
+#[derive(Debug, Clone)]
+pub struct RunOptions<'a> {
+    /// The OCI layout holding our image (built by `occm-forge build --output`).
+    pub layout_dir: &'a Path,
+    /// occm-forge's cache directory.
+    pub cache_dir: &'a Path,
+    /// Work and log directory; `<layout>/accept/<minor>` when `None`.
+    pub work_dir: Option<&'a Path>,
+    /// Scenarios to run.
+    pub scenarios: &'a [Scenario],
+    /// Keep the work directory even when accepted.
+    pub keep_logs: bool,
+}
+
+/// One minor's acceptance, from images.toml.
+#[derive(Debug, Clone)]
+pub struct MinorRequest<'a> {
+    /// The loaded images.toml.
+    pub config: &'a Config,
+    /// The minor.
+    pub minor: Minor,
+    /// Upstream URL or mirror for the control; images.toml `upstream` when `None`.
+    pub source: Option<&'a str>,
+    /// How to run.
+    pub run: RunOptions<'a>,
+}
+
+/// The pins of one minor that acceptance needs, from images.toml ([`Subject::from_config`]) or
+/// a resolved build plan ([`Subject::from_plan`], for `build --accept`).
+#[derive(Debug, Clone)]
+pub struct Subject {
+    /// The minor.
+    pub minor: Minor,
+    /// Upstream tag, e.g. `v1.34.1`.
+    pub upstream_tag: String,
+    /// The 40-hex commit the tag must point at.
+    pub commit: String,
+    /// Go version, e.g. `1.25.1`.
+    pub go: String,
+    /// Our image's tag in the layout.
+    pub tag: String,
+    /// Upstream URL or mirror the control is built from.
+    pub fetch_from: String,
+    /// The images.toml that pins it, for messages.
+    pub config_name: String,
+}
+
+impl Subject {
+    /// `minor` as images.toml pins it; `source` overrides images.toml `upstream`.
+    ///
+    /// Errors: an unknown minor, an unreadable patch series (for the tag).
+    pub fn from_config(
+        config: &Config,
+        minor: Minor,
+        source: Option<&str>,
+    ) -> Result<Self, crate::Error> {
+        let m = config.minor(minor)?;
+        Ok(Subject {
+            minor,
+            upstream_tag: m.upstream_tag.clone(),
+            commit: m.commit.clone(),
+            go: m.go.clone(),
+            tag: image_tag(config, minor)?,
+            fetch_from: source
+                .map(str::to_string)
+                .unwrap_or_else(|| config.upstream.clone()),
+            config_name: config.path.display().to_string(),
+        })
+    }
+
+    /// The minor a build plan builds.
+    pub fn from_plan(plan: &crate::plan::BuildPlan) -> Self {
+        Subject {
+            minor: plan.minor,
+            upstream_tag: plan.upstream_tag.clone(),
+            commit: plan.commit.clone(),
+            go: plan.toolchain.version.clone(),
+            tag: plan.tag.clone(),
+            fetch_from: plan.fetch_from.clone(),
+            config_name: plan.config_name.clone(),
+        }
+    }
+
+    fn blank(&self) -> AcceptReport {
+        AcceptReport::new(self.minor, &self.upstream_tag, &self.tag, &self.go)
+    }
+}
+
+/// The image tag images.toml gives `minor` (as `build` computes it).
+pub fn image_tag(config: &Config, minor: Minor) -> Result<String, crate::Error> {
+    let m = config.minor(minor)?;
+    let series = crate::patches::load_series(&config.patches_dir, &m.patches)?;
+    Ok(crate::config::render_tag(
+        &config.tag_scheme,
+        &crate::config::TagInputs {
+            upstream_tag: &m.upstream_tag,
+            revision: m.revision,
+            minor,
+            series_sha256: &crate::patches::series_sha256(&series),
+        },
+    ))
+}
+
+/// [`accept_subject`] for one minor of images.toml.
+///
+/// Errors: as [`Subject::from_config`] and [`accept_subject`].
+pub async fn accept_minor(
+    req: &MinorRequest<'_>,
+    reporter: &dyn Reporter,
+) -> Result<AcceptReport, crate::Error> {
+    let subject = Subject::from_config(req.config, req.minor, req.source)?;
+    accept_subject(&subject, &req.run, reporter).await
+}
+
+/// [`accept`] for one minor: our image's binary from the layout, the upstream go.mod and the
+/// control (built unless cached) from the pinned tag, the minor's toolchain. A Kubernetes module
+/// or an OCCM dependency the Go module proxy refuses makes the report `not-verified`, naming it.
+///
+/// Errors: source errors; [`AcceptError`]s as in [`accept`] (as [`crate::Error::Accept`]).
+pub async fn accept_subject(
+    subject: &Subject,
+    run: &RunOptions<'_>,
+    reporter: &dyn Reporter,
+) -> Result<AcceptReport, crate::Error> {
+    let toolchain = Toolchain::new(&subject.go, run.cache_dir);
+    let platform = binary::host_platform()?;
+    let prepared = match prepare(subject, run, &toolchain, &platform, reporter).await? {
+        Prepared::Ready(p) => p,
+        Prepared::NotVerified(r) => return Ok(*r),
+    };
+    let (go_mod, control) = prepared;
+    let default_work: PathBuf = run
+        .layout_dir
+        .join("accept")
+        .join(subject.minor.to_string());
+    let work_dir = run.work_dir.unwrap_or(&default_work);
+    accept(
+        &AcceptRequest {
+            minor: subject.minor,
+            upstream_tag: &subject.upstream_tag,
+            go_mod: &go_mod,
+            layout_dir: run.layout_dir,
+            image_tag: &subject.tag,
+            control_binary: &control.binary,
+            toolchain: &toolchain,
+            cache_dir: run.cache_dir,
+            work_dir,
+            scenarios: run.scenarios,
+            keep_logs: run.keep_logs,
+        },
+        reporter,
+    )
+    .await
+    .map_err(Into::into)
+}
+
+/// What [`prepare`] found: the upstream go.mod and the control, or a verdict already.
+enum Prepared {
+    Ready((Vec<u8>, binary::Control)),
+    NotVerified(Box<AcceptReport>),
+}
+
+/// Everything before the scenarios: ours in the layout (checked first: bad input fails in
+/// seconds), the upstream go.mod, the control plane and the control.
+async fn prepare(
+    subject: &Subject,
+    run: &RunOptions<'_>,
+    toolchain: &Toolchain,
+    platform: &crate::config::Platform,
+    reporter: &dyn Reporter,
+) -> Result<Prepared, crate::Error> {
+    let blank = subject.blank();
+    let scratch =
+        crate::util::scratch_dir(run.cache_dir, "accept-preflight-").map_err(crate::Error::Io)?;
+    let preflight = tokio::task::block_in_place(|| {
+        binary::extract_from_layout(
+            run.layout_dir,
+            &subject.tag,
+            platform,
+            &scratch.path().join("ours"),
+        )
+    });
+    drop(scratch);
+    let go_mod = tokio::task::block_in_place(|| {
+        binary::upstream_go_mod(
+            &subject.fetch_from,
+            &subject.upstream_tag,
+            &subject.commit,
+            &subject.config_name,
+            run.cache_dir,
+        )
+    });
+    if let Err(e) = preflight {
+        // A minor whose Kubernetes version the proxy refuses cannot have an image either; say
+        // that rather than "no image".
+        if let Ok(go_mod) = &go_mod
+            && let Ok(versions) =
+                control_plane::versions_from_go_mod(&String::from_utf8_lossy(go_mod))
+            && let Err(AcceptError::NotVerified(reason)) = tokio::task::block_in_place(|| {
+                control_plane::kubernetes_go_mod(&versions, toolchain, run.cache_dir)
+            })
+        {
+            return Ok(not_verified(blank, reason, versions));
+        }
+        return Err(e.into());
+    }
+    let go_mod = go_mod?;
+    // The control plane before the control: a refused Kubernetes module names k8s.io/kubernetes.
+    let versions = control_plane::versions_from_go_mod(&String::from_utf8_lossy(&go_mod))?;
+    let t = std::time::Instant::now();
+    reporter.started("control-plane");
+    match tokio::task::block_in_place(|| control_plane::build(&versions, toolchain, run.cache_dir))
+    {
+        Ok(_) => {}
+        Err(AcceptError::NotVerified(reason)) => return Ok(not_verified(blank, reason, versions)),
+        Err(e) => return Err(e.into()),
+    }
+    reporter.finished(&StageReport {
+        stage: "control-plane",
+        seconds: t.elapsed().as_secs_f64(),
+        detail: format!(
+            "kube-apiserver {}, etcd {}",
+            versions.kubernetes, versions.etcd
+        ),
+    });
+    let t = std::time::Instant::now();
+    reporter.started("control");
+    let control = match tokio::task::block_in_place(|| {
+        binary::build_control(&binary::ControlRequest {
+            source: &subject.fetch_from,
+            upstream_tag: &subject.upstream_tag,
+            commit: &subject.commit,
+            config: &subject.config_name,
+            toolchain,
+            cache_dir: run.cache_dir,
+            platform,
+        })
+    }) {
+        Ok(c) => c,
+        Err(crate::Error::Accept(AcceptError::NotVerified(reason))) => {
+            return Ok(not_verified(blank, reason, versions));
+        }
+        Err(e) => return Err(e),
+    };
+    reporter.finished(&StageReport {
+        stage: "control",
+        seconds: t.elapsed().as_secs_f64(),
+        detail: format!(
+            "upstream {} unpatched, go{}{}",
+            subject.upstream_tag,
+            subject.go,
+            if control.cached { " (cached)" } else { "" }
+        ),
+    });
+    Ok(Prepared::Ready((go_mod, control)))
+}
+
+fn not_verified(
+    blank: AcceptReport,
+    reason: String,
+    versions: control_plane::Versions,
+) -> Prepared {
+    let mut r = blank.not_verified(reason);
+    r.versions = Some(versions);
+    Prepared::NotVerified(Box::new(r))
+}
+
+/// [`accept_minor`] for each of `minors`, with everything else taken from `req` (its `minor`
+/// and `work_dir` are ignored: each minor works in `<layout>/accept/<minor>`). A minor whose run
+/// fails before a verdict becomes a report saying why (`not-verified` for an image missing from
+/// the layout, `failed` for other faults), so that the matrix still covers it; images.toml
+/// errors end the matrix.
+pub async fn matrix(
+    req: &MinorRequest<'_>,
+    minors: &[Minor],
+    reporter: &dyn Reporter,
+) -> Result<Vec<AcceptReport>, crate::Error> {
+    let config = req.config;
+    let mut out = Vec::new();
+    for &minor in minors {
+        let m = config.minor(minor)?;
+        let req = MinorRequest {
+            minor,
+            run: RunOptions {
+                work_dir: None,
+                ..req.run.clone()
+            },
+            ..req.clone()
+        };
+        match accept_minor(&req, reporter).await {
+            Ok(r) => out.push(r),
+            Err(crate::Error::Interrupted(s)) => return Err(crate::Error::Interrupted(s)),
+            Err(crate::Error::Accept(AcceptError::Interrupted)) => {
+                return Err(crate::Error::Interrupted(
+                    crate::interrupt::signal().unwrap_or(libc::SIGINT),
+                ));
+            }
+            Err(e) => {
+                let blank =
+                    AcceptReport::new(minor, &m.upstream_tag, &image_tag(config, minor)?, &m.go);
+                let not_there = matches!(&e, crate::Error::Accept(AcceptError::Input { part, .. }) if part.starts_with("layout"));
+                out.push(if not_there {
+                    blank.not_verified(e.to_string())
+                } else {
+                    blank.failed(e.to_string())
+                });
+            }
+        }
+    }
+    Ok(out)
+}

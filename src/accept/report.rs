@@ -1,0 +1,439 @@
+//! The acceptance report: scenario × (ours, control) × (pass/fail, seconds, evidence), as plain
+//! data (serde, for `--json`) and as Markdown (the `accept` table and docs/acceptance.md).
+
+use std::path::PathBuf;
+
+use serde::Serialize;
+
+use super::binary::Extracted;
+use super::control_plane::Versions;
+use super::scenarios::{RunResult, Scenario};
+use crate::config::Minor;
+use crate::stage::StageReport;
+
+/// The verdict for one minor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Verdict {
+    /// Ours passed every scenario run.
+    Accepted,
+    /// Ours failed a scenario, or the run itself failed (see `reason`).
+    Failed,
+    /// The minor could not be tested (see `reason`): never a pass.
+    NotVerified,
+}
+
+impl Verdict {
+    /// Wording for tables.
+    pub fn text(self) -> &'static str {
+        match self {
+            Verdict::Accepted => "accepted",
+            Verdict::Failed => "FAILED",
+            Verdict::NotVerified => "NOT VERIFIED",
+        }
+    }
+}
+
+/// One scenario's results on both binaries.
+#[derive(Debug, Clone, Serialize)]
+pub struct ScenarioRow {
+    /// The scenario.
+    pub scenario: Scenario,
+    /// Its one-line description.
+    pub title: &'static str,
+    /// Ours (the image's binary).
+    pub ours: Option<RunResult>,
+    /// The control (unpatched upstream).
+    pub control: Option<RunResult>,
+}
+
+impl ScenarioRow {
+    /// What the row shows, comparing ours with the control.
+    pub fn shows(&self) -> String {
+        let expected = self.scenario.control_expected_to_pass();
+        match (&self.ours, &self.control) {
+            (Some(o), _) if !o.passed => "FAILED: ours fails".into(),
+            (Some(_), Some(c)) if !c.passed && !expected => {
+                "the fix: upstream fails, ours passes".into()
+            }
+            (Some(_), Some(c)) if c.passed && !expected => {
+                "ours passes; upstream passes too (the bug is absent in this release)".into()
+            }
+            (Some(_), Some(c)) if c.passed => "both pass".into(),
+            (Some(_), Some(_)) => "ours passes; upstream FAILS (see its log)".into(),
+            (Some(_), None) => "ours passes".into(),
+            (None, _) => "not run".into(),
+        }
+    }
+}
+
+/// The acceptance result for one minor.
+#[derive(Debug, Clone, Serialize)]
+pub struct AcceptReport {
+    /// The Kubernetes minor.
+    pub minor: Minor,
+    /// Upstream tag, e.g. `v1.34.1`.
+    pub upstream_tag: String,
+    /// Our image's tag (its `ref.name` in the layout).
+    pub image_tag: String,
+    /// The verdict.
+    pub verdict: Verdict,
+    /// Why it is not accepted (one line), when it is not.
+    pub reason: Option<String>,
+    /// Where ours came from (index, manifest and layer digests).
+    pub ours: Option<Extracted>,
+    /// The control binary.
+    pub control: Option<PathBuf>,
+    /// Kubernetes and etcd versions from the upstream go.mod.
+    pub versions: Option<Versions>,
+    /// What the running apiserver reported at `/version`.
+    pub apiserver_version: Option<String>,
+    /// Go toolchain version.
+    pub go: String,
+    /// Scenario rows, in order.
+    pub rows: Vec<ScenarioRow>,
+    /// Requests the simulated cloud answered 404 because it does not simulate them, each
+    /// `S1 ours: GET /…`; empty when the simulation covered everything OCCM asked.
+    pub unsimulated_requests: Vec<String>,
+    /// Stage timings (builds, start-up, each run).
+    pub timings: Vec<StageReport>,
+    /// The logs, kept when the verdict is not `accepted`.
+    pub logs: Option<PathBuf>,
+}
+
+impl AcceptReport {
+    /// A report with no result yet.
+    pub fn new(minor: Minor, upstream_tag: &str, image_tag: &str, go: &str) -> Self {
+        AcceptReport {
+            minor,
+            upstream_tag: upstream_tag.to_string(),
+            image_tag: image_tag.to_string(),
+            verdict: Verdict::NotVerified,
+            reason: None,
+            ours: None,
+            control: None,
+            versions: None,
+            apiserver_version: None,
+            go: go.to_string(),
+            rows: Vec::new(),
+            unsimulated_requests: Vec::new(),
+            timings: Vec::new(),
+            logs: None,
+        }
+    }
+
+    /// A report for a minor that could not be tested.
+    pub fn not_verified(mut self, reason: impl Into<String>) -> Self {
+        self.verdict = Verdict::NotVerified;
+        self.reason = Some(reason.into());
+        self
+    }
+
+    /// A report for a run that failed before a verdict.
+    pub fn failed(mut self, reason: impl Into<String>) -> Self {
+        self.verdict = Verdict::Failed;
+        self.reason = Some(reason.into());
+        self
+    }
+
+    /// Whether the minor is accepted.
+    pub fn ok(&self) -> bool {
+        self.verdict == Verdict::Accepted
+    }
+
+    /// One line for a stage report, e.g. `ours passes S1 S2 S3 S4; the control fails S1 S2`.
+    pub fn summary_line(&self) -> String {
+        let names = |pick: &dyn Fn(&ScenarioRow) -> bool| {
+            let v: Vec<String> = self
+                .rows
+                .iter()
+                .filter(|r| pick(r))
+                .map(|r| r.scenario.to_string())
+                .collect();
+            if v.is_empty() {
+                "none".to_string()
+            } else {
+                v.join(" ")
+            }
+        };
+        format!(
+            "ours passes {}; the control fails {}",
+            names(&|r| r.ours.as_ref().is_some_and(|o| o.passed)),
+            names(&|r| r.control.as_ref().is_some_and(|c| !c.passed)),
+        )
+    }
+
+    /// Decides the verdict from the rows: accepted when ours passed every scenario run.
+    pub fn decide(&mut self) {
+        let failed: Vec<String> = self
+            .rows
+            .iter()
+            .filter(|r| r.ours.as_ref().is_none_or(|o| !o.passed))
+            .map(|r| r.scenario.to_string())
+            .collect();
+        if self.rows.is_empty() {
+            self.verdict = Verdict::NotVerified;
+            self.reason.get_or_insert_with(|| "no scenario ran".into());
+        } else if failed.is_empty() {
+            self.verdict = Verdict::Accepted;
+            self.reason = None;
+        } else {
+            self.verdict = Verdict::Failed;
+            self.reason = Some(format!("ours fails {}", failed.join(", ")));
+        }
+    }
+}
+
+/// `Ok` when every report is accepted, else [`super::AcceptError::Failed`] naming each minor
+/// that is not, its verdict and reason, and where its logs are.
+pub fn require_accepted(reports: &[AcceptReport]) -> Result<(), super::AcceptError> {
+    let bad: Vec<String> = reports
+        .iter()
+        .filter(|r| !r.ok())
+        .map(|r| {
+            let logs = r
+                .logs
+                .as_ref()
+                .map(|l| format!(" (logs in {})", l.display()))
+                .unwrap_or_default();
+            format!(
+                "{} {}: {}{logs}",
+                r.minor,
+                r.verdict.text(),
+                r.reason.as_deref().unwrap_or("see the table")
+            )
+        })
+        .collect();
+    if bad.is_empty() {
+        Ok(())
+    } else {
+        Err(super::AcceptError::Failed(bad.join("; ")))
+    }
+}
+
+fn cell(text: &str) -> String {
+    text.replace('|', "\\|").replace('\n', " ")
+}
+
+fn run_cell(r: &Option<RunResult>) -> String {
+    match r {
+        None => "—".into(),
+        Some(r) => format!(
+            "{} {:.1} s: {}",
+            if r.passed { "pass" } else { "FAIL" },
+            r.seconds,
+            cell(&r.evidence)
+        ),
+    }
+}
+
+/// The reports as Markdown: one row per minor and scenario (ours, control, what it shows), then
+/// one row per minor (versions, ours' digest, verdict, requests not simulated).
+pub fn render_markdown(reports: &[AcceptReport]) -> String {
+    let mut out = String::from(
+        "| minor | scenario | ours | control (upstream, unpatched) | shows |\n|---|---|---|---|---|\n",
+    );
+    for r in reports {
+        if r.rows.is_empty() {
+            out.push_str(&format!(
+                "| {} | — | — | — | {}: {} |\n",
+                r.minor,
+                r.verdict.text(),
+                cell(r.reason.as_deref().unwrap_or(""))
+            ));
+        }
+        for row in &r.rows {
+            out.push_str(&format!(
+                "| {} | {} {} | {} | {} | {} |\n",
+                r.minor,
+                row.scenario,
+                cell(row.scenario.title()),
+                run_cell(&row.ours),
+                run_cell(&row.control),
+                row.shows()
+            ));
+        }
+    }
+    out.push('\n');
+    out.push_str(
+        "| minor | upstream | ours (image, host platform) | Kubernetes / etcd | go | requests not simulated | verdict |\n|---|---|---|---|---|---|---|\n",
+    );
+    for r in reports {
+        let ours = match &r.ours {
+            Some(e) => format!(
+                "`{}` index `{}`, layer `{}`",
+                r.image_tag,
+                crate::util::short(&e.index_digest),
+                crate::util::short(&e.layer_digest)
+            ),
+            None => format!("`{}`", r.image_tag),
+        };
+        let versions = match (&r.versions, &r.apiserver_version) {
+            (Some(v), Some(a)) if !a.is_empty() => {
+                format!("{} (apiserver {a}) / {}", v.kubernetes, v.etcd)
+            }
+            (Some(v), _) => format!("{} / {}", v.kubernetes, v.etcd),
+            (None, _) => "—".into(),
+        };
+        let gaps = if r.rows.is_empty() {
+            "—".to_string()
+        } else if r.unsimulated_requests.is_empty() {
+            "none".to_string()
+        } else {
+            r.unsimulated_requests
+                .iter()
+                .map(|g| format!("`{}`", cell(g)))
+                .collect::<Vec<_>>()
+                .join("<br>")
+        };
+        let verdict = match &r.reason {
+            Some(reason) => format!("{}: {}", r.verdict.text(), cell(reason)),
+            None => r.verdict.text().to_string(),
+        };
+        out.push_str(&format!(
+            "| {} | {} | {ours} | {versions} | {} | {gaps} | {verdict} |\n",
+            r.minor, r.upstream_tag, r.go
+        ));
+    }
+    out
+}
+
+/// The reports as a document (docs/acceptance.md), stamped with when they were produced.
+pub fn document(reports: &[AcceptReport], generated_at: i64) -> String {
+    let timings: String = reports
+        .iter()
+        .filter(|r| !r.timings.is_empty())
+        .map(|r| {
+            format!(
+                "- {}: {}\n",
+                r.minor,
+                r.timings
+                    .iter()
+                    .map(|t| format!("{} {:.1} s", t.stage, t.seconds))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        })
+        .collect();
+    format!(
+        "# Acceptance in a simulated cloud\n\n\
+Generated by `occm-forge accept --all --output docs/acceptance.md` on {}; do not edit by hand.\n\n\
+Each minor's image binary (\"ours\": `bin/openstack-cloud-controller-manager` from the host platform's layer of the built OCI layout) \
+and the unpatched upstream build of the same tag (\"control\") run, as the Helm chart runs them, against a real etcd and kube-apiserver \
+(built from the Kubernetes version the upstream go.mod requires) and the simulated OpenStack inside occm-forge. \
+Seconds are the scenario's own time (S1: Node created → deleted; S2: start → exit; S3: Node created → initialised; \
+S4: leader killed → the second Node initialised), not counting leader election at start-up. \
+The bug report's criteria: S1 and S2 must pass on ours and fail on the control; S3 and S4 show the patched binary still does its normal job.\n\n\
+{}\n## Timings\n\n{}",
+        crate::util::rfc3339(generated_at),
+        render_markdown(reports),
+        if timings.is_empty() {
+            "none\n".to_string()
+        } else {
+            timings
+        }
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(passed: bool, seconds: f64, evidence: &str) -> Option<RunResult> {
+        Some(RunResult {
+            passed,
+            seconds,
+            leader_seconds: Some(0.4),
+            evidence: evidence.into(),
+            unknown_requests: vec![],
+        })
+    }
+
+    fn report() -> AcceptReport {
+        let mut r = AcceptReport::new(
+            "1.34".parse().unwrap(),
+            "v1.34.1",
+            "v1.34.1-occmforge.1",
+            "1.25.1",
+        );
+        r.rows = vec![
+            ScenarioRow {
+                scenario: Scenario::S1,
+                title: Scenario::S1.title(),
+                ours: run(
+                    true,
+                    5.2,
+                    "`deleting node since it is no longer present in cloud provider: stale-1`",
+                ),
+                control: run(
+                    false,
+                    60.0,
+                    "Node stale-1 still there after 60 s; log (12×): `error checking if node stale-1 exists: failed to find object`",
+                ),
+            },
+            ScenarioRow {
+                scenario: Scenario::S3,
+                title: Scenario::S3.title(),
+                ours: run(
+                    true,
+                    1.5,
+                    "Node new-1: providerID openstack:///x, InternalIP 10.0.0.11, taint removed",
+                ),
+                control: run(true, 1.4, "a|b"),
+            },
+        ];
+        r
+    }
+
+    #[test]
+    fn the_verdict_follows_ours() {
+        let mut r = report();
+        r.decide();
+        assert_eq!(r.verdict, Verdict::Accepted);
+        assert!(r.ok());
+        r.rows[1].ours.as_mut().unwrap().passed = false;
+        r.decide();
+        assert_eq!(r.verdict, Verdict::Failed);
+        assert_eq!(r.reason.as_deref(), Some("ours fails S3"));
+        let mut empty = AcceptReport::new("1.31".parse().unwrap(), "v1.31.4", "t", "1.22.2");
+        empty.decide();
+        assert_eq!(empty.verdict, Verdict::NotVerified);
+    }
+
+    #[test]
+    fn rows_show_the_fix_and_the_table_escapes_pipes() {
+        let mut r = report();
+        r.decide();
+        assert_eq!(r.rows[0].shows(), "the fix: upstream fails, ours passes");
+        assert_eq!(r.rows[1].shows(), "both pass");
+        let md = render_markdown(&[r]);
+        assert!(md.contains("| 1.34 | S1 NotReady Node, empty provider ID, no server → deleted within 60 s | pass 5.2 s: `deleting node since it is no longer present in cloud provider: stale-1` | FAIL 60.0 s: Node stale-1 still there after 60 s; log (12×): `error checking if node stale-1 exists: failed to find object` | the fix: upstream fails, ours passes |"), "{md}");
+        assert!(md.contains("pass 1.4 s: a\\|b"), "{md}");
+        assert!(
+            md.contains(
+                "| 1.34 | v1.34.1 | `v1.34.1-occmforge.1` | — | 1.25.1 | none | accepted |"
+            ),
+            "{md}"
+        );
+    }
+
+    #[test]
+    fn a_minor_that_was_not_verified_names_why() {
+        let r = AcceptReport::new("1.31".parse().unwrap(), "v1.31.4", "v1.31.4-occmforge.1", "1.22.2")
+            .not_verified("the Go module proxy refuses k8s.io/kubernetes@v1.31.11 (403 Forbidden), needed to build kube-apiserver");
+        let md = render_markdown(std::slice::from_ref(&r));
+        assert!(md.contains("| 1.31 | — | — | — | NOT VERIFIED: the Go module proxy refuses k8s.io/kubernetes@v1.31.11 (403 Forbidden), needed to build kube-apiserver |"), "{md}");
+        let json = serde_json::to_value(&r).unwrap();
+        assert_eq!(json["verdict"], "not-verified");
+        assert!(!r.ok());
+        assert_eq!(
+            require_accepted(std::slice::from_ref(&r))
+                .unwrap_err()
+                .to_string(),
+            "not accepted: 1.31 NOT VERIFIED: the Go module proxy refuses k8s.io/kubernetes@v1.31.11 (403 Forbidden), needed to build kube-apiserver"
+        );
+        let mut ok = report();
+        ok.decide();
+        assert!(require_accepted(&[ok]).is_ok());
+    }
+}

@@ -1,0 +1,688 @@
+//! The scenarios, each run on one binary (ours or the control) against the running control plane
+//! and the simulated cloud, with a deadline. Each run starts from a clean cluster (no Nodes, no
+//! leader Lease) and its own cloud state; its OCCM logs, cloud.conf and the simulated cloud's
+//! request log go to its own directory.
+//!
+//! The acceptance criteria they check are the bug report's (vexxhost/atmosphere#4240,
+//! kubernetes/cloud-provider-openstack#3114); the controller behaviour they rely on is
+//! k8s.io/cloud-provider's: controllers/nodelifecycle/node_lifecycle_controller.go (every
+//! `--node-monitor-period`, 5 s, a NotReady Node is deleted when `InstanceExists` answers
+//! `(false, nil)`; an error is logged as `error checking if node %s exists: %v`),
+//! controllers/node/node_controller.go (a Node with the `uninitialized` taint gets provider ID
+//! and addresses from `InstanceMetadata`, then loses the taint) and app/controllermanager.go
+//! (`Skipping %q` for a controller whose InitFunc did not start it; leader election on the Lease
+//! `kube-system/cloud-controller-manager`, lease 15 s).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::str::FromStr;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use super::AcceptError;
+use super::cloud::{CloudState, Server, SimulatedCloud};
+use super::kube::{Kube, NodeInit};
+use super::process::{Process, free_port, klog_message, last_error, shorten};
+
+/// How long a scenario's own check may take (S1 deletion, S2 exit, S3 initialisation, S4
+/// failover), counted from its start.
+pub const DEADLINE: Duration = Duration::from_secs(60);
+/// How long an OCCM may take to become leader (counted apart from the scenario's own time).
+pub const LEADER_DEADLINE: Duration = Duration::from_secs(60);
+
+/// What client-go's leader election logs when this process became leader, compared without
+/// case: `successfully acquired lease kube-system/cloud-controller-manager` up to client-go
+/// v0.34, `"Successfully acquired lease" lock="kube-system/cloud-controller-manager"` (structured)
+/// from v0.35 (tools/leaderelection/leaderelection.go).
+pub const LEADER_LINE: &str = "successfully acquired lease";
+
+/// Whether `log` holds [`LEADER_LINE`].
+fn became_leader(log: &str) -> bool {
+    log.lines()
+        .any(|l| l.to_ascii_lowercase().contains(LEADER_LINE))
+}
+/// The message of patch 0004 when cloud-node cannot start.
+pub const PATCH_0004_MESSAGE: &str = "is enabled but did not start";
+/// The node lifecycle controller's line before it deletes a Node.
+pub const DELETING_LINE: &str = "deleting node since it is no longer present in cloud provider";
+
+/// One acceptance scenario.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub enum Scenario {
+    /// Criterion 1: a NotReady Node with an empty provider ID and no Nova server is deleted
+    /// within 60 s.
+    S1,
+    /// Criterion 2: with no compute endpoint in the catalog, OCCM exits non-zero within 60 s
+    /// with the patch's message.
+    S2,
+    /// Criterion 3: a new Node with the `uninitialized` taint and a matching server gets
+    /// provider ID `openstack:///<id>` and its InternalIP, and loses the taint, within 60 s.
+    S3,
+    /// Three replicas with leader election: the leader is killed, another takes the Lease and
+    /// S3 works again, within 60 s.
+    S4,
+}
+
+impl Scenario {
+    /// Every scenario, in order.
+    pub const ALL: [Scenario; 4] = [Scenario::S1, Scenario::S2, Scenario::S3, Scenario::S4];
+
+    /// One line for tables.
+    pub fn title(self) -> &'static str {
+        match self {
+            Scenario::S1 => "NotReady Node, empty provider ID, no server → deleted within 60 s",
+            Scenario::S2 => {
+                "catalog without compute → OCCM exits non-zero within 60 s with the patch's message"
+            }
+            Scenario::S3 => {
+                "new tainted Node with a server → provider ID, InternalIP, taint removed within 60 s"
+            }
+            Scenario::S4 => "3 replicas, leader killed → another takes the Lease, S3 works again",
+        }
+    }
+
+    /// What the unpatched upstream binary is expected to do: fail S1 and S2 (the bugs), pass
+    /// S3 and S4 (its normal job).
+    pub fn control_expected_to_pass(self) -> bool {
+        matches!(self, Scenario::S3 | Scenario::S4)
+    }
+}
+
+impl std::fmt::Display for Scenario {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{self:?}")
+    }
+}
+
+impl FromStr for Scenario {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.to_ascii_uppercase().as_str() {
+            "S1" => Ok(Scenario::S1),
+            "S2" => Ok(Scenario::S2),
+            "S3" => Ok(Scenario::S3),
+            "S4" => Ok(Scenario::S4),
+            _ => Err(format!("unknown scenario `{s}` (known: S1, S2, S3, S4)")),
+        }
+    }
+}
+
+/// Which binary a run uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Side {
+    /// The binary from the built image.
+    Ours,
+    /// The unpatched upstream build of the same tag.
+    Control,
+}
+
+impl std::fmt::Display for Side {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Side::Ours => "ours",
+            Side::Control => "control",
+        })
+    }
+}
+
+/// The stage name a reporter sees for a run (`S1 ours`).
+pub fn stage_name(s: Scenario, side: Side) -> &'static str {
+    match (s, side) {
+        (Scenario::S1, Side::Ours) => "S1 ours",
+        (Scenario::S1, Side::Control) => "S1 control",
+        (Scenario::S2, Side::Ours) => "S2 ours",
+        (Scenario::S2, Side::Control) => "S2 control",
+        (Scenario::S3, Side::Ours) => "S3 ours",
+        (Scenario::S3, Side::Control) => "S3 control",
+        (Scenario::S4, Side::Ours) => "S4 ours",
+        (Scenario::S4, Side::Control) => "S4 control",
+    }
+}
+
+/// The outcome of one scenario on one binary.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RunResult {
+    /// Whether the scenario's criterion held.
+    pub passed: bool,
+    /// Seconds the scenario's own check took (to the deletion, the exit, the initialisation,
+    /// or from the kill to S3 done); the deadline when it did not happen.
+    pub seconds: f64,
+    /// Seconds until a replica became leader (not part of `seconds`); `None` when none did
+    /// or the scenario does not wait for it.
+    pub leader_seconds: Option<f64>,
+    /// The evidence: the log line or API state that decided it.
+    pub evidence: String,
+    /// Requests the simulated cloud did not simulate (answered 404), `METHOD URI`.
+    pub unknown_requests: Vec<String>,
+}
+
+impl RunResult {
+    fn pass(seconds: f64, evidence: String) -> Self {
+        RunResult {
+            passed: true,
+            seconds,
+            leader_seconds: None,
+            evidence,
+            unknown_requests: Vec::new(),
+        }
+    }
+    fn fail(seconds: f64, evidence: String) -> Self {
+        RunResult {
+            passed: false,
+            ..RunResult::pass(seconds, evidence)
+        }
+    }
+}
+
+/// The parts a run uses.
+pub(crate) struct Bench<'a> {
+    pub(crate) cloud: &'a SimulatedCloud,
+    pub(crate) kube: &'a Kube,
+    pub(crate) kubeconfig: &'a Path,
+}
+
+/// One OCCM process.
+pub(crate) struct Replica {
+    proc: Process,
+    secure_port: u16,
+}
+
+impl Replica {
+    fn log(&self) -> String {
+        self.proc.log_text()
+    }
+    fn name(&self) -> &str {
+        &self.proc.name
+    }
+}
+
+/// The arguments the Helm chart gives OCCM (charts/openstack-cloud-controller-manager
+/// templates/daemonset.yaml and values.yaml: `--v=2`, `--cluster-name=kubernetes`, the default
+/// `enabledControllers`), plus what running outside a Pod needs: `--kubeconfig` (in a Pod the
+/// in-cluster config), `--leader-elect=true` (the default, explicit), a free `--secure-port`
+/// and `--authentication-skip-lookup=true` (no kube-system/extension-apiserver-authentication
+/// ConfigMap is published by this control plane's authenticators).
+pub fn occm_args(cloud_conf: &Path, kubeconfig: &Path, secure_port: u16) -> Vec<String> {
+    vec![
+        "--v=2".into(),
+        format!("--cloud-config={}", cloud_conf.display()),
+        "--cluster-name=kubernetes".into(),
+        "--cloud-provider=openstack".into(),
+        "--use-service-account-credentials=false".into(),
+        "--controllers=cloud-node,cloud-node-lifecycle,route,service".into(),
+        "--bind-address=127.0.0.1".into(),
+        format!("--secure-port={secure_port}"),
+        format!("--kubeconfig={}", kubeconfig.display()),
+        "--leader-elect=true".into(),
+        "--authentication-skip-lookup=true".into(),
+    ]
+}
+
+fn start_replica(
+    binary: &Path,
+    name: &str,
+    dir: &Path,
+    cloud_conf: &Path,
+    kubeconfig: &Path,
+) -> Result<Replica, AcceptError> {
+    let part = |m: String| AcceptError::Occm {
+        name: name.to_string(),
+        message: m,
+    };
+    let port = free_port().map_err(|e| part(format!("no free port: {e}")))?;
+    let mut cmd = Command::new(binary);
+    // A clean environment: OCCM and gophercloud read OS_* variables.
+    cmd.current_dir(dir)
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .env("HOME", dir)
+        .args(occm_args(cloud_conf, kubeconfig, port));
+    let log = dir.join(format!("{}.log", name.replace(' ', "-")));
+    let proc = Process::spawn(name, cmd, &log)
+        .map_err(|e| part(format!("cannot start {}: {e}", binary.display())))?;
+    Ok(Replica {
+        proc,
+        secure_port: port,
+    })
+}
+
+/// The first line of `text` containing `needle`, as a klog message.
+fn line_with<'t>(text: &'t str, needle: &str) -> Option<&'t str> {
+    text.lines().find(|l| l.contains(needle)).map(klog_message)
+}
+
+fn count(text: &str, needle: &str) -> usize {
+    text.lines().filter(|l| l.contains(needle)).count()
+}
+
+/// The first replica (other than those in `except`) that has exited, as evidence.
+fn crashed(reps: &mut [Replica], except: &[usize]) -> Option<String> {
+    for (i, r) in reps.iter_mut().enumerate() {
+        if except.contains(&i) {
+            continue;
+        }
+        if let Some(status) = r.proc.exited() {
+            return Some(format!(
+                "{} exited ({status}) where it must keep running: `{}`",
+                r.name(),
+                last_error(&r.log())
+            ));
+        }
+    }
+    None
+}
+
+/// Waits until a replica not in `except` logs that it acquired the Lease; its index, or the
+/// failure evidence.
+async fn wait_leader(reps: &mut [Replica], except: &[usize]) -> Result<usize, String> {
+    let start = Instant::now();
+    loop {
+        for (i, r) in reps.iter().enumerate() {
+            if !except.contains(&i) && became_leader(&r.log()) {
+                return Ok(i);
+            }
+        }
+        if let Some(c) = crashed(reps, except) {
+            return Err(format!("before any replica became leader: {c}"));
+        }
+        if start.elapsed() >= LEADER_DEADLINE {
+            let last = reps
+                .iter()
+                .enumerate()
+                .find(|(i, _)| !except.contains(i))
+                .map(|(_, r)| last_error(&r.log()))
+                .unwrap_or_default();
+            return Err(format!(
+                "no replica became leader within {} s: `{last}`",
+                LEADER_DEADLINE.as_secs()
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn cloud_state(s: Scenario) -> (CloudState, Vec<Server>) {
+    let new1 = Server::active("8e2d5d8c-0b3a-4f2e-9d41-1c0a5e7f0001", "new-1", "10.0.0.11");
+    let new2 = Server::active("8e2d5d8c-0b3a-4f2e-9d41-1c0a5e7f0002", "new-2", "10.0.0.12");
+    let servers = match s {
+        Scenario::S1 | Scenario::S2 => vec![],
+        Scenario::S3 => vec![new1],
+        Scenario::S4 => vec![new1, new2],
+    };
+    (
+        CloudState {
+            compute_in_catalog: s != Scenario::S2,
+            servers: servers.clone(),
+        },
+        servers,
+    )
+}
+
+/// Runs `scenario` on `binary` in `dir`: resets the cluster and the cloud, starts the
+/// replica(s), checks, and stops every replica it started.
+///
+/// A misbehaving OCCM (crash, missing log line, deadline) is a failed [`RunResult`]; only a
+/// fault of the bench itself (the API refuses a request, a process cannot start) is an error.
+pub(crate) async fn run(
+    bench: &Bench<'_>,
+    scenario: Scenario,
+    binary: &Path,
+    dir: &Path,
+) -> Result<RunResult, AcceptError> {
+    std::fs::create_dir_all(dir).map_err(|e| AcceptError::Io(format!("{}: {e}", dir.display())))?;
+    bench.kube.reset().await?;
+    let (state, servers) = cloud_state(scenario);
+    bench.cloud.set_state(state);
+    let cloud_conf = dir.join("cloud.conf");
+    std::fs::write(&cloud_conf, bench.cloud.cloud_conf())
+        .map_err(|e| AcceptError::Io(format!("{}: {e}", cloud_conf.display())))?;
+    let mut reps: Vec<Replica> = Vec::new();
+    let ctx = Ctx {
+        bench,
+        binary,
+        dir,
+        cloud_conf: &cloud_conf,
+    };
+    let result = match scenario {
+        Scenario::S1 => s1(&ctx, &mut reps).await,
+        Scenario::S2 => s2(&ctx, &mut reps).await,
+        Scenario::S3 => s3(&ctx, &mut reps, &servers[0]).await,
+        Scenario::S4 => s4(&ctx, &mut reps, &servers).await,
+    };
+    for r in &mut reps {
+        let _ = r.proc.stop(Duration::from_secs(5)).await;
+    }
+    let requests = bench.cloud.requests();
+    let log: String = requests.iter().map(|r| format!("{r}\n")).collect();
+    let _ = std::fs::write(dir.join("openstack-requests.log"), log);
+    let mut result = result?;
+    result.unknown_requests = requests
+        .iter()
+        .filter(|r| r.unknown)
+        .map(|r| format!("{} {}", r.method, r.uri))
+        .fold(Vec::new(), |mut acc, r| {
+            if !acc.contains(&r) {
+                acc.push(r);
+            }
+            acc
+        });
+    Ok(result)
+}
+
+struct Ctx<'a> {
+    bench: &'a Bench<'a>,
+    binary: &'a Path,
+    dir: &'a Path,
+    cloud_conf: &'a PathBuf,
+}
+
+impl Ctx<'_> {
+    fn start(&self, name: &str) -> Result<Replica, AcceptError> {
+        start_replica(
+            self.binary,
+            name,
+            self.dir,
+            self.cloud_conf,
+            self.bench.kubeconfig,
+        )
+    }
+}
+
+async fn s1(c: &Ctx<'_>, reps: &mut Vec<Replica>) -> Result<RunResult, AcceptError> {
+    const NODE: &str = "stale-1";
+    reps.push(c.start("occm")?);
+    let t = Instant::now();
+    if let Err(e) = wait_leader(reps, &[]).await {
+        return Ok(RunResult::fail(0.0, e));
+    }
+    let leader_seconds = Some(t.elapsed().as_secs_f64());
+    c.bench.kube.create_node(NODE, false).await?;
+    c.bench.kube.set_ready(NODE, false).await?;
+    let t0 = Instant::now();
+    let mut result = loop {
+        if c.bench.kube.node(NODE).await?.is_none() {
+            let secs = t0.elapsed().as_secs_f64();
+            let log = reps[0].log();
+            let line = line_with(&log, &format!("{DELETING_LINE}: {NODE}"))
+                .map(|l| format!("`{l}`"))
+                .unwrap_or_else(|| format!("Node {NODE} deleted (404)"));
+            break RunResult::pass(secs, line);
+        }
+        if let Some(c) = crashed(reps, &[]) {
+            break RunResult::fail(t0.elapsed().as_secs_f64(), c);
+        }
+        if t0.elapsed() >= DEADLINE {
+            let log = reps[0].log();
+            let needle = format!("error checking if node {NODE} exists");
+            let evidence = match line_with(&log, &needle) {
+                Some(l) => format!(
+                    "Node {NODE} still there after {} s; log ({}×): `{l}`",
+                    DEADLINE.as_secs(),
+                    count(&log, &needle)
+                ),
+                None => format!(
+                    "Node {NODE} still there after {} s; last error: `{}`",
+                    DEADLINE.as_secs(),
+                    last_error(&log)
+                ),
+            };
+            break RunResult::fail(DEADLINE.as_secs_f64(), evidence);
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    result.leader_seconds = leader_seconds;
+    Ok(result)
+}
+
+async fn s2(c: &Ctx<'_>, reps: &mut Vec<Replica>) -> Result<RunResult, AcceptError> {
+    reps.push(c.start("occm")?);
+    let t0 = Instant::now();
+    loop {
+        if let Some(status) = reps[0].proc.exited() {
+            let secs = t0.elapsed().as_secs_f64();
+            let log = reps[0].log();
+            return Ok(match line_with(&log, PATCH_0004_MESSAGE) {
+                Some(l) if !status.success() => RunResult::pass(
+                    secs,
+                    format!(
+                        "exited with status {} after {secs:.1} s: `{}`",
+                        status.code().map_or("signal".into(), |c| c.to_string()),
+                        // The patch's message goes on to explain the likely cause.
+                        shorten(l.split(", most likely").next().unwrap_or(l), 240)
+                    ),
+                ),
+                _ => RunResult::fail(
+                    secs,
+                    format!(
+                        "exited ({status}) without the patch's message: `{}`",
+                        last_error(&log)
+                    ),
+                ),
+            });
+        }
+        if t0.elapsed() >= DEADLINE {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let healthz = healthz(reps[0].secure_port).await;
+    let log = reps[0].log();
+    let skipped: Vec<String> = log
+        .lines()
+        .filter(|l| l.contains("Skipping \"cloud-node"))
+        .map(|l| format!("`{}`", klog_message(l)))
+        .collect();
+    let skipped = if skipped.is_empty() {
+        String::new()
+    } else {
+        format!("; log: {}", skipped.join(", "))
+    };
+    Ok(RunResult::fail(
+        DEADLINE.as_secs_f64(),
+        format!(
+            "still running after {} s, /healthz: {healthz}{skipped}",
+            DEADLINE.as_secs()
+        ),
+    ))
+}
+
+/// `GET https://127.0.0.1:<port>/healthz` on OCCM's secure port (a self-signed certificate of
+/// its own): the body, or the failure.
+async fn healthz(port: u16) -> String {
+    let client = match reqwest::Client::builder()
+        .tls_danger_accept_invalid_certs(true)
+        .timeout(Duration::from_secs(5))
+        .build()
+    {
+        Ok(c) => c,
+        Err(e) => return format!("(no client: {e})"),
+    };
+    match client
+        .get(format!("https://127.0.0.1:{port}/healthz"))
+        .send()
+        .await
+    {
+        Ok(r) => {
+            let status = r.status().as_u16();
+            let body = r.text().await.unwrap_or_default();
+            if status == 200 {
+                shorten(body.trim(), 40)
+            } else {
+                format!("{status} {}", shorten(body.trim(), 80))
+            }
+        }
+        Err(e) => format!("unreachable ({e})"),
+    }
+}
+
+/// Creates a tainted Node for `server` and waits until OCCM has initialised it; the seconds,
+/// or the failure evidence.
+async fn initialise(
+    c: &Ctx<'_>,
+    reps: &mut [Replica],
+    except: &[usize],
+    server: &Server,
+) -> Result<Result<(f64, String), String>, AcceptError> {
+    c.bench.kube.create_node(&server.name, true).await?;
+    let t0 = Instant::now();
+    let mut last = NodeInit::default();
+    loop {
+        if let Some(node) = c.bench.kube.node(&server.name).await? {
+            last = NodeInit::of(&node);
+            if last.done(&server.id, &server.fixed_ip) {
+                return Ok(Ok((t0.elapsed().as_secs_f64(), last.describe())));
+            }
+        }
+        if let Some(e) = crashed(reps, except) {
+            return Ok(Err(e));
+        }
+        if t0.elapsed() >= DEADLINE {
+            let log: String = reps
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| !except.contains(i))
+                .map(|(_, r)| r.log())
+                .collect();
+            return Ok(Err(format!(
+                "Node {} after {} s: {}; last error: `{}`",
+                server.name,
+                DEADLINE.as_secs(),
+                last.describe(),
+                last_error(&log)
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+async fn s3(
+    c: &Ctx<'_>,
+    reps: &mut Vec<Replica>,
+    server: &Server,
+) -> Result<RunResult, AcceptError> {
+    reps.push(c.start("occm")?);
+    let t = Instant::now();
+    if let Err(e) = wait_leader(reps, &[]).await {
+        return Ok(RunResult::fail(0.0, e));
+    }
+    let leader_seconds = Some(t.elapsed().as_secs_f64());
+    let mut r = match initialise(c, reps, &[], server).await? {
+        Ok((secs, state)) => RunResult::pass(secs, format!("Node {}: {state}", server.name)),
+        Err(e) => RunResult::fail(DEADLINE.as_secs_f64(), e),
+    };
+    r.leader_seconds = leader_seconds;
+    Ok(r)
+}
+
+async fn s4(
+    c: &Ctx<'_>,
+    reps: &mut Vec<Replica>,
+    servers: &[Server],
+) -> Result<RunResult, AcceptError> {
+    for i in 1..=3 {
+        reps.push(c.start(&format!("replica-{i}"))?);
+    }
+    let t = Instant::now();
+    let first = match wait_leader(reps, &[]).await {
+        Ok(i) => i,
+        Err(e) => return Ok(RunResult::fail(0.0, e)),
+    };
+    let leader_seconds = Some(t.elapsed().as_secs_f64());
+    if let Err(e) = initialise(c, reps, &[], &servers[0]).await? {
+        return Ok(RunResult::fail(
+            DEADLINE.as_secs_f64(),
+            format!("before the failover: {e}"),
+        ));
+    }
+    let holder_before = c.bench.kube.lease_holder().await?;
+    let killed = reps[first].name().to_string();
+    let t_kill = Instant::now();
+    reps[first].proc.kill().await;
+    let next = match wait_leader(reps, &[first]).await {
+        Ok(i) => i,
+        Err(e) => {
+            return Ok(RunResult::fail(
+                t_kill.elapsed().as_secs_f64(),
+                format!("after {killed} was killed: {e}"),
+            ));
+        }
+    };
+    let failover = t_kill.elapsed().as_secs_f64();
+    let holder_after = c.bench.kube.lease_holder().await?;
+    if holder_after.is_none() || holder_after == holder_before {
+        return Ok(RunResult::fail(
+            failover,
+            format!(
+                "{} logged `{LEADER_LINE}` but the Lease holder is {:?} (before: {:?})",
+                reps[next].name(),
+                holder_after,
+                holder_before
+            ),
+        ));
+    }
+    let mut r = match initialise(c, reps, &[first], &servers[1]).await? {
+        Ok((secs, state)) => RunResult::pass(
+            t_kill.elapsed().as_secs_f64(),
+            format!(
+                "{killed} (leader) killed; {} took the Lease after {failover:.1} s; Node {} {secs:.1} s later: {state}",
+                reps[next].name(),
+                servers[1].name
+            ),
+        ),
+        Err(e) => RunResult::fail(
+            t_kill.elapsed().as_secs_f64(),
+            format!(
+                "{killed} (leader) killed; {} took the Lease after {failover:.1} s; then {e}",
+                reps[next].name()
+            ),
+        ),
+    };
+    r.leader_seconds = leader_seconds;
+    Ok(r)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scenarios_parse_and_name_their_stages() {
+        assert_eq!("s2".parse::<Scenario>().unwrap(), Scenario::S2);
+        assert!("S5".parse::<Scenario>().unwrap_err().contains("known: S1"));
+        assert_eq!(stage_name(Scenario::S4, Side::Control), "S4 control");
+        assert!(!Scenario::S1.control_expected_to_pass());
+        assert!(Scenario::S3.control_expected_to_pass());
+    }
+
+    #[test]
+    fn leadership_is_read_from_old_and_structured_klog_lines() {
+        assert!(became_leader(
+            "I1201 09:00:00.1 1 leaderelection.go:271] successfully acquired lease kube-system/cloud-controller-manager\n"
+        ));
+        assert!(became_leader(
+            "I1201 11:23:06.649760 18971 leaderelection.go:272] \"Successfully acquired lease\" lock=\"kube-system/cloud-controller-manager\"\n"
+        ));
+        assert!(!became_leader(
+            "I1201 11:23:06.642743 18971 leaderelection.go:258] \"Attempting to acquire leader lease...\" lock=\"kube-system/cloud-controller-manager\"\n"
+        ));
+    }
+
+    #[test]
+    fn the_chart_arguments_are_used() {
+        let a = occm_args(Path::new("/c/cloud.conf"), Path::new("/k"), 4242);
+        for want in [
+            "--cloud-provider=openstack",
+            "--cloud-config=/c/cloud.conf",
+            "--kubeconfig=/k",
+            "--leader-elect=true",
+            "--use-service-account-credentials=false",
+            "--secure-port=4242",
+            "--bind-address=127.0.0.1",
+            "--controllers=cloud-node,cloud-node-lifecycle,route,service",
+        ] {
+            assert!(a.iter().any(|x| x == want), "{want} missing from {a:?}");
+        }
+    }
+}

@@ -1,0 +1,48 @@
+//! Stage 7 with `build --accept`, `accept`: the image's binary for the host platform, taken from
+//! the layout just written, and the unpatched control run against a real kube-apiserver and the
+//! simulated OpenStack (`crate::accept`). A minor that is not accepted stops the build before
+//! publish and record.
+
+use async_trait::async_trait;
+
+use crate::Error;
+use crate::accept::{self, AcceptReport, RunOptions, Scenario, Subject};
+use crate::plan::BuildPlan;
+use crate::stage::{Done, Stage, StageContext};
+
+/// Accepts the image `plan` built into its layout (`plan.output`); logs in
+/// `<output>/accept/<minor>`, kept when it is not accepted.
+pub struct AcceptStage<'a> {
+    /// The build plan.
+    pub plan: &'a BuildPlan,
+}
+
+#[async_trait]
+impl Stage for AcceptStage<'_> {
+    type Output = AcceptReport;
+
+    fn name(&self) -> &'static str {
+        "accept"
+    }
+
+    /// Async: it waits on processes and the simulated cloud; its own children are stopped when
+    /// it is dropped.
+    fn blocking(&self) -> bool {
+        false
+    }
+
+    async fn run(self, cx: &StageContext<'_>) -> Result<Done<AcceptReport>, Error> {
+        let subject = Subject::from_plan(self.plan);
+        let run = RunOptions {
+            layout_dir: &self.plan.output,
+            cache_dir: &self.plan.cache_dir,
+            work_dir: None,
+            scenarios: &Scenario::ALL,
+            keep_logs: false,
+        };
+        let report = accept::accept_subject(&subject, &run, cx.reporter).await?;
+        accept::require_accepted(std::slice::from_ref(&report))?;
+        let detail = report.summary_line();
+        Ok(Done::new(report, detail))
+    }
+}
