@@ -121,7 +121,7 @@ fn an_unchanged_minor_is_up_to_date_without_any_go_process() {
         .unwrap();
     assert!(!o.status.success());
     assert!(
-        inputs_line(&o).contains("1.34 is built: --force"),
+        inputs_line(&o).contains("1.34 needs a build: --force"),
         "{}",
         stderr(&o)
     );
@@ -163,7 +163,7 @@ fn each_changed_input_rebuilds_and_is_named() {
         let o = forge(&f, &["--k8s", "1.33"]).output().unwrap();
         let line = inputs_line(&o);
         assert!(
-            line.contains("1.33 is built: inputs changed since images.lock.yaml: ")
+            line.contains("1.33 needs a build: inputs changed since images.lock.yaml: ")
                 && line.contains(what),
             "{what}: {line}\n{}",
             stderr(&o)

@@ -51,7 +51,7 @@ impl Stage for InputsStage<'_> {
                 self.plan.minor,
                 up_to_date_reason(self.plan, e)
             ),
-            Freshness::Stale(why) => format!("{} is built: {why}", self.plan.minor),
+            Freshness::Stale(why) => format!("{} needs a build: {why}", self.plan.minor),
         };
         Ok(Done::new(freshness, detail))
     }
