@@ -503,17 +503,32 @@ fn real_v1_34_ours_passes_every_scenario_and_upstream_fails_s1_and_s2() {
         c.current_dir(dir.path()).env_remove("SOURCE_DATE_EPOCH");
         c
     };
+    // `build --accept` with a relative --output (the processes it starts run elsewhere).
     let o = forge()
         .args([
-            "build", "--k8s", "1.34", "--base", "static", "--source", &mirror,
+            "build", "--k8s", "1.34", "--base", "static", "--accept", "--output", "out",
+            "--source", &mirror,
         ])
         .arg("--config")
         .arg(&config)
-        .arg("--output")
-        .arg(&out)
         .output()
         .unwrap();
-    assert!(o.status.success(), "build failed: {}", stderr(&o));
+    assert!(o.status.success(), "build --accept failed: {}", stderr(&o));
+    let accept_line = stderr(&o)
+        .lines()
+        .find(|l| l.starts_with("occm-forge: accept "))
+        .map(str::to_string);
+    assert!(
+        accept_line
+            .as_deref()
+            .is_some_and(|l| l.ends_with("ours passes S1 S2 S3 S4; the control fails S1 S2")),
+        "{}",
+        stderr(&o)
+    );
+    assert!(
+        !out.join("accept").join("1.34").exists(),
+        "logs kept of an accepted minor"
+    );
 
     let o = forge()
         .args(["accept", "--k8s", "1.34", "--json", "--source", &mirror])

@@ -467,7 +467,10 @@ pub async fn accept_subject(
         .layout_dir
         .join("accept")
         .join(subject.minor.to_string());
-    let work_dir = run.work_dir.unwrap_or(&default_work);
+    // Absolute: etcd, kube-apiserver and OCCM get paths under it and run in other directories.
+    let work_dir = std::path::absolute(run.work_dir.unwrap_or(&default_work))
+        .map_err(|e| crate::Error::Io(format!("{}: {e}", default_work.display())))?;
+    let work_dir = work_dir.as_path();
     accept(
         &AcceptRequest {
             minor: subject.minor,
@@ -542,7 +545,7 @@ async fn prepare(
     // The control plane before the control: a refused Kubernetes module names k8s.io/kubernetes.
     let versions = control_plane::versions_from_go_mod(&String::from_utf8_lossy(&go_mod))?;
     let t = std::time::Instant::now();
-    reporter.started("control-plane");
+    reporter.started("apiserver");
     match tokio::task::block_in_place(|| control_plane::build(&versions, toolchain, run.cache_dir))
     {
         Ok(_) => {}
@@ -550,7 +553,7 @@ async fn prepare(
         Err(e) => return Err(e.into()),
     }
     reporter.finished(&StageReport {
-        stage: "control-plane",
+        stage: "apiserver",
         seconds: t.elapsed().as_secs_f64(),
         detail: format!(
             "kube-apiserver {}, etcd {}",
