@@ -151,9 +151,7 @@ pub fn read_build_info(
         platform: binary.display().to_string(),
         message,
     };
-    if let Ok(bytes) = std::fs::read(binary)
-        && let Ok(info) = super::buildinfo::read(&bytes)
-    {
+    if let Ok(info) = super::buildinfo::read_file(binary) {
         return Ok(info);
     }
     let mut cmd = toolchain.command(dir);
