@@ -11,7 +11,7 @@ use super::AcceptError;
 use crate::config::Platform;
 use crate::go::Toolchain;
 use crate::image::layout;
-use crate::image::spec::{Index, Manifest, keys};
+use crate::image::spec::{Descriptor, Index, Manifest, keys};
 
 /// Path of the binary inside the image's layer (upstream Dockerfile L72).
 pub const LAYER_PATH: &str = "bin/openstack-cloud-controller-manager";
@@ -88,12 +88,50 @@ pub fn extract_from_layout(
     dest: &Path,
 ) -> Result<Extracted, AcceptError> {
     let part = format!("layout {}", layout_dir.display());
+    let entry = tagged_entry(layout_dir, &part, tag)?;
+    let index: Index = serde_json::from_slice(&verified_blob(layout_dir, &entry.digest)?)
+        .map_err(|e| input(&part, format!("image index {}: {e}", entry.digest)))?;
+    let md = platform_entry(&index, tag, platform)?;
+    let manifest: Manifest = serde_json::from_slice(&verified_blob(layout_dir, &md.digest)?)
+        .map_err(|e| input(&part, format!("manifest {}: {e}", md.digest)))?;
+    for layer in manifest.layers.iter().rev() {
+        let Some(data) = binary_in_layer(layout_dir, &part, layer)? else {
+            continue;
+        };
+        check_elf(&data, platform).map_err(|m| {
+            input(
+                format!("image {tag}"),
+                format!("{LAYER_PATH} in layer {}: {m}", layer.digest),
+            )
+        })?;
+        write_executable(dest, &data)?;
+        return Ok(Extracted {
+            path: dest.to_path_buf(),
+            index_digest: entry.digest.clone(),
+            manifest_digest: md.digest.clone(),
+            layer_digest: layer.digest.clone(),
+        });
+    }
+    Err(input(
+        format!("image {tag}"),
+        format!(
+            "no layer of its {platform} manifest {} holds {LAYER_PATH}",
+            md.digest
+        ),
+    ))
+}
+
+/// The entry of the layout's `index.json` whose `org.opencontainers.image.ref.name` is `tag`.
+///
+/// Errors: [`AcceptError::Input`] naming the layout (`part`): `index.json` unreadable or not
+/// an image index, or no entry tagged `tag` (listing the tags it has).
+fn tagged_entry(layout_dir: &Path, part: &str, tag: &str) -> Result<Descriptor, AcceptError> {
     let index_json = layout_dir.join("index.json");
     let top: Index = serde_json::from_slice(
         &std::fs::read(&index_json)
-            .map_err(|e| input(&part, format!("{}: {e}", index_json.display())))?,
+            .map_err(|e| input(part, format!("{}: {e}", index_json.display())))?,
     )
-    .map_err(|e| input(&part, format!("index.json: {e}")))?;
+    .map_err(|e| input(part, format!("index.json: {e}")))?;
     let Some(entry) = top
         .manifests
         .iter()
@@ -105,7 +143,7 @@ pub fn extract_from_layout(
             .filter_map(|d| d.annotations.get(keys::REF_NAME).map(String::as_str))
             .collect();
         return Err(input(
-            &part,
+            part,
             format!(
                 "no image tagged {tag} (it has: {}); build it with `occm-forge build --output {}`",
                 if tags.is_empty() {
@@ -117,9 +155,19 @@ pub fn extract_from_layout(
             ),
         ));
     };
-    let index: Index = serde_json::from_slice(&verified_blob(layout_dir, &entry.digest)?)
-        .map_err(|e| input(&part, format!("image index {}: {e}", entry.digest)))?;
-    let wanted = |d: &&crate::image::spec::Descriptor| {
+    Ok(entry.clone())
+}
+
+/// The entry of the image index `index` (tagged `tag`) for `platform` (OS and architecture).
+///
+/// Errors: [`AcceptError::Input`] naming the image: it has no manifest for `platform`
+/// (listing the platforms it has).
+fn platform_entry<'a>(
+    index: &'a Index,
+    tag: &str,
+    platform: &Platform,
+) -> Result<&'a Descriptor, AcceptError> {
+    let wanted = |d: &&Descriptor| {
         d.platform
             .as_ref()
             .is_some_and(|p| p.os == platform.os && p.architecture == platform.arch)
@@ -139,58 +187,50 @@ pub fn extract_from_layout(
             ),
         ));
     };
-    let manifest: Manifest = serde_json::from_slice(&verified_blob(layout_dir, &md.digest)?)
-        .map_err(|e| input(&part, format!("manifest {}: {e}", md.digest)))?;
-    for layer in manifest.layers.iter().rev() {
-        let blob = verified_blob(layout_dir, &layer.digest)?;
-        let reader: Box<dyn Read> = if layer.media_type.ends_with("gzip") {
-            Box::new(flate2::read::GzDecoder::new(&blob[..]))
-        } else {
-            Box::new(&blob[..])
-        };
-        let mut archive = tar::Archive::new(reader);
-        let entries = archive
-            .entries()
-            .map_err(|e| input(&part, format!("layer {}: {e}", layer.digest)))?;
-        for e in entries {
-            let mut e = e.map_err(|e| input(&part, format!("layer {}: {e}", layer.digest)))?;
-            let path = e
-                .path()
-                .map(|p| {
-                    p.to_string_lossy()
-                        .trim_start_matches("./")
-                        .trim_start_matches('/')
-                        .to_string()
-                })
-                .unwrap_or_default();
-            if path != LAYER_PATH {
-                continue;
-            }
-            let mut data = Vec::new();
-            e.read_to_end(&mut data)
-                .map_err(|e| input(&part, format!("layer {}: {e}", layer.digest)))?;
-            check_elf(&data, platform).map_err(|m| {
-                input(
-                    format!("image {tag}"),
-                    format!("{LAYER_PATH} in layer {}: {m}", layer.digest),
-                )
-            })?;
-            write_executable(dest, &data)?;
-            return Ok(Extracted {
-                path: dest.to_path_buf(),
-                index_digest: entry.digest.clone(),
-                manifest_digest: md.digest.clone(),
-                layer_digest: layer.digest.clone(),
-            });
+    Ok(md)
+}
+
+/// The bytes of the first [`LAYER_PATH`] entry in `layer` (a tar, gzip-compressed when its
+/// media type ends in `gzip`; the blob checked against its digest), or `None` when the layer
+/// does not hold that file.
+///
+/// Errors: [`AcceptError::Input`] naming the layout (`part`) and the layer: the blob is
+/// missing or does not match its digest, or the tar cannot be read.
+fn binary_in_layer(
+    layout_dir: &Path,
+    part: &str,
+    layer: &Descriptor,
+) -> Result<Option<Vec<u8>>, AcceptError> {
+    let blob = verified_blob(layout_dir, &layer.digest)?;
+    let reader: Box<dyn Read> = if layer.media_type.ends_with("gzip") {
+        Box::new(flate2::read::GzDecoder::new(&blob[..]))
+    } else {
+        Box::new(&blob[..])
+    };
+    let mut archive = tar::Archive::new(reader);
+    let entries = archive
+        .entries()
+        .map_err(|e| input(part, format!("layer {}: {e}", layer.digest)))?;
+    for e in entries {
+        let mut e = e.map_err(|e| input(part, format!("layer {}: {e}", layer.digest)))?;
+        let path = e
+            .path()
+            .map(|p| {
+                p.to_string_lossy()
+                    .trim_start_matches("./")
+                    .trim_start_matches('/')
+                    .to_string()
+            })
+            .unwrap_or_default();
+        if path != LAYER_PATH {
+            continue;
         }
+        let mut data = Vec::new();
+        e.read_to_end(&mut data)
+            .map_err(|e| input(part, format!("layer {}: {e}", layer.digest)))?;
+        return Ok(Some(data));
     }
-    Err(input(
-        format!("image {tag}"),
-        format!(
-            "no layer of its {platform} manifest {} holds {LAYER_PATH}",
-            md.digest
-        ),
-    ))
+    Ok(None)
 }
 
 fn write_executable(dest: &Path, data: &[u8]) -> Result<(), AcceptError> {

@@ -446,16 +446,7 @@ impl ControlPlane {
             part: "kube-apiserver".into(),
             message: format!("certificates: {m}"),
         })?;
-        let token = {
-            use sha2::Digest as _;
-            let seed = format!(
-                "{:?}{}{}",
-                Instant::now(),
-                std::process::id(),
-                dir.display()
-            );
-            hex::encode(sha2::Sha256::digest(seed.as_bytes()))
-        };
+        let token = new_token(dir);
         let tokens = dir.join("tokens.csv");
         std::fs::write(&tokens, format!("{token},admin,admin,system:masters\n")).map_err(io)?;
         let Ports {
@@ -464,79 +455,11 @@ impl ControlPlane {
             apiserver: api_port,
         } = ports;
         let etcd_url = format!("http://127.0.0.1:{client_port}");
-        let peer_url = format!("http://127.0.0.1:{peer_port}");
-        let mut cmd = Command::new(&binaries.etcd);
-        cmd.current_dir(dir)
-            .arg("--name=accept")
-            .arg(format!("--data-dir={}", dir.join("etcd-data").display()))
-            .arg(format!("--listen-client-urls={etcd_url}"))
-            .arg(format!("--advertise-client-urls={etcd_url}"))
-            .arg(format!("--listen-peer-urls={peer_url}"))
-            .arg(format!("--initial-advertise-peer-urls={peer_url}"))
-            .arg(format!("--initial-cluster=accept={peer_url}"))
-            .arg("--unsafe-no-fsync=true");
-        let mut etcd = Process::spawn("etcd", cmd, &dir.join("etcd.log")).map_err(|e| {
-            AcceptError::ControlPlane {
-                part: "etcd".into(),
-                message: format!("cannot start {}: {e}", binaries.etcd.display()),
-            }
-        })?;
-        let plain = reqwest::Client::builder()
-            .timeout(Duration::from_secs(5))
-            .build()
-            .map_err(|e| AcceptError::Io(format!("HTTP client: {e}")))?;
-        let health = format!("{etcd_url}/health");
-        wait_ready(
-            &mut etcd,
-            ready_timeout.min(Duration::from_secs(30)),
-            || async {
-                match plain.get(&health).send().await {
-                    Ok(r) if r.status().is_success() => {
-                        r.text().await.map(|t| t.contains("true")).unwrap_or(false)
-                    }
-                    _ => false,
-                }
-            },
-        )
-        .await?;
+        let mut etcd = start_etcd(binaries, dir, &etcd_url, peer_port, ready_timeout).await?;
 
         let url = format!("https://127.0.0.1:{api_port}");
-        let mut cmd = Command::new(&binaries.kube_apiserver);
-        cmd.current_dir(dir)
-            .arg(format!("--etcd-servers={etcd_url}"))
-            .arg("--bind-address=127.0.0.1")
-            .arg("--advertise-address=127.0.0.1")
-            .arg(format!("--secure-port={api_port}"))
-            .arg(format!("--cert-dir={}", dir.join("pki").display()))
-            .arg(format!("--tls-cert-file={}", pki.cert.display()))
-            .arg(format!("--tls-private-key-file={}", pki.key.display()))
-            .arg(format!(
-                "--token-auth-file={}",
-                dir.join("tokens.csv").display()
-            ))
-            .arg("--authorization-mode=RBAC")
-            .arg("--service-account-issuer=https://kubernetes.default.svc")
-            .arg(format!(
-                "--service-account-key-file={}",
-                pki.sa_pub.display()
-            ))
-            .arg(format!(
-                "--service-account-signing-key-file={}",
-                pki.sa_key.display()
-            ))
-            .arg("--service-cluster-ip-range=10.0.0.0/24");
-        let mut apiserver = Process::spawn("kube-apiserver", cmd, &dir.join("kube-apiserver.log"))
-            .map_err(|e| AcceptError::ControlPlane {
-                part: "kube-apiserver".into(),
-                message: format!("cannot start {}: {e}", binaries.kube_apiserver.display()),
-            })?;
-        let ca = reqwest::Certificate::from_pem(pki.ca_pem.as_bytes())
-            .map_err(|e| AcceptError::Io(format!("CA certificate: {e}")))?;
-        let tls = reqwest::Client::builder()
-            .tls_certs_only([ca])
-            .timeout(Duration::from_secs(5))
-            .build()
-            .map_err(|e| AcceptError::Io(format!("HTTP client: {e}")))?;
+        let mut apiserver = spawn_apiserver(binaries, dir, &pki, &etcd_url, api_port)?;
+        let tls = apiserver_client(&pki.ca_pem)?;
         let readyz = format!("{url}/readyz");
         let ready = wait_ready(&mut apiserver, ready_timeout, || async {
             matches!(tls.get(&readyz).bearer_auth(&token).send().await,
@@ -548,37 +471,8 @@ impl ControlPlane {
             let _ = etcd.stop(Duration::from_secs(5)).await;
             return Err(e);
         }
-        let version = match tls
-            .get(format!("{url}/version"))
-            .bearer_auth(&token)
-            .send()
-            .await
-        {
-            Ok(r) => r
-                .json::<serde_json::Value>()
-                .await
-                .ok()
-                .and_then(|v| v["gitVersion"].as_str().map(str::to_string))
-                .unwrap_or_default(),
-            Err(_) => String::new(),
-        };
-        let kubeconfig = dir.join("kubeconfig");
-        let kc = serde_json::json!({
-            "apiVersion": "v1",
-            "kind": "Config",
-            "clusters": [{"name": "accept", "cluster": {
-                "server": url,
-                "certificate-authority": dir.join("pki").join("ca.crt"),
-            }}],
-            "users": [{"name": "admin", "user": {"token": token}}],
-            "contexts": [{"name": "accept", "context": {"cluster": "accept", "user": "admin"}}],
-            "current-context": "accept",
-        });
-        std::fs::write(
-            &kubeconfig,
-            serde_json::to_vec_pretty(&kc).expect("kubeconfig serialises"),
-        )
-        .map_err(io)?;
+        let version = apiserver_version(&tls, &url, &token).await;
+        let kubeconfig = write_kubeconfig(dir, &url, &token)?;
         Ok(ControlPlane {
             url,
             ca_pem: pki.ca_pem,
@@ -610,6 +504,171 @@ impl ControlPlane {
         }
         None
     }
+}
+
+/// A bearer token for one control plane: the hex SHA-256 (64 characters) of the current
+/// instant, this process's ID and `dir`.
+fn new_token(dir: &Path) -> String {
+    use sha2::Digest as _;
+    let seed = format!(
+        "{:?}{}{}",
+        Instant::now(),
+        std::process::id(),
+        dir.display()
+    );
+    hex::encode(sha2::Sha256::digest(seed.as_bytes()))
+}
+
+/// Starts etcd in `dir` (data in `etcd-data`, log `etcd.log`) serving clients at `etcd_url`
+/// (`http://127.0.0.1:<port>`) and peers on loopback `peer_port`, and waits until its
+/// `/health` reports `true`, at most `ready_timeout` capped at 30 s.
+///
+/// Errors: [`AcceptError::ControlPlane`] naming etcd (it cannot be started, exited, or was not
+/// healthy in time; stopped then), [`AcceptError::Io`] when the HTTP client cannot be built.
+async fn start_etcd(
+    binaries: &Binaries,
+    dir: &Path,
+    etcd_url: &str,
+    peer_port: u16,
+    ready_timeout: Duration,
+) -> Result<Process, AcceptError> {
+    let peer_url = format!("http://127.0.0.1:{peer_port}");
+    let mut cmd = Command::new(&binaries.etcd);
+    cmd.current_dir(dir)
+        .arg("--name=accept")
+        .arg(format!("--data-dir={}", dir.join("etcd-data").display()))
+        .arg(format!("--listen-client-urls={etcd_url}"))
+        .arg(format!("--advertise-client-urls={etcd_url}"))
+        .arg(format!("--listen-peer-urls={peer_url}"))
+        .arg(format!("--initial-advertise-peer-urls={peer_url}"))
+        .arg(format!("--initial-cluster=accept={peer_url}"))
+        .arg("--unsafe-no-fsync=true");
+    let mut etcd = Process::spawn("etcd", cmd, &dir.join("etcd.log")).map_err(|e| {
+        AcceptError::ControlPlane {
+            part: "etcd".into(),
+            message: format!("cannot start {}: {e}", binaries.etcd.display()),
+        }
+    })?;
+    let plain = reqwest::Client::builder()
+        .timeout(Duration::from_secs(5))
+        .build()
+        .map_err(|e| AcceptError::Io(format!("HTTP client: {e}")))?;
+    let health = format!("{etcd_url}/health");
+    wait_ready(
+        &mut etcd,
+        ready_timeout.min(Duration::from_secs(30)),
+        || async {
+            match plain.get(&health).send().await {
+                Ok(r) if r.status().is_success() => {
+                    r.text().await.map(|t| t.contains("true")).unwrap_or(false)
+                }
+                _ => false,
+            }
+        },
+    )
+    .await?;
+    Ok(etcd)
+}
+
+/// Spawns kube-apiserver in `dir` (log `kube-apiserver.log`) on loopback `api_port` against
+/// etcd at `etcd_url`, serving with `pki`'s certificate, authenticating the token file
+/// `dir/tokens.csv`, authorising by RBAC. Does not wait for it to get ready.
+///
+/// Errors: [`AcceptError::ControlPlane`] naming kube-apiserver when it cannot be started.
+fn spawn_apiserver(
+    binaries: &Binaries,
+    dir: &Path,
+    pki: &Pki,
+    etcd_url: &str,
+    api_port: u16,
+) -> Result<Process, AcceptError> {
+    let mut cmd = Command::new(&binaries.kube_apiserver);
+    cmd.current_dir(dir)
+        .arg(format!("--etcd-servers={etcd_url}"))
+        .arg("--bind-address=127.0.0.1")
+        .arg("--advertise-address=127.0.0.1")
+        .arg(format!("--secure-port={api_port}"))
+        .arg(format!("--cert-dir={}", dir.join("pki").display()))
+        .arg(format!("--tls-cert-file={}", pki.cert.display()))
+        .arg(format!("--tls-private-key-file={}", pki.key.display()))
+        .arg(format!(
+            "--token-auth-file={}",
+            dir.join("tokens.csv").display()
+        ))
+        .arg("--authorization-mode=RBAC")
+        .arg("--service-account-issuer=https://kubernetes.default.svc")
+        .arg(format!(
+            "--service-account-key-file={}",
+            pki.sa_pub.display()
+        ))
+        .arg(format!(
+            "--service-account-signing-key-file={}",
+            pki.sa_key.display()
+        ))
+        .arg("--service-cluster-ip-range=10.0.0.0/24");
+    Process::spawn("kube-apiserver", cmd, &dir.join("kube-apiserver.log")).map_err(|e| {
+        AcceptError::ControlPlane {
+            part: "kube-apiserver".into(),
+            message: format!("cannot start {}: {e}", binaries.kube_apiserver.display()),
+        }
+    })
+}
+
+/// An HTTPS client trusting only the CA in `ca_pem` (PEM), with a 5 s request timeout.
+///
+/// Errors: [`AcceptError::Io`] when the CA certificate cannot be parsed or the client built.
+fn apiserver_client(ca_pem: &str) -> Result<reqwest::Client, AcceptError> {
+    let ca = reqwest::Certificate::from_pem(ca_pem.as_bytes())
+        .map_err(|e| AcceptError::Io(format!("CA certificate: {e}")))?;
+    reqwest::Client::builder()
+        .tls_certs_only([ca])
+        .timeout(Duration::from_secs(5))
+        .build()
+        .map_err(|e| AcceptError::Io(format!("HTTP client: {e}")))
+}
+
+/// The `gitVersion` the apiserver at `url` reports at `/version` (e.g. `v1.34.1`), asked with
+/// the bearer `token`; empty when the request or its JSON fails.
+async fn apiserver_version(tls: &reqwest::Client, url: &str, token: &str) -> String {
+    match tls
+        .get(format!("{url}/version"))
+        .bearer_auth(token)
+        .send()
+        .await
+    {
+        Ok(r) => r
+            .json::<serde_json::Value>()
+            .await
+            .ok()
+            .and_then(|v| v["gitVersion"].as_str().map(str::to_string))
+            .unwrap_or_default(),
+        Err(_) => String::new(),
+    }
+}
+
+/// Writes `dir/kubeconfig` (JSON): cluster `accept` at `url` trusting `dir/pki/ca.crt`, user
+/// `admin` with the bearer `token`, current context `accept`. Returns its path.
+///
+/// Errors: [`AcceptError::Io`] naming `dir` when it cannot be written.
+fn write_kubeconfig(dir: &Path, url: &str, token: &str) -> Result<PathBuf, AcceptError> {
+    let kubeconfig = dir.join("kubeconfig");
+    let kc = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "accept", "cluster": {
+            "server": url,
+            "certificate-authority": dir.join("pki").join("ca.crt"),
+        }}],
+        "users": [{"name": "admin", "user": {"token": token}}],
+        "contexts": [{"name": "accept", "context": {"cluster": "accept", "user": "admin"}}],
+        "current-context": "accept",
+    });
+    std::fs::write(
+        &kubeconfig,
+        serde_json::to_vec_pretty(&kc).expect("kubeconfig serialises"),
+    )
+    .map_err(|e| AcceptError::Io(format!("{}: {e}", dir.display())))?;
+    Ok(kubeconfig)
 }
 
 /// Polls `probe` every 250 ms until it is true, the process exits, or `limit` passes.

@@ -185,6 +185,9 @@ pub async fn accept(
     }
 }
 
+/// The body of [`accept`]: reads the versions from go.mod, then runs the stages
+/// `control-plane`, `binaries`, `start` and one per scenario and side, filling `report`;
+/// stops the control plane (and drops the simulated cloud) once the scenarios ran or stopped.
 async fn run(
     req: &AcceptRequest<'_>,
     report: &mut AcceptReport,
@@ -198,9 +201,37 @@ async fn run(
     let versions = control_plane::versions_from_go_mod(go_mod)?;
     report.versions = Some(versions.clone());
 
+    let bins = build_control_plane(req, &versions, stages)?;
+    check_interrupt()?;
+
+    let ours = take_binaries(req, &platform, report, stages)?;
+    let (cloud, mut cp) = start_bench(req, &bins, report, stages).await?;
+    let kube = kube::Kube::new(&cp.url, &cp.ca_pem, &cp.token)?;
+    let kubeconfig = cp.kubeconfig.clone();
+    let bench = scenarios::Bench {
+        cloud: &cloud,
+        kube: &kube,
+        kubeconfig: &kubeconfig,
+    };
+    let outcome = run_scenarios(req, &bench, &mut cp, &ours.path, report, stages).await;
+    cp.stop().await;
+    drop(cloud);
+    outcome
+}
+
+/// The `control-plane` stage: builds (or takes from `<cache>/accept/<kubernetes>/`) etcd and
+/// kube-apiserver for `versions`. The stage is reported finished only when they were built.
+///
+/// Errors: those of [`control_plane::build`] ([`AcceptError::NotVerified`] when the Go module
+/// proxy refuses a module, [`AcceptError::Build`] otherwise).
+fn build_control_plane(
+    req: &AcceptRequest<'_>,
+    versions: &control_plane::Versions,
+    stages: &mut Stages<'_>,
+) -> Result<control_plane::Binaries, AcceptError> {
     let t = stages.start("control-plane");
     let bins = tokio::task::block_in_place(|| {
-        control_plane::build(&versions, req.toolchain, req.cache_dir)
+        control_plane::build(versions, req.toolchain, req.cache_dir)
     })?;
     if !bins.cached {
         stages.done(
@@ -212,8 +243,21 @@ async fn run(
             ),
         );
     }
-    check_interrupt()?;
+    Ok(bins)
+}
 
+/// Empties the work directory (creating it), then the `binaries` stage: takes ours for
+/// `platform` out of the layout into `<work>/ours/openstack-cloud-controller-manager` and
+/// checks that the control is an ELF for `platform`. Records both in `report`.
+///
+/// Errors: [`AcceptError::Io`] naming the work directory; [`AcceptError::Input`] from
+/// [`binary::extract_from_layout`] or [`binary::check_binary`].
+fn take_binaries(
+    req: &AcceptRequest<'_>,
+    platform: &crate::config::Platform,
+    report: &mut AcceptReport,
+    stages: &mut Stages<'_>,
+) -> Result<binary::Extracted, AcceptError> {
     let io = |e: std::io::Error| AcceptError::Io(format!("{}: {e}", req.work_dir.display()));
     if req.work_dir.exists() {
         std::fs::remove_dir_all(req.work_dir).map_err(io)?;
@@ -224,13 +268,13 @@ async fn run(
         binary::extract_from_layout(
             req.layout_dir,
             req.image_tag,
-            &platform,
+            platform,
             &req.work_dir
                 .join("ours")
                 .join("openstack-cloud-controller-manager"),
         )
     })?;
-    binary::check_binary(req.control_binary, &platform, "control")?;
+    binary::check_binary(req.control_binary, platform, "control")?;
     stages.done(
         "binaries",
         t,
@@ -243,13 +287,27 @@ async fn run(
     );
     report.ours = Some(ours.clone());
     report.control = Some(req.control_binary.to_path_buf());
+    Ok(ours)
+}
 
+/// The `start` stage: starts the simulated OpenStack, then etcd and kube-apiserver in
+/// `<work>/control-plane` (waiting up to [`APISERVER_READY_TIMEOUT`] for `/readyz`). Records
+/// the apiserver's version in `report`.
+///
+/// Errors: [`AcceptError::Io`] when the simulated OpenStack cannot start; those of
+/// [`control_plane::ControlPlane::start`].
+async fn start_bench(
+    req: &AcceptRequest<'_>,
+    bins: &control_plane::Binaries,
+    report: &mut AcceptReport,
+    stages: &mut Stages<'_>,
+) -> Result<(cloud::SimulatedCloud, control_plane::ControlPlane), AcceptError> {
     let t = stages.start("start");
     let cloud = cloud::SimulatedCloud::start()
         .await
         .map_err(|e| AcceptError::Io(format!("simulated OpenStack: {e}")))?;
-    let mut cp = control_plane::ControlPlane::start(
-        &bins,
+    let cp = control_plane::ControlPlane::start(
+        bins,
         &req.work_dir.join("control-plane"),
         APISERVER_READY_TIMEOUT,
     )
@@ -266,45 +324,43 @@ async fn run(
             cloud.base_url()
         ),
     );
-    let kube = kube::Kube::new(&cp.url, &cp.ca_pem, &cp.token)?;
-    let kubeconfig = cp.kubeconfig.clone();
-    let bench = scenarios::Bench {
-        cloud: &cloud,
-        kube: &kube,
-        kubeconfig: &kubeconfig,
-    };
-    let mut outcome = Ok(());
-    'scenarios: for &s in req.scenarios {
+    Ok((cloud, cp))
+}
+
+/// Runs each of `req.scenarios` on ours (the binary at `ours`) then on the control, one stage
+/// per scenario and side, each in `<work>/<scenario>-<side>`; pushes one row per scenario and
+/// the requests the simulated OpenStack does not know into `report`. Stops at the first error;
+/// the row of the scenario it happened in is left out.
+///
+/// Errors: [`AcceptError::Interrupted`] (checked before each side), those of
+/// [`scenarios::run`], and [`AcceptError::ControlPlane`] when etcd or kube-apiserver exited
+/// during a side.
+async fn run_scenarios(
+    req: &AcceptRequest<'_>,
+    bench: &scenarios::Bench<'_>,
+    cp: &mut control_plane::ControlPlane,
+    ours: &Path,
+    report: &mut AcceptReport,
+    stages: &mut Stages<'_>,
+) -> Result<(), AcceptError> {
+    for &s in req.scenarios {
         let mut row = ScenarioRow {
             scenario: s,
             title: s.title(),
             ours: None,
             control: None,
         };
-        for (side, bin) in [
-            (Side::Ours, ours.path.as_path()),
-            (Side::Control, req.control_binary),
-        ] {
-            if let Err(e) = check_interrupt() {
-                outcome = Err(e);
-                break 'scenarios;
-            }
+        for (side, bin) in [(Side::Ours, ours), (Side::Control, req.control_binary)] {
+            check_interrupt()?;
             let stage = scenarios::stage_name(s, side);
             let t = stages.start(stage);
             let dir = req.work_dir.join(format!("{s}-{side}"));
-            let r = match scenarios::run(&bench, s, bin, &dir).await {
-                Ok(r) => r,
-                Err(e) => {
-                    outcome = Err(e);
-                    break 'scenarios;
-                }
-            };
+            let r = scenarios::run(bench, s, bin, &dir).await?;
             if let Some(c) = cp.crashed() {
-                outcome = Err(AcceptError::ControlPlane {
+                return Err(AcceptError::ControlPlane {
                     part: "control plane".into(),
                     message: format!("during {s} {side}: {c}"),
                 });
-                break 'scenarios;
             }
             stages.done(
                 stage,
@@ -326,9 +382,7 @@ async fn run(
         }
         report.rows.push(row);
     }
-    cp.stop().await;
-    drop(cloud);
-    outcome
+    Ok(())
 }
 
 /// How an acceptance run works: where our image is, where it may work, what it runs.
