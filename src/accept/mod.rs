@@ -660,11 +660,11 @@ fn not_verified(
 /// and `work_dir` are ignored: each minor works in `<layout>/accept/<minor>`). A minor whose run
 /// fails before a verdict becomes a report saying why (`not-verified` for an image missing from
 /// the layout, `failed` for other faults), so that the matrix still covers it; images.toml
-/// errors end the matrix.
+/// errors end the matrix. `reporter` gives each minor's reporter.
 pub async fn matrix(
     req: &MinorRequest<'_>,
     minors: &[Minor],
-    reporter: &dyn Reporter,
+    reporter: &dyn Fn(Minor) -> Box<dyn Reporter>,
 ) -> Result<Vec<AcceptReport>, crate::Error> {
     let config = req.config;
     let mut out = Vec::new();
@@ -678,7 +678,7 @@ pub async fn matrix(
             },
             ..req.clone()
         };
-        match accept_minor(&req, reporter).await {
+        match accept_minor(&req, reporter(minor).as_ref()).await {
             Ok(r) => out.push(r),
             Err(crate::Error::Interrupted(s)) => return Err(crate::Error::Interrupted(s)),
             Err(crate::Error::Accept(AcceptError::Interrupted)) => {

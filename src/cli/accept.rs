@@ -61,7 +61,7 @@ pub async fn run(cli: &Cli, args: &AcceptArgs) -> Result<u8, Error> {
         )));
     };
     let cache = cli.cache_dir();
-    let reporter = Terminal::new(cli.quiet, "");
+    let quiet = cli.quiet;
     let req = MinorRequest {
         config: &config,
         minor: first,
@@ -75,9 +75,12 @@ pub async fn run(cli: &Cli, args: &AcceptArgs) -> Result<u8, Error> {
         },
     };
     let reports = if minors.len() == 1 {
-        vec![accept::accept_minor(&req, &reporter).await?]
+        vec![accept::accept_minor(&req, &Terminal::new(quiet, "")).await?]
     } else {
-        accept::matrix(&req, &minors, &reporter).await?
+        accept::matrix(&req, &minors, &|m| {
+            Box::new(Terminal::new(quiet, format!("{m} ")))
+        })
+        .await?
     };
     if let Some(path) = &args.output {
         let now = time::OffsetDateTime::now_utc().unix_timestamp();
