@@ -598,6 +598,13 @@ async fn prepare(
     let go_mod = go_mod?;
     // The control plane before the control: a refused Kubernetes module names k8s.io/kubernetes.
     let versions = control_plane::versions_from_go_mod(&String::from_utf8_lossy(&go_mod))?;
+    let timed = |stage: &'static str, t: std::time::Instant, detail: String| {
+        reporter.finished(&StageReport {
+            stage,
+            seconds: t.elapsed().as_secs_f64(),
+            detail,
+        })
+    };
     let t = std::time::Instant::now();
     reporter.started("apiserver");
     match tokio::task::block_in_place(|| control_plane::build(&versions, toolchain, run.cache_dir))
@@ -606,46 +613,48 @@ async fn prepare(
         Err(AcceptError::NotVerified(reason)) => return Ok(not_verified(blank, reason, versions)),
         Err(e) => return Err(e.into()),
     }
-    reporter.finished(&StageReport {
-        stage: "apiserver",
-        seconds: t.elapsed().as_secs_f64(),
-        detail: format!(
-            "kube-apiserver {}, etcd {}",
-            versions.kubernetes, versions.etcd
-        ),
-    });
+    let detail = format!(
+        "kube-apiserver {}, etcd {}",
+        versions.kubernetes, versions.etcd
+    );
+    timed("apiserver", t, detail);
     let t = std::time::Instant::now();
     reporter.started("control");
-    let control = match tokio::task::block_in_place(|| {
-        binary::build_control(&binary::ControlRequest {
-            source: &subject.fetch_from,
-            upstream_tag: &subject.upstream_tag,
-            commit: &subject.commit,
-            config: &subject.config_name,
-            toolchain,
-            cache_dir: run.cache_dir,
-            platform,
-        })
-    }) {
+    let control = match tokio::task::block_in_place(|| control(subject, run, toolchain, platform)) {
         Ok(c) => c,
         Err(crate::Error::Accept(AcceptError::NotVerified(reason))) => {
             return Ok(not_verified(blank, reason, versions));
         }
         Err(e) => return Err(e),
     };
-    reporter.finished(&StageReport {
-        stage: "control",
-        seconds: t.elapsed().as_secs_f64(),
-        detail: format!(
-            "upstream {} unpatched, go{}{}",
-            subject.upstream_tag,
-            subject.go,
-            if control.cached { " (cached)" } else { "" }
-        ),
-    });
+    let cached = if control.cached { " (cached)" } else { "" };
+    let detail = format!(
+        "upstream {} unpatched, go{}{cached}",
+        subject.upstream_tag, subject.go
+    );
+    timed("control", t, detail);
     Ok(Prepared::Ready((go_mod, control)))
 }
 
+/// The unpatched upstream build of the subject's tag, for the host platform.
+fn control(
+    subject: &Subject,
+    run: &RunOptions<'_>,
+    toolchain: &Toolchain,
+    platform: &crate::config::Platform,
+) -> Result<binary::Control, crate::Error> {
+    binary::build_control(&binary::ControlRequest {
+        source: &subject.fetch_from,
+        upstream_tag: &subject.upstream_tag,
+        commit: &subject.commit,
+        config: &subject.config_name,
+        toolchain,
+        cache_dir: run.cache_dir,
+        platform,
+    })
+}
+
+/// A report saying the minor cannot be verified here, with the versions it needed.
 fn not_verified(
     blank: AcceptReport,
     reason: String,
