@@ -744,6 +744,39 @@ fn the_layout_lists_its_referrers_and_keeps_only_what_it_reaches() {
         stderr(&o)
     );
 
+    // The same image built for another repository: its SBOMs and provenance (which name the
+    // repository) replace the earlier ones in index.json, and their blobs are collected.
+    build(&["--repository", "registry.example.invalid/other/occm"]);
+    let lock = read_lock(&f.lock);
+    let entry = &lock["images"]["1.34"];
+    let index: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("index.json")).unwrap()).unwrap();
+    let mut listed: Vec<String> = index["manifests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["annotations"]["org.opencontainers.image.ref.name"].is_null())
+        .map(|m| m["digest"].as_str().unwrap().to_string())
+        .collect();
+    listed.sort();
+    let mut now: Vec<String> = entry["sbom"]
+        .as_mapping()
+        .unwrap()
+        .values()
+        .map(|v| v.as_str().unwrap().to_string())
+        .chain([entry["provenance"].as_str().unwrap().to_string()])
+        .collect();
+    now.sort();
+    assert_eq!(listed, now, "one SBOM per platform and one provenance");
+    for old in recorded.iter().filter(|d| !now.iter().any(|n| n == *d)) {
+        assert!(
+            !out.join("blobs/sha256").join(&old[7..]).exists(),
+            "the replaced referrer {old} is still in the layout"
+        );
+    }
+    assert!(recorded.iter().any(|d| !now.iter().any(|n| n == d)));
+    let recorded = now;
+
     // umoci's own garbage collection walks index.json: the referrers survive it.
     require_tool("umoci");
     run(Command::new("umoci").args(["gc", "--layout"]).arg(&out));

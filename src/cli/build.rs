@@ -1,7 +1,7 @@
 //! `occm-forge build`: one minor, several (`--k8s` repeated) or all of them (`--all`).
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::Args;
 use occm_forge::config::{Config, Minor};
@@ -39,7 +39,9 @@ pub struct BuildArgs {
     /// image reference.
     #[arg(long)]
     json: bool,
-    /// Write stage timings as JSON to this file.
+    /// Write stage timings as JSON to this file after the build (a list of stages; with several
+    /// minors an object keyed by the minors that did not fail). Not written when a single-minor
+    /// build fails.
     #[arg(long, value_name = "FILE")]
     timings: Option<PathBuf>,
     /// Allow a base image reference without @sha256 digest.
@@ -113,9 +115,7 @@ pub async fn run(cli: &Cli, args: &BuildArgs) -> Result<u8, Error> {
     let overrides = args.overrides(cli)?;
     let minors = args.minors(&config);
     if let Some(path) = &args.timings {
-        // Fail now, not after the digest manifest was written.
-        std::fs::write(path, b"[]")
-            .map_err(|e| Error::Io(format!("--timings {}: {e}", path.display())))?;
+        check_timings_path(path, &config, &overrides)?;
     }
     if let ([minor], false) = (minors.as_slice(), args.all) {
         let plan = BuildPlan::resolve(&config, *minor, &overrides)?;
@@ -186,10 +186,44 @@ fn finish_many(cli: &Cli, args: &BuildArgs, results: &[MinorResult]) -> Result<u
         .unwrap_or(0))
 }
 
+/// `--timings FILE` must not name one of the build's own inputs or outputs (it is written at the
+/// end, atomically, and would replace them) and its directory must exist: both are refused
+/// before any stage runs.
+fn check_timings_path(path: &Path, config: &Config, o: &Overrides) -> Result<(), Error> {
+    let same = |other: &Path| match (std::fs::canonicalize(path), std::fs::canonicalize(other)) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => false,
+    };
+    let mut taken = vec![config.path.clone(), config.digest_manifest.clone()];
+    taken.extend(o.manifest_fragment.clone());
+    if let Some(t) = taken.iter().find(|t| same(t)) {
+        return Err(Error::Usage(format!(
+            "--timings {}: that is {}; give another file",
+            path.display(),
+            t.display()
+        )));
+    }
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    if !dir.is_dir() {
+        return Err(Error::Usage(format!(
+            "--timings {}: {} is not a directory",
+            path.display(),
+            dir.display()
+        )));
+    }
+    Ok(())
+}
+
+/// Writes the stage timings after the run (atomically); nothing is written when a single-minor
+/// build fails.
 fn write_timings(args: &BuildArgs, value: &serde_json::Value) -> Result<(), Error> {
     if let Some(path) = &args.timings {
         let json = serde_json::to_vec_pretty(value).expect("timings serialise");
-        std::fs::write(path, json).map_err(|e| Error::Io(format!("{}: {e}", path.display())))?;
+        occm_forge::util::write_file_atomically(path, &json)
+            .map_err(|e| Error::Io(format!("--timings {}: {e}", path.display())))?;
     }
     Ok(())
 }

@@ -149,7 +149,7 @@ pub async fn run(cli: &Cli) -> Result<u8, Error> {
         Command::Verify(args) => verify::run(cli, args).await,
         Command::Pin(args) => pin::run(cli, args).await,
         Command::Upstream(cmd) => upstream::run(cli, cmd),
-        Command::Render(args) => render::run(args),
+        Command::Render(args) => render::run(args, cli.quiet),
         Command::Copy(args) => copy::run(cli, args).await,
         Command::Minors(args) => minors::run(args),
         Command::Manifest(cmd) => manifest::run(cli, cmd),

@@ -7,7 +7,7 @@ use occm_forge::config::{self, Minor};
 use occm_forge::render::{Format, RenderOptions};
 use occm_forge::{Error, crs, digest_manifest, render};
 
-use super::output::{print_stdout, warn};
+use super::output::{note, print_stdout};
 
 #[derive(Args)]
 #[command(group = clap::ArgGroup::new("which").required(true).args(["k8s", "all", "image"]))]
@@ -45,7 +45,7 @@ pub struct RenderArgs {
     on_delete: bool,
 }
 
-pub fn run(args: &RenderArgs) -> Result<u8, Error> {
+pub fn run(args: &RenderArgs, quiet: bool) -> Result<u8, Error> {
     let crs_secret = args.format == Format::CrsSecret;
     if args.all && crs_secret || args.image.is_some() && !crs_secret {
         return Err(Error::Usage(
@@ -58,21 +58,21 @@ pub fn run(args: &RenderArgs) -> Result<u8, Error> {
         patched_magnum_cluster_api: args.patched_magnum_cluster_api,
     };
     if crs_secret {
-        return run_crs_secret(args, &opts);
+        return run_crs_secret(args, &opts, quiet);
     }
     let config = config::load(&args.config)?;
     let manifest = digest_manifest::read(&config.digest_manifest)?;
     let entries = render::select(&manifest, &config.digest_manifest, args.k8s)?;
     let out = render::render_with(args.format, &entries, &opts)?;
     for w in &out.warnings {
-        warn(w);
+        note(quiet, &format!("warning: {w}"));
     }
     print_stdout(&out.text)?;
     Ok(0)
 }
 
 /// `--format crs-secret`: the image of `--image`, or of the minor's entry (at `--prefix`).
-fn run_crs_secret(args: &RenderArgs, opts: &RenderOptions) -> Result<u8, Error> {
+fn run_crs_secret(args: &RenderArgs, opts: &RenderOptions, quiet: bool) -> Result<u8, Error> {
     let image = match &args.image {
         Some(image) => image.clone(),
         None => {
@@ -95,11 +95,14 @@ fn run_crs_secret(args: &RenderArgs, opts: &RenderOptions) -> Result<u8, Error> 
         },
     )?;
     for w in &out.warnings {
-        warn(w);
+        note(quiet, &format!("warning: {w}"));
     }
-    eprintln!(
-        "occm-forge: DaemonSet {} ran {}; revert with --image {}",
-        out.daemonset, out.previous_image, out.previous_image
+    note(
+        quiet,
+        &format!(
+            "DaemonSet {} ran {}; revert with --image {}",
+            out.daemonset, out.previous_image, out.previous_image
+        ),
     );
     print_stdout(&out.secret)?;
     Ok(0)

@@ -95,9 +95,19 @@ fn ref_of(d: &Descriptor) -> Option<&str> {
 
 /// Lists referrer manifests (SBOM, provenance) in `index.json` as entries without a tag, as the
 /// image-layout spec allows, so that tools walking `index.json` (`umoci gc`, cosign) find and
-/// keep them. An entry already listed is not listed twice.
+/// keep them. An entry already listed is not listed twice, and an earlier referrer of the same
+/// kind (subject and artifactType) as a new one leaves the list (`gc` then removes its blobs).
 pub fn add_referrers(layout: &Path, referrers: &[Descriptor]) -> std::io::Result<()> {
     let mut index = read_index(layout)?;
+    // A rebuild's referrers replace the earlier ones of the same kind for the same subject (an
+    // SBOM or provenance naming another repository or build), not other tools' referrers.
+    let replaced: std::collections::BTreeSet<(String, String)> =
+        referrers.iter().filter_map(|r| kind(layout, &r.digest)).collect();
+    index.manifests.retain(|m| {
+        ref_of(m).is_some()
+            || referrers.iter().any(|r| r.digest == m.digest)
+            || kind(layout, &m.digest).is_none_or(|k| !replaced.contains(&k))
+    });
     for r in referrers {
         if !index
             .manifests
@@ -108,6 +118,15 @@ pub fn add_referrers(layout: &Path, referrers: &[Descriptor]) -> std::io::Result
         }
     }
     write_index(layout, &index)
+}
+
+/// A referrer manifest's (subject digest, artifactType), read from the layout.
+fn kind(layout: &Path, digest: &str) -> Option<(String, String)> {
+    let v: serde_json::Value = serde_json::from_slice(&read_blob(layout, digest).ok()?).ok()?;
+    let artifact_type = v["artifactType"]
+        .as_str()
+        .or(v["config"]["mediaType"].as_str())?;
+    Some((v["subject"]["digest"].as_str()?.to_string(), artifact_type.to_string()))
 }
 
 /// Takes the layout's lock (`<layout>/.occm-forge.lock`, `flock`): held from the image stage to
