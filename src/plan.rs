@@ -215,6 +215,12 @@ impl BuildPlan {
             .repository
             .clone()
             .unwrap_or_else(|| config.repository.clone());
+        if !crate::reference::names_registry(&repository) {
+            return Err(Error::Usage(format!(
+                "--repository `{repository}` names no registry host; write it in full \
+                 (docker.io/{repository} for Docker Hub)"
+            )));
+        }
         let repository_name: RepositoryName = repository
             .parse()
             .map_err(|e| Error::Usage(format!("repository: {e}")))?;

@@ -7,6 +7,14 @@ use std::str::FromStr;
 
 use crate::util::{is_sha256_digest, is_valid_tag};
 
+/// Whether `s` names its registry: its first component (before the first `/`) contains `.` or
+/// `:` or is `localhost` (distribution/reference `normalize.go`). `occm/x` does not: Docker
+/// tools read it as `docker.io/occm/x`.
+pub fn names_registry(s: &str) -> bool {
+    s.split_once('/')
+        .is_some_and(|(first, _)| first.contains(['.', ':']) || first == "localhost")
+}
+
 /// A repository in a registry, e.g. `127.0.0.1:5000` + `occm/openstack-cloud-controller-manager`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct RepositoryName {

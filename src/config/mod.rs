@@ -419,6 +419,18 @@ test_packages = ["./pkg/openstack/"]
     }
 
     #[test]
+    fn a_repository_without_a_registry_host_is_refused() {
+        let bad = GOOD.replace("registry.example.internal/occm/", "occm/");
+        let e = parse_str(&bad).unwrap_err().to_string();
+        assert!(
+            e.starts_with("/x/images.toml:2:14: repository `occm/openstack-cloud-controller-manager` names no registry host; write it in full (docker.io/occm/"),
+            "{e}"
+        );
+        let ok = GOOD.replace("registry.example.internal/occm/", "localhost:5000/occm/");
+        parse_str(&ok).unwrap();
+    }
+
+    #[test]
     fn bad_commit_is_located() {
         let bad = GOOD.replace("63ec67a04b40fee4ff43fec11c3d31f2a90c9ad2", "63ec67a");
         let e = parse_str(&bad).unwrap_err().to_string();

@@ -101,8 +101,10 @@ pub fn add_referrers(layout: &Path, referrers: &[Descriptor]) -> std::io::Result
     let mut index = read_index(layout)?;
     // A rebuild's referrers replace the earlier ones of the same kind for the same subject (an
     // SBOM or provenance naming another repository or build), not other tools' referrers.
-    let replaced: std::collections::BTreeSet<(String, String)> =
-        referrers.iter().filter_map(|r| kind(layout, &r.digest)).collect();
+    let replaced: std::collections::BTreeSet<(String, String)> = referrers
+        .iter()
+        .filter_map(|r| kind(layout, &r.digest))
+        .collect();
     index.manifests.retain(|m| {
         ref_of(m).is_some()
             || referrers.iter().any(|r| r.digest == m.digest)
@@ -126,7 +128,10 @@ fn kind(layout: &Path, digest: &str) -> Option<(String, String)> {
     let artifact_type = v["artifactType"]
         .as_str()
         .or(v["config"]["mediaType"].as_str())?;
-    Some((v["subject"]["digest"].as_str()?.to_string(), artifact_type.to_string()))
+    Some((
+        v["subject"]["digest"].as_str()?.to_string(),
+        artifact_type.to_string(),
+    ))
 }
 
 /// Takes the layout's lock (`<layout>/.occm-forge.lock`, `flock`): held from the image stage to
