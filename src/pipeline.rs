@@ -341,6 +341,12 @@ async fn preflight(plan: &BuildPlan, registry: &dyn Registry) -> Result<Option<S
 /// before the long stages).
 fn preflight_output(dir: &Path) -> Result<(), Error> {
     let err = |e: std::io::Error| Error::Io(format!("--output {}: {e}", dir.display()));
+    if dir.exists() && !dir.is_dir() {
+        return Err(Error::Usage(format!(
+            "--output {}: not a directory (the OCI layout is a directory)",
+            dir.display()
+        )));
+    }
     std::fs::create_dir_all(dir).map_err(err)?;
     tempfile::tempfile_in(dir).map(drop).map_err(err)
 }

@@ -228,8 +228,11 @@ pub fn run_raw(
         .args(packages)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    let (mut child, _guard) =
-        crate::interrupt::spawn(&mut cmd).map_err(|e| go_err(format!("cannot run go: {e}")))?;
+    let (mut child, _guard) = crate::interrupt::spawn(&mut cmd).map_err(|e| {
+        TestError::Toolchain {
+            message: format!("cannot run go: {e}; install Go 1.21 or later (it fetches the pinned toolchain) and put it on PATH"),
+        }
+    })?;
     let mut stderr = child.stderr.take().expect("piped stderr");
     let err_thread = std::thread::spawn(move || {
         let mut s = String::new();
