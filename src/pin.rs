@@ -28,6 +28,8 @@ pub struct PinRequest<'a> {
     pub source: Option<&'a str>,
     /// occm-forge's cache directory (the git object store).
     pub cache_dir: &'a Path,
+    /// Allow moving to an older tag than the one pinned.
+    pub allow_downgrade: bool,
 }
 
 /// What `pin` changed, and what it could not do.
@@ -118,6 +120,9 @@ pub async fn pin(req: &PinRequest<'_>, registry: &dyn Registry) -> Result<PinOut
     } else {
         cfg.minor(req.minor)?;
     }
+    if let Some(tag) = req.tag {
+        check_tag_fits(&cfg, req, tag)?;
+    }
     let key = req.minor.to_string();
     let table = doc["minors"][&key]
         .as_table_mut()
@@ -128,6 +133,31 @@ pub async fn pin(req: &PinRequest<'_>, registry: &dyn Registry) -> Result<PinOut
     pin_base(table, &key, registry, &mut out).await?;
     write_checked(path, &text, &doc)?;
     Ok(out)
+}
+
+/// Refuses, before any network, a release tag of another minor, and (unless
+/// `allow_downgrade`) a release older than the one pinned.
+fn check_tag_fits(cfg: &config::Config, req: &PinRequest<'_>, tag: &str) -> Result<(), Error> {
+    let Some(new) = crate::upstream::release_version(tag) else {
+        return Ok(()); // not a release tag (e.g. a pre-release): the fetch decides
+    };
+    if (new.0, new.1) != (req.minor.major, req.minor.minor) {
+        return Err(Error::Usage(format!(
+            "--tag {tag} is a {}.{} release, not {}",
+            new.0, new.1, req.minor
+        )));
+    }
+    if let Some(old) = cfg.minors.get(&req.minor)
+        && let Some(old_v) = crate::upstream::release_version(&old.upstream_tag)
+        && new < old_v
+        && !req.allow_downgrade
+    {
+        return Err(Error::Usage(format!(
+            "--tag {tag} is older than the pinned {}; pass --allow-downgrade to move back",
+            old.upstream_tag
+        )));
+    }
+    Ok(())
 }
 
 /// Adds `[minors."<new>"]` modelled on the closest lower minor (the lowest when none is lower):
@@ -352,9 +382,46 @@ revision = 1
             tag: None,
             source: None,
             cache_dir: dir.path(),
+            allow_downgrade: false,
         };
         let out = pin(&req, reg).await.unwrap();
         (out, std::fs::read_to_string(&path).unwrap())
+    }
+
+    #[tokio::test]
+    async fn another_minors_tag_and_a_downgrade_are_refused_before_any_fetch() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("images.toml");
+        std::fs::write(&path, CONFIG).unwrap();
+        let reg = MemoryRegistry::new();
+        let attempt = |tag: &'static str, allow_downgrade: bool| {
+            let path = path.clone();
+            let cache = dir.path().to_path_buf();
+            let reg = &reg;
+            async move {
+                let req = PinRequest {
+                    config_path: &path,
+                    minor: "1.34".parse().unwrap(),
+                    new_minor: false,
+                    tag: Some(tag),
+                    source: Some("/nonexistent/upstream"),
+                    cache_dir: &cache,
+                    allow_downgrade,
+                };
+                pin(&req, reg).await.unwrap_err().to_string()
+            }
+        };
+        assert_eq!(
+            attempt("v1.35.0", false).await,
+            "--tag v1.35.0 is a 1.35 release, not 1.34"
+        );
+        assert_eq!(
+            attempt("v1.34.0", false).await,
+            "--tag v1.34.0 is older than the pinned v1.34.1; pass --allow-downgrade to move back"
+        );
+        // Allowed, it gets as far as the fetch (which fails here: no upstream).
+        assert!(!attempt("v1.34.0", true).await.contains("--allow-downgrade"));
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), CONFIG);
     }
 
     #[tokio::test]

@@ -89,7 +89,10 @@ pub fn upstream(report: &UpstreamReport) -> String {
     let mut t = String::new();
     for m in &report.minors {
         let mut state = if m.newer {
-            format!("{} is newer", m.latest)
+            format!(
+                "{} is newer: `occm-forge pin --k8s {} --tag {}`",
+                m.latest, m.minor, m.latest
+            )
         } else {
             "up to date".into()
         };

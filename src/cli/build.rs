@@ -58,7 +58,7 @@ pub struct BuildArgs {
     #[arg(long, value_name = "FILE")]
     manifest_fragment: Option<PathBuf>,
     /// Push even when the tag already serves another image (tags are otherwise never moved).
-    #[arg(long)]
+    #[arg(long, requires = "push")]
     replace_tag: bool,
     /// Build even when the recorded entry is up to date (same inputs, result still there).
     #[arg(long)]

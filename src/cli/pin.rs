@@ -20,6 +20,9 @@ pub struct PinArgs {
     /// Move the minor to this upstream tag.
     #[arg(long, value_name = "TAG")]
     tag: Option<String>,
+    /// Allow --tag to be older than the pinned tag.
+    #[arg(long, requires = "tag")]
+    allow_downgrade: bool,
     #[command(flatten)]
     inputs: Inputs,
     #[command(flatten)]
@@ -37,6 +40,7 @@ pub async fn run(cli: &Cli, args: &PinArgs) -> Result<u8, Error> {
         tag: args.tag.as_deref(),
         source: args.inputs.source.as_deref(),
         cache_dir: &cache,
+        allow_downgrade: args.allow_downgrade,
     };
     let outcome = pin::pin(&req, &registry).await?;
     for w in &outcome.warnings {

@@ -52,6 +52,11 @@ pub fn run(args: &RenderArgs, quiet: bool) -> Result<u8, Error> {
             "crs-secret takes --k8s MINOR or --image REF; --image is for crs-secret only".into(),
         ));
     }
+    if !crs_secret && (args.observable || args.on_delete) {
+        return Err(Error::Usage(
+            "--observable and --on-delete are for --format crs-secret only".into(),
+        ));
+    }
     let opts = RenderOptions {
         allow_unpublished: args.allow_unpublished,
         prefix: args.prefix.clone(),

@@ -57,7 +57,15 @@ impl FromStr for Minor {
         let t = s.strip_prefix('v').unwrap_or(s);
         let bad = || format!("`{s}` is not a Kubernetes minor (expected the form 1.34)");
         let (a, b) = t.split_once('.').ok_or_else(bad)?;
-        if a.is_empty() || b.is_empty() || b.contains('.') {
+        if let Some((minor, _)) = b.split_once('.')
+            && !a.is_empty()
+            && !minor.is_empty()
+        {
+            return Err(format!(
+                "`{s}` names a patch release; give the Kubernetes minor ({a}.{minor})"
+            ));
+        }
+        if a.is_empty() || b.is_empty() {
             return Err(bad());
         }
         Ok(Minor {
