@@ -335,7 +335,9 @@ pub fn apply_series(
                 match reverse {
                     Some(rev) if check(&repo, &rev).is_ok() => PatchOutcome::AlreadyUpstream,
                     _ => {
-                        let crlf = crlf_lines(&bytes);
+                        // The file as it is on disk: a CRLF checkout is worth naming even when
+                        // reading it as `git am` does removed the CRs.
+                        let crlf = crlf_lines(&patch.bytes);
                         let message = if crlf > 0 {
                             format!(
                                 "{message} ({crlf} of its lines end in CRLF; if the file was checked out with Windows line endings, restore LF, e.g. `git config core.autocrlf false` and check patches/ out again)"

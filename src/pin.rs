@@ -388,7 +388,7 @@ revision = 1
         (out, std::fs::read_to_string(&path).unwrap())
     }
 
-    #[tokio::test]
+    #[tokio::test(flavor = "multi_thread")]
     async fn another_minors_tag_and_a_downgrade_are_refused_before_any_fetch() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("images.toml");

@@ -115,3 +115,33 @@ fn patch_with_crlf_content_lines_that_does_not_apply_names_the_line_endings() {
         "{msg}"
     );
 }
+
+#[test]
+fn crlf_checkout_of_a_patch_whose_context_does_not_match_names_the_line_endings() {
+    let f = fixture(&["linux/amd64"]);
+    let mut series = crlf_series(&f);
+    // A real context mismatch in the CRLF fix patch: its first context line is changed.
+    let text = String::from_utf8(series[1].bytes.clone()).unwrap();
+    let mut in_hunk = false;
+    let mut changed = false;
+    let broken: String = text
+        .split_inclusive('\n')
+        .map(|l| {
+            in_hunk |= l.starts_with("@@");
+            if in_hunk && !changed && l.starts_with(' ') && l.trim().len() > 3 {
+                changed = true;
+                format!(" // not upstream{}", &l[1..])
+            } else {
+                l.to_string()
+            }
+        })
+        .collect();
+    assert!(changed);
+    series[1].bytes = broken.into_bytes();
+    let tree = f.path().join("tree");
+    clone_at(&f, "v1.34.1", &tree);
+    let e = patches::apply_series(&tree, &series, 0).unwrap_err();
+    assert!(matches!(e, PatchError::DoesNotApply { .. }), "{e}");
+    let msg = e.to_string();
+    assert!(msg.contains("of its lines end in CRLF"), "{msg}");
+}
