@@ -87,8 +87,10 @@ pub enum Error {
     /// The registry refused or could not be reached outside a push (the message names it).
     #[error(transparent)]
     Registry(#[from] registry::RegistryError),
-    /// The digest manifest could not be read or written, or a tag would be reused.
-    #[error("record: {0}")]
+    /// The digest manifest could not be read or written, or a tag would be reused (its message
+    /// starts with `digest manifest <path>` or names the fragments; it is not always the record
+    /// stage: the tag guard and the run lock come first).
+    #[error(transparent)]
     DigestManifest(#[from] digest_manifest::DigestManifestError),
     /// `patches verify`: a fix patch is not guarded, or a guard fails with the fix.
     #[error("verify: {0}")]

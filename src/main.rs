@@ -23,8 +23,7 @@ fn main() -> ExitCode {
         .with_ansi(std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none())
         .with_writer(std::io::stderr)
         .with_env_filter(filter)
-        .without_time()
-        .with_target(false)
+        .event_format(cli::LogLines)
         .init();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

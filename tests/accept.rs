@@ -249,6 +249,52 @@ fn accept_refuses_an_image_without_a_binary_for_this_host() {
     );
 }
 
+#[test]
+fn build_accept_that_fails_pushes_and_records_nothing() {
+    // An image without a binary for this host cannot be accepted: `build --accept` stops after
+    // describe, before publish and record, with exit 12.
+    let other = match std::env::consts::ARCH {
+        "x86_64" => "linux/arm64",
+        _ => "linux/amd64",
+    };
+    let f = fixture(&[other]);
+    let reg = TestRegistry::start();
+    let o = occm_forge(f.path())
+        .args(["build", "--k8s", "1.34", "--accept", "--push", "--source"])
+        .arg(&f.upstream)
+        .arg("--config")
+        .arg(&f.config)
+        .args(["--repository", &format!("{}/occm/occm", reg.addr)])
+        .args(["--insecure-registry", &reg.addr])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(12), "{}", stderr(&o));
+    let host = occm_forge::accept::binary::host_platform().unwrap();
+    assert_eq!(
+        error_line(&o),
+        format!(
+            "occm-forge: error: accept: image v1.34.1-occmforge.1: has no {host} manifest, so no binary for this host (it has: {other})"
+        )
+    );
+    let err = stderr(&o);
+    let stages: Vec<&str> = err
+        .lines()
+        .filter_map(|l| l.strip_prefix("occm-forge: "))
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    assert!(
+        stages.contains(&"describe") && !stages.contains(&"publish"),
+        "{stages:?}"
+    );
+    assert!(stdout(&o).is_empty(), "{}", stdout(&o));
+    assert!(!f.lock.exists(), "the digest manifest was written");
+    assert_eq!(
+        reg.get_status("/v2/occm/occm/tags/list"),
+        Some(404),
+        "something was pushed"
+    );
+}
+
 fn executable(path: &std::path::Path, text: &str) {
     use std::os::unix::fs::PermissionsExt;
     std::fs::write(path, text).unwrap();

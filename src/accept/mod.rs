@@ -179,7 +179,7 @@ pub async fn accept(
             Ok(report.not_verified(reason))
         }
         Err(e) => {
-            tracing::error!("acceptance logs kept in {}", req.work_dir.display());
+            tracing::info!("acceptance logs kept in {}", req.work_dir.display());
             Err(e)
         }
     }

@@ -21,7 +21,7 @@ use occm_forge::Error;
 use occm_forge::config::{self, Config};
 use occm_forge::plan::{Environment, RegistryOverrides};
 
-pub use output::print_error;
+pub use output::{LogLines, print_error};
 
 #[derive(Parser)]
 #[command(

@@ -50,3 +50,32 @@ pub fn print_error_of(label: &str, e: &Error) {
     }
     eprintln!("occm-forge: error: {label}{e}");
 }
+
+/// Log events in the tool's own line format: `occm-forge: <message>` (info),
+/// `occm-forge: warning: …`, `occm-forge: error: …`, `occm-forge: debug: …` (and `trace:`), the
+/// event's other fields after the message as `key=value`.
+pub struct LogLines;
+
+impl<S, N> tracing_subscriber::fmt::FormatEvent<S, N> for LogLines
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+    N: for<'a> tracing_subscriber::fmt::FormatFields<'a> + 'static,
+{
+    fn format_event(
+        &self,
+        ctx: &tracing_subscriber::fmt::FmtContext<'_, S, N>,
+        mut writer: tracing_subscriber::fmt::format::Writer<'_>,
+        event: &tracing::Event<'_>,
+    ) -> std::fmt::Result {
+        let prefix = match *event.metadata().level() {
+            tracing::Level::ERROR => "occm-forge: error: ",
+            tracing::Level::WARN => "occm-forge: warning: ",
+            tracing::Level::INFO => "occm-forge: ",
+            tracing::Level::DEBUG => "occm-forge: debug: ",
+            tracing::Level::TRACE => "occm-forge: trace: ",
+        };
+        write!(writer, "{prefix}")?;
+        ctx.field_format().format_fields(writer.by_ref(), event)?;
+        writeln!(writer)
+    }
+}
