@@ -71,6 +71,11 @@ pub struct Entry {
     /// entries recorded before occm-forge recorded inputs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub inputs: Option<crate::inputs::BuildInputs>,
+    /// Whether this image passed `build --accept` (ours passes S1–S4, the control fails S1 and
+    /// S2) before it was recorded; absent (false) otherwise. `build --accept` rebuilds an entry
+    /// recorded without it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub accepted: bool,
 }
 
 /// The whole file.
@@ -570,6 +575,7 @@ mod tests {
             source_date_epoch: 0,
             built_at: "2026-11-29T00:00:00Z".into(),
             inputs: None,
+            accepted: false,
             mirrors: vec![],
         }
     }

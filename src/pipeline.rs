@@ -391,5 +391,6 @@ fn entry(
         built_at: rfc3339(time::OffsetDateTime::now_utc().unix_timestamp()),
         mirrors: vec![],
         inputs: plan.inputs(),
+        accepted: plan.accept,
     }
 }

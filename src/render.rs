@@ -396,6 +396,7 @@ mod tests {
             source_date_epoch: 0,
             built_at: "2026-11-29T00:00:00Z".into(),
             inputs: None,
+            accepted: false,
         }
     }
 

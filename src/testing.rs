@@ -110,6 +110,7 @@ pub fn image(tag: &str) -> FixtureImage {
         source_date_epoch: 0,
         built_at: "2026-12-01T00:00:00Z".into(),
         inputs: None,
+        accepted: false,
         mirrors: vec![],
     };
     FixtureImage {

@@ -223,12 +223,26 @@ fn accept_refuses_a_layout_without_the_image_in_one_line() {
     assert_eq!(
         error_line(&o),
         format!(
-            "occm-forge: error: accept: layout {}: no image tagged v1.34.1-occmforge.1 (it has: none); build it with `occm-forge build --output {}`",
+            "occm-forge: error: accept: layout {}: no image tagged v1.34.1-occmforge.1 (it has: none); build it with `occm-forge build --k8s 1.34 --config {} --output {}`",
             empty.display(),
+            f.config.display(),
             empty.display()
         )
     );
     assert!(stdout(&o).is_empty(), "nothing on stdout: {}", stdout(&o));
+    // No layout at all: said so, with the same command.
+    let none = f.path().join("none");
+    let o = accept_cmd(&f, &none);
+    assert_eq!(o.status.code(), Some(12), "{}", stderr(&o));
+    assert_eq!(
+        error_line(&o),
+        format!(
+            "occm-forge: error: accept: layout {}: no OCI layout there (no index.json); build it with `occm-forge build --k8s 1.34 --config {} --output {}`",
+            none.display(),
+            f.config.display(),
+            none.display()
+        )
+    );
 }
 
 #[test]
@@ -258,17 +272,36 @@ fn build_accept_that_fails_pushes_and_records_nothing() {
         _ => "linux/amd64",
     };
     let f = fixture(&[other]);
+    let build = |extra: &[&str]| {
+        occm_forge(f.path())
+            .args(["build", "--k8s", "1.34", "--source"])
+            .arg(&f.upstream)
+            .arg("--config")
+            .arg(&f.config)
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    // Recorded without acceptance first: `--accept` does not take that as up to date.
+    let o = build(&[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let recorded = std::fs::read(&f.lock).unwrap();
     let reg = TestRegistry::start();
-    let o = occm_forge(f.path())
-        .args(["build", "--k8s", "1.34", "--accept", "--push", "--source"])
-        .arg(&f.upstream)
-        .arg("--config")
-        .arg(&f.config)
-        .args(["--repository", &format!("{}/occm/occm", reg.addr)])
-        .args(["--insecure-registry", &reg.addr])
-        .output()
-        .unwrap();
+    let repository = format!("{}/occm/occm", reg.addr);
+    let o = build(&[
+        "--accept",
+        "--push",
+        "--repository",
+        &repository,
+        "--insecure-registry",
+        &reg.addr,
+    ]);
     assert_eq!(o.status.code(), Some(12), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(
+        err.contains("1.34 needs a build: images.lock.yaml records 1.34 without acceptance, and --accept asks for it"),
+        "{err}"
+    );
     let host = occm_forge::accept::binary::host_platform().unwrap();
     assert_eq!(
         error_line(&o),
@@ -276,7 +309,6 @@ fn build_accept_that_fails_pushes_and_records_nothing() {
             "occm-forge: error: accept: image v1.34.1-occmforge.1: has no {host} manifest, so no binary for this host (it has: {other})"
         )
     );
-    let err = stderr(&o);
     let stages: Vec<&str> = err
         .lines()
         .filter_map(|l| l.strip_prefix("occm-forge: "))
@@ -287,7 +319,11 @@ fn build_accept_that_fails_pushes_and_records_nothing() {
         "{stages:?}"
     );
     assert!(stdout(&o).is_empty(), "{}", stdout(&o));
-    assert!(!f.lock.exists(), "the digest manifest was written");
+    assert_eq!(
+        std::fs::read(&f.lock).unwrap(),
+        recorded,
+        "the digest manifest changed"
+    );
     assert_eq!(
         reg.get_status("/v2/occm/occm/tags/list"),
         Some(404),

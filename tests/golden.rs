@@ -317,6 +317,7 @@ fn digest_manifest_bytes() {
         source_date_epoch: EPOCH,
         built_at: "2026-12-01T00:00:00Z".into(),
         inputs: None,
+        accepted: false,
         // Empty mirrors are not written: digest manifests without copies stay byte-identical.
         mirrors: vec![],
     };

@@ -127,11 +127,15 @@ pub fn extract_from_layout(
 /// an image index, or no entry tagged `tag` (listing the tags it has).
 fn tagged_entry(layout_dir: &Path, part: &str, tag: &str) -> Result<Descriptor, AcceptError> {
     let index_json = layout_dir.join("index.json");
-    let top: Index = serde_json::from_slice(
-        &std::fs::read(&index_json)
-            .map_err(|e| input(part, format!("{}: {e}", index_json.display())))?,
-    )
-    .map_err(|e| input(part, format!("index.json: {e}")))?;
+    let bytes = match std::fs::read(&index_json) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(input(part, "no OCI layout there (no index.json)"));
+        }
+        Err(e) => return Err(input(part, format!("{}: {e}", index_json.display()))),
+    };
+    let top: Index =
+        serde_json::from_slice(&bytes).map_err(|e| input(part, format!("index.json: {e}")))?;
     let Some(entry) = top
         .manifests
         .iter()
@@ -145,13 +149,12 @@ fn tagged_entry(layout_dir: &Path, part: &str, tag: &str) -> Result<Descriptor, 
         return Err(input(
             part,
             format!(
-                "no image tagged {tag} (it has: {}); build it with `occm-forge build --output {}`",
+                "no image tagged {tag} (it has: {})",
                 if tags.is_empty() {
                     "none".to_string()
                 } else {
                     tags.join(", ")
                 },
-                layout_dir.display()
             ),
         ));
     };

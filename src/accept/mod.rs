@@ -504,8 +504,23 @@ pub async fn accept_minor(
 /// control (built unless cached) from the pinned tag, the minor's toolchain. A Kubernetes module
 /// or an OCCM dependency the Go module proxy refuses makes the report `not-verified`, naming it.
 ///
-/// Errors: source errors; [`AcceptError`]s as in [`accept`] (as [`crate::Error::Accept`]).
+/// Errors: source errors; [`AcceptError`]s as in [`accept`] (as [`crate::Error::Accept`]);
+/// any error after SIGINT/SIGTERM is [`crate::Error::Interrupted`].
 pub async fn accept_subject(
+    subject: &Subject,
+    run: &RunOptions<'_>,
+    reporter: &dyn Reporter,
+) -> Result<AcceptReport, crate::Error> {
+    let result = accept_subject_inner(subject, run, reporter).await;
+    match (result, crate::interrupt::signal()) {
+        // A part stopped by the signal reports the interruption (exit 130/143), not a failure.
+        (Err(_), Some(sig)) => Err(crate::Error::Interrupted(sig)),
+        (r, _) => r,
+    }
+}
+
+/// [`accept_subject`] without the mapping of errors after a signal.
+async fn accept_subject_inner(
     subject: &Subject,
     run: &RunOptions<'_>,
     reporter: &dyn Reporter,
@@ -593,7 +608,7 @@ async fn prepare(
         {
             return Ok(not_verified(blank, reason, versions));
         }
-        return Err(e.into());
+        return Err(with_build_hint(e, subject, run).into());
     }
     let go_mod = go_mod?;
     // The control plane before the control: a refused Kubernetes module names k8s.io/kubernetes.
@@ -634,6 +649,28 @@ async fn prepare(
     );
     timed("control", t, detail);
     Ok(Prepared::Ready((go_mod, control)))
+}
+
+/// A layout without the image gets the command that builds it there.
+fn with_build_hint(e: AcceptError, subject: &Subject, run: &RunOptions<'_>) -> AcceptError {
+    match e {
+        AcceptError::Input { part, message } if part.starts_with("layout") => {
+            let config = if subject.config_name == "images.toml" {
+                String::new()
+            } else {
+                format!(" --config {}", subject.config_name)
+            };
+            AcceptError::Input {
+                part,
+                message: format!(
+                    "{message}; build it with `occm-forge build --k8s {}{config} --output {}`",
+                    subject.minor,
+                    run.layout_dir.display()
+                ),
+            }
+        }
+        e => e,
+    }
 }
 
 /// The unpatched upstream build of the subject's tag, for the host platform.

@@ -163,23 +163,44 @@ impl AcceptReport {
         )
     }
 
-    /// Decides the verdict from the rows: accepted when ours passed every scenario run.
+    /// Decides the verdict from the rows: accepted when ours passed every scenario run and the
+    /// control (unpatched upstream) failed every scenario that shows a fix (S1, S2) — a control
+    /// that passes one means the run does not show the fix (a cached control that is not
+    /// upstream's, or the bug fixed upstream: `patches verify` says which patch is then already
+    /// upstream). A run of some scenarios only says so in its reason.
     pub fn decide(&mut self) {
-        let failed: Vec<String> = self
-            .rows
-            .iter()
-            .filter(|r| r.ours.as_ref().is_none_or(|o| !o.passed))
-            .map(|r| r.scenario.to_string())
-            .collect();
+        let names = |pick: &dyn Fn(&ScenarioRow) -> bool| -> Vec<String> {
+            self.rows
+                .iter()
+                .filter(|r| pick(r))
+                .map(|r| r.scenario.to_string())
+                .collect()
+        };
+        let ours_failed = names(&|r| r.ours.as_ref().is_none_or(|o| !o.passed));
+        let control_passed = names(&|r| {
+            !r.scenario.control_expected_to_pass() && r.control.as_ref().is_some_and(|c| c.passed)
+        });
         if self.rows.is_empty() {
             self.verdict = Verdict::NotVerified;
             self.reason.get_or_insert_with(|| "no scenario ran".into());
-        } else if failed.is_empty() {
-            self.verdict = Verdict::Accepted;
-            self.reason = None;
-        } else {
+        } else if !ours_failed.is_empty() {
             self.verdict = Verdict::Failed;
-            self.reason = Some(format!("ours fails {}", failed.join(", ")));
+            self.reason = Some(format!("ours fails {}", ours_failed.join(", ")));
+        } else if !control_passed.is_empty() {
+            self.verdict = Verdict::Failed;
+            self.reason = Some(format!(
+                "the control (unpatched upstream) passes {} too, so this run does not show the fix; check the control binary ({}) and whether the bug is fixed upstream (`occm-forge patches verify`)",
+                control_passed.join(", "),
+                self.control
+                    .as_ref()
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_else(|| "none".into())
+            ));
+        } else {
+            self.verdict = Verdict::Accepted;
+            let run = names(&|_| true);
+            self.reason =
+                (run.len() < Scenario::ALL.len()).then(|| format!("only {} ran", run.join(", ")));
         }
     }
 }
@@ -391,6 +412,19 @@ mod tests {
         r.decide();
         assert_eq!(r.verdict, Verdict::Accepted);
         assert!(r.ok());
+        assert_eq!(r.reason.as_deref(), Some("only S1, S3 ran"));
+        // A control that passes S1 does not show the fix: not accepted.
+        r.control = Some("/cache/control".into());
+        r.rows[0].control.as_mut().unwrap().passed = true;
+        r.decide();
+        assert_eq!(r.verdict, Verdict::Failed);
+        assert_eq!(
+            r.reason.as_deref(),
+            Some(
+                "the control (unpatched upstream) passes S1 too, so this run does not show the fix; check the control binary (/cache/control) and whether the bug is fixed upstream (`occm-forge patches verify`)"
+            )
+        );
+        r.rows[0].control.as_mut().unwrap().passed = false;
         r.rows[1].ours.as_mut().unwrap().passed = false;
         r.decide();
         assert_eq!(r.verdict, Verdict::Failed);
@@ -411,7 +445,7 @@ mod tests {
         assert!(md.contains("pass 1.4 s: a\\|b"), "{md}");
         assert!(
             md.contains(
-                "| 1.34 | v1.34.1 | `v1.34.1-occmforge.1` | — | 1.25.1 | none | accepted |"
+                "| 1.34 | v1.34.1 | `v1.34.1-occmforge.1` | — | 1.25.1 | none | accepted: only S1, S3 ran |"
             ),
             "{md}"
         );

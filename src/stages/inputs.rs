@@ -74,6 +74,12 @@ async fn freshness(plan: &BuildPlan, registry: &dyn Registry) -> Result<Freshnes
     let Some(entry) = manifest.images.get(&plan.minor) else {
         return stale(format!("{at} has no entry for {}", plan.minor));
     };
+    if plan.accept && !entry.accepted {
+        return stale(format!(
+            "{at} records {} without acceptance, and --accept asks for it",
+            plan.minor
+        ));
+    }
     let Some(recorded) = &entry.inputs else {
         return stale(format!(
             "{at} records no inputs for {} (an older occm-forge built it)",
