@@ -169,6 +169,10 @@ pub async fn accept(
             report.decide();
             if report.ok() && !req.keep_logs {
                 let _ = std::fs::remove_dir_all(req.work_dir);
+                // `<layout>/accept` too, when no other minor's logs are in it.
+                if let Some(parent) = req.work_dir.parent() {
+                    let _ = std::fs::remove_dir(parent);
+                }
             } else {
                 report.logs = Some(req.work_dir.to_path_buf());
             }

@@ -183,6 +183,24 @@ pub(crate) struct Bench<'a> {
     pub(crate) kubeconfig: &'a Path,
 }
 
+/// Writes the simulated cloud's request log of a run to `path` when dropped.
+struct RequestLog<'a> {
+    cloud: &'a SimulatedCloud,
+    path: std::path::PathBuf,
+}
+
+impl Drop for RequestLog<'_> {
+    fn drop(&mut self) {
+        let log: String = self
+            .cloud
+            .requests()
+            .iter()
+            .map(|r| format!("{r}\n"))
+            .collect();
+        let _ = std::fs::write(&self.path, log);
+    }
+}
+
 /// One OCCM process.
 pub(crate) struct Replica {
     proc: Process,
@@ -335,6 +353,11 @@ pub(crate) async fn run(
     bench.kube.reset().await?;
     let (state, servers) = cloud_state(scenario);
     bench.cloud.set_state(state);
+    // Written when the run ends, however it ends (also when an interrupt drops it).
+    let _request_log = RequestLog {
+        cloud: bench.cloud,
+        path: dir.join("openstack-requests.log"),
+    };
     let cloud_conf = dir.join("cloud.conf");
     std::fs::write(&cloud_conf, bench.cloud.cloud_conf())
         .map_err(|e| AcceptError::Io(format!("{}: {e}", cloud_conf.display())))?;
@@ -355,8 +378,6 @@ pub(crate) async fn run(
         let _ = r.proc.stop(Duration::from_secs(5)).await;
     }
     let requests = bench.cloud.requests();
-    let log: String = requests.iter().map(|r| format!("{r}\n")).collect();
-    let _ = std::fs::write(dir.join("openstack-requests.log"), log);
     let mut result = result?;
     result.unknown_requests = requests
         .iter()
