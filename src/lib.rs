@@ -14,7 +14,7 @@
 //! - [`stage`] (the `Stage` trait and `Runner`), [`stages`] (the build's stages),
 //!   [`plan`] (settings resolved once into a `BuildPlan`), [`pipeline`] (the build).
 //! - [`accept`]: the image's binary against a real kube-apiserver and a simulated OpenStack.
-//! - Commands built on them: [`redgreen`] (`patches verify`), [`audit`] (`verify`), [`pin`],
+//! - Commands built on them: [`redgreen`] (`patches prove`), [`audit`] (`verify`), [`pin`],
 //!   [`upstream`], [`render`], and [`report`] (the text every command prints).
 //!
 //! The binary only parses arguments, calls one of these, and prints.
@@ -92,8 +92,8 @@ pub enum Error {
     /// stage: the tag guard and the run lock come first).
     #[error(transparent)]
     DigestManifest(#[from] digest_manifest::DigestManifestError),
-    /// `patches verify`: a fix patch is not guarded, or a guard fails with the fix.
-    #[error("verify: {0}")]
+    /// `patches prove`: a fix patch is not guarded, or a guard fails with the fix.
+    #[error("prove: {0}")]
     Proof(String),
     /// `verify`: the registry does not serve what the digest manifest records.
     #[error("verify: {0}")]

@@ -1,4 +1,4 @@
-//! Red/green proof (`patches verify` / `patches matrix`): each fix patch is guarded by its
+//! Red/green proof (`patches prove` / `patches matrix`): each fix patch is guarded by its
 //! regression tests on the real upstream tree. In the code this is the *proof*; the `verify`
 //! command, which checks the registry against the digest manifest, is the `audit` module.
 //!

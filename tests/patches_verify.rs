@@ -1,4 +1,4 @@
-//! `patches verify` and "already upstream" on the fixture upstream: the real binary, real git,
+//! `patches prove` and "already upstream" on the fixture upstream: the real binary, real git,
 //! the real Go toolchain.
 
 mod common;
@@ -9,7 +9,7 @@ use common::*;
 
 fn verify(f: &Fixture, minor: &str) -> Output {
     occm_forge(f.path())
-        .args(["patches", "verify", "--k8s", minor, "--source"])
+        .args(["patches", "prove", "--k8s", minor, "--source"])
         .arg(&f.upstream)
         .output()
         .unwrap()
@@ -65,7 +65,7 @@ fn a_guard_that_passes_without_the_fix_fails_verification() {
     );
     assert_eq!(
         stderr(&o).lines().last().unwrap(),
-        "occm-forge: error: verify: 1.34 does not verify; see the table"
+        "occm-forge: error: prove: 1.34 is not proven: see the table"
     );
 }
 

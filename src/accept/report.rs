@@ -166,7 +166,7 @@ impl AcceptReport {
     /// Decides the verdict from the rows: accepted when ours passed every scenario run and the
     /// control (unpatched upstream) failed every scenario that shows a fix (S1, S2) — a control
     /// that passes one means the run does not show the fix (a cached control that is not
-    /// upstream's, or the bug fixed upstream: `patches verify` says which patch is then already
+    /// upstream's, or the bug fixed upstream: `patches prove` says which patch is then already
     /// upstream). A run of some scenarios only says so in its reason.
     pub fn decide(&mut self) {
         let names = |pick: &dyn Fn(&ScenarioRow) -> bool| -> Vec<String> {
@@ -189,7 +189,7 @@ impl AcceptReport {
         } else if !control_passed.is_empty() {
             self.verdict = Verdict::Failed;
             self.reason = Some(format!(
-                "the control (unpatched upstream) passes {} too, so this run does not show the fix; check the control binary ({}) and whether the bug is fixed upstream (`occm-forge patches verify`)",
+                "the control (unpatched upstream) passes {} too, so this run does not show the fix; check the control binary ({}) and whether the bug is fixed upstream (`occm-forge patches prove`)",
                 control_passed.join(", "),
                 self.control
                     .as_ref()
@@ -421,7 +421,7 @@ mod tests {
         assert_eq!(
             r.reason.as_deref(),
             Some(
-                "the control (unpatched upstream) passes S1 too, so this run does not show the fix; check the control binary (/cache/control) and whether the bug is fixed upstream (`occm-forge patches verify`)"
+                "the control (unpatched upstream) passes S1 too, so this run does not show the fix; check the control binary (/cache/control) and whether the bug is fixed upstream (`occm-forge patches prove`)"
             )
         );
         r.rows[0].control.as_mut().unwrap().passed = false;

@@ -1,4 +1,4 @@
-//! `occm-forge patches verify` and `patches matrix`: the red/green proof (`redgreen`).
+//! `occm-forge patches prove` and `patches matrix`: the red/green proof (`redgreen`).
 
 use std::path::PathBuf;
 
@@ -14,8 +14,10 @@ use super::{Cli, Inputs};
 
 #[derive(Subcommand)]
 pub enum PatchesCommand {
-    /// Red/green proof for one minor: guard tests fail without the fix patches and pass with them.
-    Verify(VerifyArgs),
+    /// Red/green proof for one minor: guard tests fail without the fix patches and pass with them
+    /// (`patches verify` is the earlier name).
+    #[command(visible_alias = "verify")]
+    Prove(VerifyArgs),
     /// `verify` for every minor (or those given), as a Markdown table.
     Matrix(MatrixArgs),
 }
@@ -46,7 +48,7 @@ pub struct MatrixArgs {
 
 pub async fn run(cli: &Cli, cmd: &PatchesCommand) -> Result<u8, Error> {
     match cmd {
-        PatchesCommand::Verify(args) => verify(cli, args).await,
+        PatchesCommand::Prove(args) => verify(cli, args).await,
         PatchesCommand::Matrix(args) => matrix(cli, args).await,
     }
 }
@@ -71,7 +73,7 @@ async fn verify(cli: &Cli, args: &VerifyArgs) -> Result<u8, Error> {
         Ok(0)
     } else {
         Err(Error::Proof(format!(
-            "{} does not verify; see the table",
+            "{} is not proven: see the table",
             args.k8s
         )))
     }

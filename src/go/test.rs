@@ -214,7 +214,7 @@ pub fn run(
     check(summary, required)
 }
 
-/// Runs `go test -json` and folds the stream without judging it (used by `patches verify`, which
+/// Runs `go test -json` and folds the stream without judging it (used by `patches prove`, which
 /// expects failures). Errors only when no event stream was produced.
 pub fn run_raw(
     dir: &Path,

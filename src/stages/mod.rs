@@ -3,7 +3,7 @@
 //! module that does the work (`source::checkout`, `patches::apply_series`, `go::test::run`,
 //! `go::build::build`, `image::assemble`, `describe`, `registry::publish`,
 //! `digest_manifest::record`) and words its stage line. `pipeline::build` lists them;
-//! `patches verify` and `verify --rebuild` run the same stages through the same runner.
+//! `patches prove` and `verify --rebuild` run the same stages through the same runner.
 
 pub mod accept;
 pub mod build;

@@ -14,7 +14,7 @@ use crate::stage::{Done, Stage, StageContext};
 pub enum Judge<'a> {
     /// Every test must pass and every required test must run and pass (`build`).
     Required(&'a [String]),
-    /// Nothing is judged: failures are data (`patches verify`); a run that produced no test
+    /// Nothing is judged: failures are data (`patches prove`); a run that produced no test
     /// events is returned as its problem instead of an error.
     Record,
 }
