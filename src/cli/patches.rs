@@ -18,7 +18,7 @@ pub enum PatchesCommand {
     /// (`patches verify` is the earlier name).
     #[command(visible_alias = "verify")]
     Prove(VerifyArgs),
-    /// `verify` for every minor (or those given), as a Markdown table.
+    /// `prove` for every minor (or those given), as a Markdown table.
     Matrix(MatrixArgs),
 }
 
