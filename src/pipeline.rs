@@ -254,7 +254,7 @@ async fn patched_tree(
 }
 
 /// Where a build works: its scratch directory (binaries; removed when dropped) and its work tree
-/// — `<cache>/work/<minor>`, reused across builds, with its lock — or `<scratch>/src` when
+/// — `<cache>/trees/<minor>`, reused across builds, with its lock — or `<scratch>/src` when
 /// another run holds that. Scratch left by runs that were killed is removed first.
 fn workspace(
     plan: &BuildPlan,

@@ -400,14 +400,14 @@ fn create_tree(store_path: &Path, tree_dir: &Path, commit: Oid) -> Result<PathBu
     Ok(tree_dir.to_path_buf())
 }
 
-/// The work tree a build of `minor` reuses, `<cache>/work/<minor>`, with a lock held while the
+/// The work tree a build of `minor` reuses, `<cache>/trees/<minor>`, with a lock held while the
 /// build uses it; `None` when another run holds it (the build then works in its scratch space).
 ///
 /// Go keys compiled packages by their directory and test results by the files tests open: a
 /// tree at the same path with the same file times lets `go test` reuse both, where a fresh
 /// directory per build recompiles the tree's packages and reruns every test.
 pub fn reusable_tree(cache_dir: &Path, minor: &str) -> Option<(PathBuf, File)> {
-    let dir = cache_dir.join("work");
+    let dir = cache_dir.join("trees");
     fs::create_dir_all(&dir).ok()?;
     let lock = File::create(dir.join(format!("{minor}.lock"))).ok()?;
     lock.try_lock().ok()?;

@@ -1,4 +1,4 @@
-//! The reused work tree of a minor (`<cache>/work/<minor>`): when it already holds the pinned
+//! The reused work tree of a minor (`<cache>/trees/<minor>`): when it already holds the pinned
 //! commit with the patch series applied, untouched since, the source and patches stages keep
 //! it instead of checking out and applying again.
 //!

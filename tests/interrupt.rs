@@ -148,7 +148,7 @@ fn sigint_during_go_tests_stops_everything_and_records_nothing() {
     let cache = f.path().join("cache");
     let mut child = spawn_build_with(&f, Some(&pidfile), &[], Some(&cache));
     let (go_pid, wd) = wait_for_slow_test(&pidfile, &mut child);
-    assert!(wd.starts_with(cache.join("work/1.34")), "{}", wd.display());
+    assert!(wd.starts_with(cache.join("trees/1.34")), "{}", wd.display());
     let scratch = scratch_dirs(&cache);
     assert_eq!(scratch.len(), 1, "{scratch:?}");
     signal(&child, "INT");

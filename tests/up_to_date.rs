@@ -391,7 +391,7 @@ fn the_minors_work_tree_is_kept_only_while_untouched() {
     assert_eq!(stdout(&second), stdout(&first));
 
     // An edited file or a file nobody tracks: checked out and patched again.
-    let tree = cache.join("work/1.34");
+    let tree = cache.join("trees/1.34");
     let file = tree.join("pkg/openstack/instances.go");
     let text = std::fs::read_to_string(&file).unwrap();
     std::fs::write(
