@@ -407,8 +407,10 @@ fn refused(message: &str) -> Option<&str> {
         .map(|(_, m)| m.trim())
 }
 
-/// Reads the upstream go.mod of `tag` from the shared object store without a build (for a
-/// minor whose control cannot be built).
+/// Reads the upstream go.mod of `tag` straight from the shared object store, after checking the
+/// tag still points at the pinned `commit` (no checkout, no build).
+///
+/// Errors: the source errors of [`crate::source::check_pin`]; a tree without go.mod.
 pub fn upstream_go_mod(
     source: &str,
     tag: &str,
@@ -416,17 +418,16 @@ pub fn upstream_go_mod(
     config: &str,
     cache_dir: &Path,
 ) -> Result<Vec<u8>, crate::Error> {
-    let scratch = crate::util::scratch_dir(cache_dir, "accept-gomod-").map_err(crate::Error::Io)?;
-    let tree = crate::source::checkout(&crate::source::SourceRequest {
+    let fetched = crate::source::check_pin(&crate::source::SourceRequest {
         url: source,
         tag,
         pinned_commit: commit,
         config,
         cache_dir,
-        tree_dir: &scratch.path().join("src"),
+        tree_dir: Path::new(""),
     })?;
-    std::fs::read(tree.path.join("go.mod"))
-        .map_err(|e| crate::Error::Io(format!("{}: {e}", tree.path.join("go.mod").display())))
+    crate::source::read_file(&fetched.store, &fetched.commit, "go.mod")
+        .ok_or_else(|| crate::Error::Io(format!("{source} {tag}: no go.mod at {commit}")))
 }
 
 #[cfg(test)]
