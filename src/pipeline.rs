@@ -44,6 +44,21 @@ pub struct BuildOutcome {
     pub pushed: bool,
 }
 
+impl BuildOutcome {
+    /// The outcome of `plan` that recorded (or found up to date) `entry`, with `run`'s timings.
+    fn of(plan: &BuildPlan, entry: Entry, run: Runner<'_>, up_to_date: bool) -> Self {
+        BuildOutcome {
+            minor: plan.minor,
+            entry,
+            layout: plan.output.clone(),
+            digest_manifest: plan.record_to.clone(),
+            timings: run.into_reports(),
+            up_to_date,
+            pushed: plan.push,
+        }
+    }
+}
+
 /// Runs the whole pipeline for one minor under the digest manifest's run lock. `registry`
 /// serves base pulls and the push; `reporter` hears about every stage and the upload.
 ///
@@ -210,15 +225,7 @@ async fn steps(
     .await?;
     drop(scratch);
     tracing::debug!("image {} ({})", entry.image, short(&entry.digest));
-    Ok(BuildOutcome {
-        minor: plan.minor,
-        entry,
-        layout: plan.output.clone(),
-        digest_manifest: plan.record_to.clone(),
-        timings: run.into_reports(),
-        up_to_date: false,
-        pushed: plan.push,
-    })
+    Ok(BuildOutcome::of(plan, entry, run, false))
 }
 
 /// The source and patches stages. In the minor's own work tree (`reusable`), a tree that still
@@ -287,15 +294,7 @@ async fn up_to_date(
         })
         .await?;
     }
-    Ok(BuildOutcome {
-        minor: plan.minor,
-        entry,
-        layout: plan.output.clone(),
-        digest_manifest: plan.record_to.clone(),
-        timings: run.into_reports(),
-        up_to_date: true,
-        pushed: plan.push,
-    })
+    Ok(BuildOutcome::of(plan, entry, run, true))
 }
 
 /// Checks that fail in seconds rather than after minutes of Go work: the tag guard of the digest

@@ -357,28 +357,39 @@ fn processes_under(dir: &std::path::Path) -> Vec<String> {
         .collect()
 }
 
-/// Fault injection: an etcd that never answers `/health` is named with its log line and stopped.
-#[tokio::test]
-async fn a_control_plane_part_that_never_gets_ready_is_named_and_stopped() {
+/// Starts a control plane whose etcd (and kube-apiserver) is the shell script `script`, with
+/// `timeout` for readiness: its error, the control plane's directory and the temp dir holding it.
+async fn start_stand_in(
+    script: &str,
+    timeout_secs: u64,
+) -> (String, std::path::PathBuf, tempfile::TempDir) {
     use occm_forge::accept::control_plane::{Binaries, ControlPlane};
     let dir = tempfile::tempdir().unwrap();
     let stand_in = dir.path().join("etcd");
-    executable(
-        &stand_in,
-        "#!/bin/sh\necho 'member has no quorum yet' >&2\nexec sleep 600\n",
-    );
+    executable(&stand_in, script);
     let bins = Binaries {
         kube_apiserver: stand_in.clone(),
         etcd: stand_in,
         cached: true,
     };
     let cp = dir.path().join("cp");
-    let e = ControlPlane::start(&bins, &cp, std::time::Duration::from_secs(2))
+    let e = ControlPlane::start(&bins, &cp, std::time::Duration::from_secs(timeout_secs))
         .await
         .err()
-        .expect("a control plane whose etcd never gets ready must not start");
+        .expect("a control plane whose etcd is a stand-in must not start");
+    (e.to_string(), cp, dir)
+}
+
+/// Fault injection: an etcd that never answers `/health` is named with its log line and stopped.
+#[tokio::test]
+async fn a_control_plane_part_that_never_gets_ready_is_named_and_stopped() {
+    let (e, cp, _dir) = start_stand_in(
+        "#!/bin/sh\necho 'member has no quorum yet' >&2\nexec sleep 600\n",
+        2,
+    )
+    .await;
     assert_eq!(
-        e.to_string(),
+        e,
         format!(
             "etcd: not ready after 2 s: member has no quorum yet (log {})",
             cp.join("etcd.log").display()
@@ -391,25 +402,13 @@ async fn a_control_plane_part_that_never_gets_ready_is_named_and_stopped() {
 /// last line of its log.
 #[tokio::test]
 async fn a_control_plane_part_that_exits_is_named_with_its_last_log_line() {
-    use occm_forge::accept::control_plane::{Binaries, ControlPlane};
-    let dir = tempfile::tempdir().unwrap();
-    let stand_in = dir.path().join("etcd");
-    executable(
-        &stand_in,
+    let (e, cp, _dir) = start_stand_in(
         "#!/bin/sh\necho 'listen tcp 127.0.0.1:2379: bind: address already in use' >&2\nexit 1\n",
-    );
-    let bins = Binaries {
-        kube_apiserver: stand_in.clone(),
-        etcd: stand_in,
-        cached: true,
-    };
-    let cp = dir.path().join("cp");
-    let e = ControlPlane::start(&bins, &cp, std::time::Duration::from_secs(20))
-        .await
-        .err()
-        .unwrap();
+        20,
+    )
+    .await;
     assert_eq!(
-        e.to_string(),
+        e,
         format!(
             "etcd: exited (exit status: 1) before it was ready: listen tcp 127.0.0.1:2379: bind: address already in use (log {})",
             cp.join("etcd.log").display()

@@ -6,22 +6,16 @@ use std::path::PathBuf;
 use clap::Args;
 use occm_forge::Error;
 use occm_forge::accept::{self, MinorRequest, RunOptions, Scenario};
-use occm_forge::config::Minor;
 use occm_forge::progress::Terminal;
 use occm_forge::util::write_file_atomically;
 
 use super::output::print_stdout;
-use super::{Cli, Inputs};
+use super::{Cli, Inputs, MinorSelection};
 
 #[derive(Args)]
-#[command(group = clap::ArgGroup::new("which").required(true).args(["k8s", "all"]))]
 pub struct AcceptArgs {
-    /// Kubernetes minor to accept (repeatable).
-    #[arg(long = "k8s", value_name = "MINOR")]
-    k8s: Vec<Minor>,
-    /// Every minor of images.toml.
-    #[arg(long)]
-    all: bool,
+    #[command(flatten)]
+    which: MinorSelection,
     #[command(flatten)]
     inputs: Inputs,
     /// The OCI layout holding the images (`build --output`); logs go to <DIR>/accept/<minor>.
@@ -44,11 +38,7 @@ pub struct AcceptArgs {
 
 pub async fn run(cli: &Cli, args: &AcceptArgs) -> Result<u8, Error> {
     let config = args.inputs.load()?;
-    let minors: Vec<Minor> = if args.all {
-        config.minors.keys().copied().collect()
-    } else {
-        args.k8s.clone()
-    };
+    let minors = args.which.minors(&config);
     let scenarios = if args.scenario.is_empty() {
         Scenario::ALL.to_vec()
     } else {

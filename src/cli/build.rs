@@ -4,24 +4,19 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use clap::Args;
-use occm_forge::config::{Config, Minor};
+use occm_forge::config::Config;
 use occm_forge::pipeline::{self, BuildOutcome, MinorResult};
 use occm_forge::plan::{self, BuildPlan, Environment, Overrides};
 use occm_forge::progress::Terminal;
 use occm_forge::{Error, report};
 
 use super::output::{note, print_error_of, print_stdout};
-use super::{Cli, Inputs, RegistryArgs};
+use super::{Cli, Inputs, MinorSelection, RegistryArgs};
 
 #[derive(Args)]
-#[command(group = clap::ArgGroup::new("which").required(true).args(["k8s", "all"]))]
 pub struct BuildArgs {
-    /// Kubernetes minor to build, e.g. 1.34; repeat it to build several in one run.
-    #[arg(long = "k8s", value_name = "MINOR")]
-    k8s: Vec<Minor>,
-    /// Build every minor of images.toml, one after another.
-    #[arg(long)]
-    all: bool,
+    #[command(flatten)]
+    which: MinorSelection,
     #[command(flatten)]
     inputs: Inputs,
     /// Push to the registry and verify the tag.
@@ -91,33 +86,17 @@ impl BuildArgs {
             accept: self.accept,
         })
     }
-
-    /// The minors asked for, each once, in the order given (`--all`: images.toml's order).
-    fn minors(&self, config: &Config) -> Vec<Minor> {
-        let mut minors: Vec<Minor> = Vec::new();
-        let asked: Vec<Minor> = if self.all {
-            config.minors.keys().copied().collect()
-        } else {
-            self.k8s.clone()
-        };
-        for m in asked {
-            if !minors.contains(&m) {
-                minors.push(m);
-            }
-        }
-        minors
-    }
 }
 
 pub async fn run(cli: &Cli, args: &BuildArgs) -> Result<u8, Error> {
     let config = args.inputs.load()?;
     let registry = plan::registry(&config, &args.registry.overrides())?;
     let overrides = args.overrides(cli)?;
-    let minors = args.minors(&config);
+    let minors = args.which.minors(&config);
     if let Some(path) = &args.timings {
         check_timings_path(path, &config, &overrides)?;
     }
-    if let ([minor], false) = (minors.as_slice(), args.all) {
+    if let ([minor], false) = (minors.as_slice(), args.which.all) {
         let plan = BuildPlan::resolve(&config, *minor, &overrides)?;
         let outcome = pipeline::build(&plan, &registry, &Terminal::new(cli.quiet, "")).await?;
         write_timings(

@@ -18,7 +18,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 use occm_forge::Error;
-use occm_forge::config::{self, Config};
+use occm_forge::config::{self, Config, Minor};
 use occm_forge::plan::{Environment, RegistryOverrides};
 
 pub use output::{LogLines, print_error};
@@ -115,6 +115,36 @@ impl RegistryArgs {
             idle_timeout: std::time::Duration::from_secs(self.registry_timeout),
             operation_timeout: std::time::Duration::from_secs(self.registry_operation_timeout),
         }
+    }
+}
+
+/// Which minors a command works on: `--k8s` (repeatable) or `--all`.
+#[derive(Args)]
+#[group(required = true, multiple = false)]
+struct MinorSelection {
+    /// Kubernetes minor, e.g. 1.34; repeat it for several in one run.
+    #[arg(long = "k8s", value_name = "MINOR")]
+    k8s: Vec<Minor>,
+    /// Every minor of images.toml, one after another.
+    #[arg(long)]
+    all: bool,
+}
+
+impl MinorSelection {
+    /// The minors asked for, each once, in the order given (`--all`: images.toml's order).
+    fn minors(&self, config: &Config) -> Vec<Minor> {
+        let asked: Vec<Minor> = if self.all {
+            config.minors.keys().copied().collect()
+        } else {
+            self.k8s.clone()
+        };
+        let mut minors: Vec<Minor> = Vec::new();
+        for m in asked {
+            if !minors.contains(&m) {
+                minors.push(m);
+            }
+        }
+        minors
     }
 }
 
