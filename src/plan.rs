@@ -215,12 +215,8 @@ impl BuildPlan {
             .repository
             .clone()
             .unwrap_or_else(|| config.repository.clone());
-        if !crate::reference::names_registry(&repository) {
-            return Err(Error::Usage(format!(
-                "--repository `{repository}` names no registry host; write it in full \
-                 (docker.io/{repository} for Docker Hub)"
-            )));
-        }
+        crate::reference::require_registry(&repository)
+            .map_err(|m| Error::Usage(format!("--{m}")))?;
         let repository_name: RepositoryName = repository
             .parse()
             .map_err(|e| Error::Usage(format!("repository: {e}")))?;

@@ -15,6 +15,18 @@ pub fn names_registry(s: &str) -> bool {
         .is_some_and(|(first, _)| first.contains(['.', ':']) || first == "localhost")
 }
 
+/// `Ok` when `repository` (a push target) names its registry ([`names_registry`]); else the
+/// message `` repository `occm/x` names no registry host; write it in full (docker.io/occm/x for
+/// Docker Hub) ``. A push target is never guessed to be Docker Hub.
+pub fn require_registry(repository: &str) -> Result<(), String> {
+    if names_registry(repository) {
+        return Ok(());
+    }
+    Err(format!(
+        "repository `{repository}` names no registry host; write it in full (docker.io/{repository} for Docker Hub)"
+    ))
+}
+
 /// A repository in a registry, e.g. `127.0.0.1:5000` + `occm/openstack-cloud-controller-manager`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct RepositoryName {

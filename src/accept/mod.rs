@@ -438,26 +438,23 @@ pub struct Subject {
 }
 
 impl Subject {
-    /// `minor` as images.toml pins it; `source` overrides images.toml `upstream`.
+    /// `minor` as images.toml pins it, resolved as `build` resolves it
+    /// ([`crate::plan::BuildPlan::resolve`]; the base is not needed, so an unpinned one is
+    /// allowed); `source` overrides images.toml `upstream`.
     ///
-    /// Errors: an unknown minor, an unreadable patch series (for the tag).
+    /// Errors: as [`crate::plan::BuildPlan::resolve`] (an unknown minor, an unreadable patch).
     pub fn from_config(
         config: &Config,
         minor: Minor,
         source: Option<&str>,
     ) -> Result<Self, crate::Error> {
-        let m = config.minor(minor)?;
-        Ok(Subject {
-            minor,
-            upstream_tag: m.upstream_tag.clone(),
-            commit: m.commit.clone(),
-            go: m.go.clone(),
-            tag: image_tag(config, minor)?,
-            fetch_from: source
-                .map(str::to_string)
-                .unwrap_or_else(|| config.upstream.clone()),
-            config_name: config.path.display().to_string(),
-        })
+        let overrides = crate::plan::Overrides {
+            source: source.map(str::to_string),
+            allow_unpinned_base: true,
+            ..Default::default()
+        };
+        let plan = crate::plan::BuildPlan::resolve(config, minor, &overrides)?;
+        Ok(Self::from_plan(&plan))
     }
 
     /// The minor a build plan builds.
@@ -476,21 +473,6 @@ impl Subject {
     fn blank(&self) -> AcceptReport {
         AcceptReport::new(self.minor, &self.upstream_tag, &self.tag, &self.go)
     }
-}
-
-/// The image tag images.toml gives `minor` (as `build` computes it).
-pub fn image_tag(config: &Config, minor: Minor) -> Result<String, crate::Error> {
-    let m = config.minor(minor)?;
-    let series = crate::patches::load_series(&config.patches_dir, &m.patches)?;
-    Ok(crate::config::render_tag(
-        &config.tag_scheme,
-        &crate::config::TagInputs {
-            upstream_tag: &m.upstream_tag,
-            revision: m.revision,
-            minor,
-            series_sha256: &crate::patches::series_sha256(&series),
-        },
-    ))
 }
 
 /// [`accept_subject`] for one minor of images.toml.
@@ -716,34 +698,22 @@ pub async fn matrix(
     minors: &[Minor],
     reporter: &dyn Fn(Minor) -> Box<dyn Reporter>,
 ) -> Result<Vec<AcceptReport>, crate::Error> {
-    let config = req.config;
+    let run = RunOptions {
+        work_dir: None,
+        ..req.run.clone()
+    };
     let mut out = Vec::new();
     for &minor in minors {
-        let m = config.minor(minor)?;
-        let req = MinorRequest {
-            minor,
-            run: RunOptions {
-                work_dir: None,
-                ..req.run.clone()
-            },
-            ..req.clone()
-        };
-        match accept_minor(&req, reporter(minor).as_ref()).await {
+        let subject = Subject::from_config(req.config, minor, req.source)?;
+        match accept_subject(&subject, &run, reporter(minor).as_ref()).await {
             Ok(r) => out.push(r),
             Err(crate::Error::Interrupted(s)) => return Err(crate::Error::Interrupted(s)),
-            Err(crate::Error::Accept(AcceptError::Interrupted)) => {
-                return Err(crate::Error::Interrupted(
-                    crate::interrupt::signal().unwrap_or(libc::SIGINT),
-                ));
-            }
             Err(e) => {
-                let blank =
-                    AcceptReport::new(minor, &m.upstream_tag, &image_tag(config, minor)?, &m.go);
                 let not_there = matches!(&e, crate::Error::Accept(AcceptError::Input { part, .. }) if part.starts_with("layout"));
                 out.push(if not_there {
-                    blank.not_verified(e.to_string())
+                    subject.blank().not_verified(e.to_string())
                 } else {
-                    blank.failed(e.to_string())
+                    subject.blank().failed(e.to_string())
                 });
             }
         }

@@ -177,15 +177,7 @@ fn check_repository(s: &Spans<'_>, repository: &str) -> Result<(), ConfigError> 
             format!("repository `{repository}` must not carry a tag; the tag comes from `tag`"),
         ));
     }
-    if !crate::reference::names_registry(repository) {
-        return Err(s.err(
-            at(),
-            format!(
-                "repository `{repository}` names no registry host; write it in full \
-                 (docker.io/{repository} for Docker Hub)"
-            ),
-        ));
-    }
+    crate::reference::require_registry(repository).map_err(|m| s.err(at(), m))?;
     repository
         .parse::<crate::reference::RepositoryName>()
         .map(drop)
