@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
+use crate::Error;
 use crate::config::Minor;
 use crate::digest_manifest::{self, Entry};
 use crate::patches::{AppliedPatch, PatchOutcome};
@@ -20,7 +21,6 @@ use crate::stage::{Reporter, Runner, StageReport};
 use crate::stages::test::Judge;
 use crate::stages::{self, Described, Freshness, image::Imaged};
 use crate::util::{rfc3339, scratch_dir, short};
-use crate::{Error, interrupt};
 
 /// What a successful build produced.
 #[derive(Debug, Clone, Serialize)]
@@ -147,12 +147,7 @@ async fn build_locked(
     registry: &dyn Registry,
     reporter: &dyn Reporter,
 ) -> Result<BuildOutcome, Error> {
-    let result = steps(plan, registry, reporter).await;
-    // A stage that failed because its child was stopped reports the interruption instead.
-    match interrupt::signal() {
-        Some(sig) => Err(Error::Interrupted(sig)),
-        None => result,
-    }
+    crate::stage::unless_interrupted(steps(plan, registry, reporter).await)
 }
 
 /// The stages, in order.

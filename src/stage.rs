@@ -153,6 +153,12 @@ pub fn checkpoint() -> Result<(), Error> {
     }
 }
 
+/// `result`, unless SIGINT or SIGTERM arrived meanwhile: then [`Error::Interrupted`] (a part
+/// stopped by the signal fails in its own words, which are not the cause).
+pub fn unless_interrupted<T>(result: Result<T, Error>) -> Result<T, Error> {
+    checkpoint().and(result)
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::Mutex;

@@ -491,18 +491,13 @@ pub async fn accept_minor(
 /// or an OCCM dependency the Go module proxy refuses makes the report `not-verified`, naming it.
 ///
 /// Errors: source errors; [`AcceptError`]s as in [`accept`] (as [`crate::Error::Accept`]);
-/// any error after SIGINT/SIGTERM is [`crate::Error::Interrupted`].
+/// any outcome after SIGINT/SIGTERM is [`crate::Error::Interrupted`].
 pub async fn accept_subject(
     subject: &Subject,
     run: &RunOptions<'_>,
     reporter: &dyn Reporter,
 ) -> Result<AcceptReport, crate::Error> {
-    let result = accept_subject_inner(subject, run, reporter).await;
-    match (result, crate::interrupt::signal()) {
-        // A part stopped by the signal reports the interruption (exit 130/143), not a failure.
-        (Err(_), Some(sig)) => Err(crate::Error::Interrupted(sig)),
-        (r, _) => r,
-    }
+    crate::stage::unless_interrupted(accept_subject_inner(subject, run, reporter).await)
 }
 
 /// [`accept_subject`] without the mapping of errors after a signal.

@@ -141,15 +141,19 @@ impl AcceptReport {
         self.verdict == Verdict::Accepted
     }
 
+    /// The names of the scenarios whose row satisfies `pick`, in order (`S1`, …).
+    fn scenarios_where(&self, pick: &dyn Fn(&ScenarioRow) -> bool) -> Vec<String> {
+        self.rows
+            .iter()
+            .filter(|r| pick(r))
+            .map(|r| r.scenario.to_string())
+            .collect()
+    }
+
     /// One line for a stage report, e.g. `ours passes S1 S2 S3 S4; the control fails S1 S2`.
     pub fn summary_line(&self) -> String {
         let names = |pick: &dyn Fn(&ScenarioRow) -> bool| {
-            let v: Vec<String> = self
-                .rows
-                .iter()
-                .filter(|r| pick(r))
-                .map(|r| r.scenario.to_string())
-                .collect();
+            let v = self.scenarios_where(pick);
             if v.is_empty() {
                 "none".to_string()
             } else {
@@ -169,17 +173,11 @@ impl AcceptReport {
     /// upstream's, or the bug fixed upstream: `patches prove` says which patch is then already
     /// upstream). A run of some scenarios only says so in its reason.
     pub fn decide(&mut self) {
-        let names = |pick: &dyn Fn(&ScenarioRow) -> bool| -> Vec<String> {
-            self.rows
-                .iter()
-                .filter(|r| pick(r))
-                .map(|r| r.scenario.to_string())
-                .collect()
-        };
-        let ours_failed = names(&|r| r.ours.as_ref().is_none_or(|o| !o.passed));
-        let control_passed = names(&|r| {
+        let ours_failed = self.scenarios_where(&|r| r.ours.as_ref().is_none_or(|o| !o.passed));
+        let control_passed = self.scenarios_where(&|r| {
             !r.scenario.control_expected_to_pass() && r.control.as_ref().is_some_and(|c| c.passed)
         });
+        let run = self.scenarios_where(&|_| true);
         if self.rows.is_empty() {
             self.verdict = Verdict::NotVerified;
             self.reason.get_or_insert_with(|| "no scenario ran".into());
@@ -198,7 +196,6 @@ impl AcceptReport {
             ));
         } else {
             self.verdict = Verdict::Accepted;
-            let run = names(&|_| true);
             self.reason =
                 (run.len() < Scenario::ALL.len()).then(|| format!("only {} ran", run.join(", ")));
         }
