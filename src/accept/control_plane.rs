@@ -119,10 +119,19 @@ pub struct Binaries {
 
 /// Builds (or finds in `<cache>/accept/<kubernetes>/`) kube-apiserver and etcd for `versions`
 /// with `toolchain`. The binaries are written under temporary names and renamed, so a cache
-/// entry is complete or absent.
+/// entry is complete or absent; `<cache>/accept/<kubernetes>/.lock` (`flock`) keeps two runs
+/// from building one entry at once.
+///
+/// The helper module (`<cache>/accept/<kubernetes>/module`) is occm-forge's own, not upstream's:
+/// its go.mod is written here (requires `k8s.io/kubernetes` and `go.etcd.io/etcd/server/v3`,
+/// replaces each staging module with its published version), its go.sum is resolved here with
+/// `go get` under `-mod=mod` (Go checks every module against the checksum database as it adds
+/// it), and the builds then run under upstream's `-mod=readonly`, which checks that the go.sum
+/// covers every package compiled. See ../shared/notes/acceptance.md.
 ///
 /// Errors: [`AcceptError::NotVerified`] naming the modules the Go module proxy refuses (e.g.
-/// `k8s.io/kubernetes@v1.31.11 (403 Forbidden)`); [`AcceptError::Build`] for other failures.
+/// `k8s.io/kubernetes@v1.31.11 (403 Forbidden)`); [`AcceptError::Build`] for other failures,
+/// naming the helper module when its go.mod/go.sum is at fault (never the patch series).
 pub fn build(
     versions: &Versions,
     toolchain: &Toolchain,
@@ -131,7 +140,17 @@ pub fn build(
     let dir = cache_dir.join("accept").join(&versions.kubernetes);
     let apiserver = dir.join("kube-apiserver");
     let etcd = dir.join(format!("etcd-{}", versions.etcd));
-    if apiserver.is_file() && etcd.is_file() {
+    let done = || apiserver.is_file() && etcd.is_file();
+    if done() {
+        return Ok(Binaries {
+            kube_apiserver: apiserver,
+            etcd,
+            cached: true,
+        });
+    }
+    let _lock = lock_entry(&dir)?;
+    if done() {
+        // Another run built them while this one waited.
         return Ok(Binaries {
             kube_apiserver: apiserver,
             etcd,
@@ -139,28 +158,9 @@ pub fn build(
         });
     }
     let module = dir.join("module");
-    let io = |e: std::io::Error| AcceptError::Io(format!("{}: {e}", module.display()));
-    let k8s_go_mod = kubernetes_go_mod(versions, toolchain, cache_dir)?;
-    let head = helper_head(toolchain);
-    let k8s = format!("k8s.io/kubernetes@{}", versions.kubernetes);
-    let staging = staging_modules(&k8s_go_mod);
-    if staging.is_empty() {
-        return Err(AcceptError::Build {
-            part: "kube-apiserver".into(),
-            message: format!("the go.mod of {k8s} replaces no ./staging modules"),
-        });
-    }
-    let v0 = staging_version(&versions.kubernetes);
-    let mut text = head.clone();
-    text.push_str(&format!(
-        "\nrequire (\n\tk8s.io/kubernetes {}\n\tgo.etcd.io/etcd/server/v3 {}\n)\n\nreplace (\n",
-        versions.kubernetes, versions.etcd
-    ));
-    for m in &staging {
-        text.push_str(&format!("\t{m} => {m} {v0}\n"));
-    }
-    text.push_str(")\n");
-    std::fs::write(module.join("go.mod"), text).map_err(io)?;
+    let k8s_go_mod = probe_kubernetes(versions, toolchain, &module)?;
+    write_helper_go_mod(versions, toolchain, &module, &k8s_go_mod)?;
+    resolve_helper(versions, toolchain, &module)?;
 
     let minor = versions
         .kubernetes
@@ -177,23 +177,93 @@ pub fn build(
         toolchain,
         &module,
         "kube-apiserver",
-        "k8s.io/kubernetes/cmd/kube-apiserver",
+        KUBE_APISERVER,
         &ldflags,
         &apiserver,
     )?;
-    go_build(
-        toolchain,
-        &module,
-        "etcd",
-        "go.etcd.io/etcd/server/v3",
-        "-s -w",
-        &etcd,
-    )?;
+    go_build(toolchain, &module, "etcd", ETCD_SERVER, "-s -w", &etcd)?;
     Ok(Binaries {
         kube_apiserver: apiserver,
         etcd,
         cached: false,
     })
+}
+
+/// The kube-apiserver command's package.
+const KUBE_APISERVER: &str = "k8s.io/kubernetes/cmd/kube-apiserver";
+/// etcd's server command (the module root is `package main`).
+const ETCD_SERVER: &str = "go.etcd.io/etcd/server/v3";
+
+/// Takes `<dir>/.lock` (`flock`, released by the kernel when the process dies), creating `dir`.
+fn lock_entry(dir: &Path) -> Result<std::fs::File, AcceptError> {
+    let io = |e: std::io::Error| AcceptError::Io(format!("{}: {e}", dir.display()));
+    std::fs::create_dir_all(dir).map_err(io)?;
+    let f = std::fs::File::create(dir.join(".lock")).map_err(io)?;
+    f.lock().map_err(io)?;
+    Ok(f)
+}
+
+/// Writes the helper module's go.mod: `k8s.io/kubernetes` and etcd's server required at
+/// `versions`, every staging module of `k8s_go_mod` replaced by its published version; removes
+/// any go.sum (it is resolved next).
+fn write_helper_go_mod(
+    versions: &Versions,
+    toolchain: &Toolchain,
+    module: &Path,
+    k8s_go_mod: &str,
+) -> Result<(), AcceptError> {
+    let k8s = format!("k8s.io/kubernetes@{}", versions.kubernetes);
+    let staging = staging_modules(k8s_go_mod);
+    if staging.is_empty() {
+        return Err(AcceptError::Build {
+            part: "kube-apiserver".into(),
+            message: format!("the go.mod of {k8s} replaces no ./staging modules"),
+        });
+    }
+    let v0 = staging_version(&versions.kubernetes);
+    let mut text = helper_head(toolchain);
+    text.push_str(&format!(
+        "\nrequire (\n\tk8s.io/kubernetes {}\n\tgo.etcd.io/etcd/server/v3 {}\n)\n\nreplace (\n",
+        versions.kubernetes, versions.etcd
+    ));
+    for m in &staging {
+        text.push_str(&format!("\t{m} => {m} {v0}\n"));
+    }
+    text.push_str(")\n");
+    let io = |e: std::io::Error| AcceptError::Io(format!("{}: {e}", module.display()));
+    let _ = std::fs::remove_file(module.join("go.sum"));
+    std::fs::write(module.join("go.mod"), text).map_err(io)
+}
+
+/// Resolves the helper module's go.sum for the two commands: `go get <package>@<version>` for
+/// kube-apiserver and etcd under `-mod=mod` ([`Toolchain::helper_command`]), which adds the
+/// go.sum entries those packages and their imports need.
+///
+/// Errors: as [`build`].
+fn resolve_helper(
+    versions: &Versions,
+    toolchain: &Toolchain,
+    module: &Path,
+) -> Result<(), AcceptError> {
+    let mut cmd = toolchain.helper_command(module);
+    cmd.arg("get")
+        .arg(format!("{KUBE_APISERVER}@{}", versions.kubernetes))
+        .arg(format!("{ETCD_SERVER}@{}", versions.etcd));
+    tracing::info!(
+        "resolving the helper module {} (go get kube-apiserver {}, etcd {})",
+        module.display(),
+        versions.kubernetes,
+        versions.etcd
+    );
+    let out = run_go(&mut cmd, "kube-apiserver")?;
+    if !out.status.success() {
+        return Err(helper_failure(
+            "kube-apiserver",
+            module,
+            &String::from_utf8_lossy(&out.stderr),
+        ));
+    }
+    Ok(())
 }
 
 fn helper_head(toolchain: &Toolchain) -> String {
@@ -214,26 +284,34 @@ pub fn kubernetes_go_mod(
     toolchain: &Toolchain,
     cache_dir: &Path,
 ) -> Result<String, AcceptError> {
-    let module = cache_dir
-        .join("accept")
-        .join(&versions.kubernetes)
-        .join("module");
+    let dir = cache_dir.join("accept").join(&versions.kubernetes);
+    let _lock = lock_entry(&dir)?;
+    probe_kubernetes(versions, toolchain, &dir.join("module"))
+}
+
+/// [`kubernetes_go_mod`] in the helper module directory `module`, whose lock the caller holds.
+fn probe_kubernetes(
+    versions: &Versions,
+    toolchain: &Toolchain,
+    module: &Path,
+) -> Result<String, AcceptError> {
     let io = |e: std::io::Error| AcceptError::Io(format!("{}: {e}", module.display()));
-    std::fs::create_dir_all(&module).map_err(io)?;
+    std::fs::create_dir_all(module).map_err(io)?;
     std::fs::write(module.join("go.mod"), helper_head(toolchain)).map_err(io)?;
     let _ = std::fs::remove_file(module.join("go.sum"));
     let k8s = format!("k8s.io/kubernetes@{}", versions.kubernetes);
-    let mut cmd = toolchain.command(&module);
+    let mut cmd = toolchain.command(module);
     cmd.args(["mod", "download", "-json", &k8s]);
     let out = run_go(&mut cmd, "kube-apiserver")?;
     let info: serde_json::Value =
         serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null);
     if let Some(e) = info["Error"].as_str() {
-        return Err(refused_or_build("kube-apiserver", e));
+        return Err(helper_failure("kube-apiserver", module, e));
     }
     if !out.status.success() {
-        return Err(refused_or_build(
+        return Err(helper_failure(
             "kube-apiserver",
+            module,
             &String::from_utf8_lossy(&out.stderr),
         ));
     }
@@ -251,8 +329,12 @@ fn run_go(cmd: &mut Command, part: &str) -> Result<std::process::Output, AcceptE
     })
 }
 
-fn refused_or_build(part: &str, stderr: &str) -> AcceptError {
-    let summary = crate::go::summarize_stderr(stderr, 6);
+/// What a failed `go` command in the helper module `module` means: the modules the proxy
+/// refuses ([`AcceptError::NotVerified`]), else [`AcceptError::Build`] with Go's cause; an
+/// incomplete go.mod/go.sum names the helper module as occm-forge's own.
+fn helper_failure(part: &str, module: &Path, stderr: &str) -> AcceptError {
+    use crate::go::ModuleOwner;
+    let summary = crate::go::summarize_stderr_of(stderr, 6, ModuleOwner::Helper);
     if let Some(modules) = summary.strip_prefix("module downloads failed: ") {
         return AcceptError::NotVerified(format!(
             "the Go module proxy refuses {modules}, needed to build {part}"
@@ -266,9 +348,18 @@ fn refused_or_build(part: &str, stderr: &str) -> AcceptError {
             module.trim()
         ));
     }
+    let message = if crate::go::module_graph_line(stderr).is_some() {
+        // Go says the module graph is incomplete: the helper is ours to resolve, not upstream's.
+        format!(
+            "{summary}: the go.sum of occm-forge's helper module {} did not cover it after resolving (a bug in occm-forge; remove that directory to resolve it again)",
+            module.display()
+        )
+    } else {
+        summary
+    };
     AcceptError::Build {
         part: part.into(),
-        message: summary,
+        message,
     }
 }
 
@@ -299,8 +390,9 @@ fn go_build(
     let out = run_go(&mut cmd, part)?;
     if !out.status.success() {
         let _ = std::fs::remove_file(&tmp);
-        return Err(refused_or_build(
+        return Err(helper_failure(
             part,
+            module,
             &String::from_utf8_lossy(&out.stderr),
         ));
     }
@@ -745,13 +837,30 @@ mod tests {
 
     #[test]
     fn a_refused_module_is_not_verified() {
-        let e = refused_or_build(
+        let e = helper_failure(
             "kube-apiserver",
+            Path::new("/cache/accept/v1.31.11/module"),
             "k8s.io/kubernetes@v1.31.11: reading https://proxy.golang.org/k8s.io/kubernetes/@v/v1.31.11.zip: 403 Forbidden",
         );
         assert_eq!(
             e.to_string(),
             "NOT VERIFIED: the Go module proxy refuses k8s.io/kubernetes@v1.31.11 (403 Forbidden), needed to build kube-apiserver"
+        );
+    }
+
+    #[test]
+    fn an_incomplete_helper_go_sum_names_the_helper_never_the_patch_series() {
+        let e = helper_failure(
+            "kube-apiserver",
+            Path::new("/cache/accept/v1.34.1/module"),
+            "go: k8s.io/kubernetes/cmd/kube-apiserver: missing go.sum entry for module providing package k8s.io/kubernetes/cmd/kube-apiserver; to add:\n\tgo mod download k8s.io/kubernetes\n",
+        )
+        .to_string();
+        assert!(
+            e.starts_with("building kube-apiserver: go: k8s.io/kubernetes/cmd/kube-apiserver: missing go.sum entry")
+                && e.contains("occm-forge's helper module /cache/accept/v1.34.1/module")
+                && !e.contains("patch series"),
+            "{e}"
         );
     }
 }

@@ -21,6 +21,8 @@ pub mod scenarios;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use serde::Serialize;
+
 pub use report::{AcceptReport, ScenarioRow, Verdict, document, render_markdown, require_accepted};
 pub use scenarios::{Scenario, Side};
 
@@ -548,7 +550,7 @@ enum Prepared {
 }
 
 /// Everything before the scenarios: ours in the layout (checked first: bad input fails in
-/// seconds), the upstream go.mod, the control plane and the control.
+/// seconds), then [`prepare_parts`].
 async fn prepare(
     subject: &Subject,
     run: &RunOptions<'_>,
@@ -568,18 +570,10 @@ async fn prepare(
         )
     });
     drop(scratch);
-    let go_mod = tokio::task::block_in_place(|| {
-        binary::upstream_go_mod(
-            &subject.fetch_from,
-            &subject.upstream_tag,
-            &subject.commit,
-            &subject.config_name,
-            run.cache_dir,
-        )
-    });
     if let Err(e) = preflight {
         // A minor whose Kubernetes version the proxy refuses cannot have an image either; say
         // that rather than "no image".
+        let go_mod = tokio::task::block_in_place(|| upstream_go_mod(subject, run.cache_dir));
         if let Ok(go_mod) = &go_mod
             && let Ok(versions) =
                 control_plane::versions_from_go_mod(&String::from_utf8_lossy(go_mod))
@@ -591,8 +585,50 @@ async fn prepare(
         }
         return Err(with_build_hint(e, subject, run).into());
     }
-    let go_mod = go_mod?;
-    // The control plane before the control: a refused Kubernetes module names k8s.io/kubernetes.
+    let parts = prepare_parts(subject, run.cache_dir, toolchain, platform, reporter).await?;
+    Ok(match parts.outcome {
+        PartsOutcome::Ready(control) => Prepared::Ready((parts.go_mod, control)),
+        PartsOutcome::NotVerified(reason) => not_verified(blank, reason, parts.versions),
+    })
+}
+
+/// What [`prepare_parts`] built or found.
+struct Parts {
+    go_mod: Vec<u8>,
+    versions: control_plane::Versions,
+    apiserver: Option<control_plane::Binaries>,
+    outcome: PartsOutcome,
+}
+
+enum PartsOutcome {
+    Ready(binary::Control),
+    /// The Go module proxy refuses a module one of them needs.
+    NotVerified(String),
+}
+
+/// The upstream go.mod of the subject's pinned tag (the pin checked).
+fn upstream_go_mod(subject: &Subject, cache_dir: &Path) -> Result<Vec<u8>, crate::Error> {
+    binary::upstream_go_mod(
+        &subject.fetch_from,
+        &subject.upstream_tag,
+        &subject.commit,
+        &subject.config_name,
+        cache_dir,
+    )
+}
+
+/// The parts a run needs besides ours, built or taken from `<cache>/accept/`: the upstream
+/// go.mod (the pin checked), etcd and kube-apiserver at its versions (stage `apiserver`), and
+/// the unpatched control (stage `control`). The control plane comes before the control, so a
+/// refused Kubernetes module names k8s.io/kubernetes.
+async fn prepare_parts(
+    subject: &Subject,
+    cache_dir: &Path,
+    toolchain: &Toolchain,
+    platform: &crate::config::Platform,
+    reporter: &dyn Reporter,
+) -> Result<Parts, crate::Error> {
+    let go_mod = tokio::task::block_in_place(|| upstream_go_mod(subject, cache_dir))?;
     let versions = control_plane::versions_from_go_mod(&String::from_utf8_lossy(&go_mod))?;
     let timed = |stage: &'static str, t: std::time::Instant, detail: String| {
         reporter.finished(&StageReport {
@@ -603,33 +639,162 @@ async fn prepare(
     };
     let t = std::time::Instant::now();
     reporter.started("apiserver");
-    match tokio::task::block_in_place(|| control_plane::build(&versions, toolchain, run.cache_dir))
-    {
-        Ok(_) => {}
-        Err(AcceptError::NotVerified(reason)) => return Ok(not_verified(blank, reason, versions)),
-        Err(e) => return Err(e.into()),
-    }
+    let apiserver =
+        match tokio::task::block_in_place(|| control_plane::build(&versions, toolchain, cache_dir))
+        {
+            Ok(b) => b,
+            Err(AcceptError::NotVerified(reason)) => {
+                return Ok(Parts {
+                    go_mod,
+                    versions,
+                    apiserver: None,
+                    outcome: PartsOutcome::NotVerified(reason),
+                });
+            }
+            Err(e) => return Err(e.into()),
+        };
+    let cached = if apiserver.cached { " (cached)" } else { "" };
     let detail = format!(
-        "kube-apiserver {}, etcd {}",
+        "kube-apiserver {}, etcd {}{cached}",
         versions.kubernetes, versions.etcd
     );
     timed("apiserver", t, detail);
     let t = std::time::Instant::now();
     reporter.started("control");
-    let control = match tokio::task::block_in_place(|| control(subject, run, toolchain, platform)) {
-        Ok(c) => c,
-        Err(crate::Error::Accept(AcceptError::NotVerified(reason))) => {
-            return Ok(not_verified(blank, reason, versions));
-        }
-        Err(e) => return Err(e),
-    };
+    let control =
+        match tokio::task::block_in_place(|| control(subject, cache_dir, toolchain, platform)) {
+            Ok(c) => c,
+            Err(crate::Error::Accept(AcceptError::NotVerified(reason))) => {
+                return Ok(Parts {
+                    go_mod,
+                    versions,
+                    apiserver: Some(apiserver),
+                    outcome: PartsOutcome::NotVerified(reason),
+                });
+            }
+            Err(e) => return Err(e),
+        };
     let cached = if control.cached { " (cached)" } else { "" };
     let detail = format!(
         "upstream {} unpatched, go{}{cached}",
         subject.upstream_tag, subject.go
     );
     timed("control", t, detail);
-    Ok(Prepared::Ready((go_mod, control)))
+    Ok(Parts {
+        go_mod,
+        versions,
+        apiserver: Some(apiserver),
+        outcome: PartsOutcome::Ready(control),
+    })
+}
+
+/// Version of how `<cache>/accept/` entries are built (the helper module, ldflags, the control's
+/// build): part of [`cache_key`]; bump it when that changes.
+pub const PREPARED_FORMAT: u32 = 1;
+
+/// What `accept --prepare` built or found for one minor.
+#[derive(Debug, Clone, Serialize)]
+pub struct PrepareReport {
+    /// The minor.
+    pub minor: Minor,
+    /// Upstream tag, e.g. `v1.34.1`.
+    pub upstream_tag: String,
+    /// Go version, e.g. `1.25.1`.
+    pub go: String,
+    /// The cache key of what was prepared ([`cache_key`]).
+    pub cache_key: String,
+    /// The Kubernetes and etcd versions of the upstream go.mod.
+    pub versions: control_plane::Versions,
+    /// `<cache>/accept/<kubernetes>/kube-apiserver`, when built or cached.
+    pub kube_apiserver: Option<PathBuf>,
+    /// `<cache>/accept/<kubernetes>/etcd-<etcd>`, when built or cached.
+    pub etcd: Option<PathBuf>,
+    /// The unpatched control, when built or cached.
+    pub control: Option<PathBuf>,
+    /// Whether everything came from the cache.
+    pub cached: bool,
+    /// Why the minor cannot be prepared here (the Go module proxy refuses a module): then it
+    /// cannot be accepted here either.
+    pub not_verified: Option<String>,
+}
+
+impl PrepareReport {
+    /// One line: `1.34: kube-apiserver v1.34.1, etcd v3.6.5, control v1.34.1 go1.25.1 in
+    /// <cache>/accept (built|cached); cache key accept-1.34-…`, or `1.31: NOT VERIFIED: …`.
+    pub fn line(&self) -> String {
+        if let Some(why) = &self.not_verified {
+            return format!("{}: NOT VERIFIED: {why}", self.minor);
+        }
+        let dir = self
+            .kube_apiserver
+            .as_deref()
+            .and_then(Path::parent)
+            .and_then(Path::parent)
+            .map(|d| d.display().to_string())
+            .unwrap_or_default();
+        format!(
+            "{}: kube-apiserver {}, etcd {}, control {} go{} in {dir} ({}); cache key {}",
+            self.minor,
+            self.versions.kubernetes,
+            self.versions.etcd,
+            self.upstream_tag,
+            self.go,
+            if self.cached { "cached" } else { "built" },
+            self.cache_key
+        )
+    }
+}
+
+/// The key of what [`prepare_subject`] builds for `subject` on `platform`: `accept-<minor>-`
+/// and 16 hex digits of the sha256 of [`PREPARED_FORMAT`], the upstream tag and commit (which
+/// fix the go.mod, so the Kubernetes and etcd versions), the Go version and the platform. Equal
+/// keys mean equal `<cache>/accept/` entries; it needs no network and no build, so CI can look
+/// a cache up by it before preparing.
+pub fn cache_key(subject: &Subject, platform: &crate::config::Platform) -> String {
+    let text = format!(
+        "prepared-format {PREPARED_FORMAT}\nupstream {} {}\ngo {}\nplatform {platform}\n",
+        subject.upstream_tag, subject.commit, subject.go
+    );
+    let digest = crate::util::sha256_digest(text.as_bytes());
+    let hex = digest.trim_start_matches("sha256:");
+    format!("accept-{}-{}", subject.minor, &hex[..16])
+}
+
+/// Builds (or finds in `<cache_dir>/accept/`) everything an acceptance run of `subject` needs
+/// besides our image, and runs nothing: the upstream go.mod (the pin checked), etcd and
+/// kube-apiserver at its versions, the unpatched control for the host platform. For CI to warm
+/// its cache in a job of its own (`occm-forge accept --prepare`).
+///
+/// Errors: source errors; [`AcceptError`]s of the builds; a refused module is not an error but
+/// a report with `not_verified` set; any outcome after SIGINT/SIGTERM is
+/// [`crate::Error::Interrupted`].
+pub async fn prepare_subject(
+    subject: &Subject,
+    cache_dir: &Path,
+    reporter: &dyn Reporter,
+) -> Result<PrepareReport, crate::Error> {
+    let inner = async {
+        let toolchain = Toolchain::new(&subject.go, cache_dir);
+        let platform = binary::host_platform()?;
+        let parts = prepare_parts(subject, cache_dir, &toolchain, &platform, reporter).await?;
+        let (control, not_verified, control_cached) = match parts.outcome {
+            PartsOutcome::Ready(c) => (Some(c.binary), None, c.cached),
+            PartsOutcome::NotVerified(r) => (None, Some(r), false),
+        };
+        Ok(PrepareReport {
+            minor: subject.minor,
+            upstream_tag: subject.upstream_tag.clone(),
+            go: subject.go.clone(),
+            cache_key: cache_key(subject, &platform),
+            versions: parts.versions,
+            cached: control_cached && parts.apiserver.as_ref().is_some_and(|b| b.cached),
+            kube_apiserver: parts.apiserver.as_ref().map(|b| b.kube_apiserver.clone()),
+            etcd: parts.apiserver.map(|b| b.etcd),
+            control,
+            not_verified,
+        })
+    };
+    crate::stage::unless_interrupted(inner.await)
 }
 
 /// A layout without the image gets the command that builds it there.
@@ -657,7 +822,7 @@ fn with_build_hint(e: AcceptError, subject: &Subject, run: &RunOptions<'_>) -> A
 /// The unpatched upstream build of the subject's tag, for the host platform.
 fn control(
     subject: &Subject,
-    run: &RunOptions<'_>,
+    cache_dir: &Path,
     toolchain: &Toolchain,
     platform: &crate::config::Platform,
 ) -> Result<binary::Control, crate::Error> {
@@ -667,7 +832,7 @@ fn control(
         commit: &subject.commit,
         config: &subject.config_name,
         toolchain,
-        cache_dir: run.cache_dir,
+        cache_dir,
         platform,
     })
 }

@@ -32,8 +32,17 @@ pub struct AcceptArgs {
     #[arg(long)]
     json: bool,
     /// Also write the report as a document to this file (atomically), e.g. docs/acceptance.md.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", conflicts_with = "prepare")]
     output: Option<PathBuf>,
+    /// Only build and cache what a run needs besides the image (etcd, kube-apiserver, the
+    /// unpatched control, in <cache>/accept) and run nothing: warms a CI cache in a job of its
+    /// own. Prints one line per minor (`--json`: the report).
+    #[arg(long, conflicts_with_all = ["scenario", "keep_logs"])]
+    prepare: bool,
+    /// With --prepare: print the cache key of what it would build, one per minor, and build
+    /// nothing (no network: it reads images.toml only).
+    #[arg(long, requires = "prepare")]
+    cache_key: bool,
 }
 
 pub async fn run(cli: &Cli, args: &AcceptArgs) -> Result<u8, Error> {
@@ -52,6 +61,9 @@ pub async fn run(cli: &Cli, args: &AcceptArgs) -> Result<u8, Error> {
     };
     let cache = cli.cache_dir();
     let quiet = cli.quiet;
+    if args.prepare {
+        return prepare(args, &config, &minors, &cache, quiet).await;
+    }
     let req = MinorRequest {
         config: &config,
         minor: first,
@@ -85,4 +97,63 @@ pub async fn run(cli: &Cli, args: &AcceptArgs) -> Result<u8, Error> {
     print_stdout(&text)?;
     accept::require_accepted(&reports)?;
     Ok(0)
+}
+
+/// `accept --prepare` (and `--cache-key`): each minor's parts built or found, one line each (or
+/// the reports as JSON); exit 12 when a minor cannot be prepared here (NOT VERIFIED).
+async fn prepare(
+    args: &AcceptArgs,
+    config: &occm_forge::config::Config,
+    minors: &[occm_forge::config::Minor],
+    cache: &std::path::Path,
+    quiet: bool,
+) -> Result<u8, Error> {
+    let source = args.inputs.source.as_deref();
+    let subjects = minors
+        .iter()
+        .map(|&m| accept::Subject::from_config(config, m, source))
+        .collect::<Result<Vec<_>, _>>()?;
+    if args.cache_key {
+        let platform = accept::binary::host_platform()?;
+        let keys: Vec<String> = subjects
+            .iter()
+            .map(|s| accept::cache_key(s, &platform))
+            .collect();
+        return print_stdout(&keys.join("\n")).map(|()| 0);
+    }
+    let mut reports = Vec::new();
+    for s in &subjects {
+        let prefix = if subjects.len() > 1 {
+            format!("{} ", s.minor)
+        } else {
+            String::new()
+        };
+        reports.push(accept::prepare_subject(s, cache, &Terminal::new(quiet, prefix)).await?);
+    }
+    let text = if args.json {
+        match reports.as_slice() {
+            [one] => serde_json::to_string(one).expect("report serialises"),
+            all => serde_json::to_string(all).expect("reports serialise"),
+        }
+    } else {
+        reports
+            .iter()
+            .map(accept::PrepareReport::line)
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    print_stdout(&text)?;
+    let refused: Vec<String> = reports
+        .iter()
+        .filter_map(|r| {
+            r.not_verified
+                .as_ref()
+                .map(|why| format!("{}: {why}", r.minor))
+        })
+        .collect();
+    if refused.is_empty() {
+        Ok(0)
+    } else {
+        Err(accept::AcceptError::NotVerified(refused.join("; ")).into())
+    }
 }

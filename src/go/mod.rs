@@ -50,21 +50,53 @@ impl Toolchain {
             .env_remove("GOARM");
         cmd
     }
+
+    /// A `go` command in `dir` for one of occm-forge's own helper modules (the module that
+    /// builds etcd and kube-apiserver for `accept`): [`Toolchain::command`]'s environment with
+    /// `GOFLAGS=-mod=mod`, so that Go may write the helper's go.mod and go.sum. Use it only to
+    /// resolve the helper (`go get`), then build it with [`Toolchain::command`]: the build then
+    /// checks that the go.sum occm-forge resolved covers everything it compiles. Module hashes
+    /// are checked as Go always checks them (the checksum database `GOSUMDB`, inherited).
+    /// Never used for the upstream tree, whose go.mod and go.sum are upstream's.
+    pub fn helper_command(&self, dir: &Path) -> Command {
+        let mut cmd = self.command(dir);
+        cmd.env("GOFLAGS", "-mod=mod");
+        cmd
+    }
+}
+
+/// Whose module a `go` command ran in, for what its errors blame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ModuleOwner {
+    /// The upstream tree (patched or not): its go.mod/go.sum are upstream's and the patch
+    /// series', so an incomplete module graph is the patch series' to fix.
+    Upstream,
+    /// A helper module occm-forge writes and resolves itself: an incomplete module graph is
+    /// occm-forge's fault, never the patch series'.
+    Helper,
 }
 
 /// When Go's output says the code needs a go.mod or go.sum change (Go refuses it under
 /// `-mod=readonly`), that line and what to do, in one line.
 pub(crate) fn module_graph_change(text: &str) -> Option<String> {
-    let line = text.lines().find(|l| {
-        l.contains("updates to go.mod needed")
-            || l.contains("missing go.sum entry")
-            || l.contains("no required module provides package")
-            || l.contains("import lookup disabled by -mod=readonly")
-    })?;
+    let line = module_graph_line(text)?;
     Some(format!(
         "{}: the patch series needs go.mod/go.sum changes it does not carry (occm-forge builds like upstream, with -mod=readonly); add them to the patch (`go mod tidy` in the patched tree)",
         line.trim()
     ))
+}
+
+/// The first line of Go's output saying the module graph needs a go.mod or go.sum change.
+/// Trimmed, without the `:` Go ends `…; to add:` with (the command follows on the next line).
+pub(crate) fn module_graph_line(text: &str) -> Option<&str> {
+    text.lines()
+        .find(|l| {
+            l.contains("updates to go.mod needed")
+                || l.contains("missing go.sum entry")
+                || l.contains("no required module provides package")
+                || l.contains("import lookup disabled by -mod=readonly")
+        })
+        .map(|l| l.trim().trim_end_matches(':'))
 }
 
 /// Whether a `go` command's stderr says the toolchain itself could not be had
@@ -78,6 +110,13 @@ pub(crate) fn toolchain_unavailable(text: &str) -> bool {
 /// (`module downloads failed: k8s.io/kubernetes@v1.31.11 (403 Forbidden), …`), else the last
 /// `n` non-empty lines joined with ` | `.
 pub(crate) fn summarize_stderr(text: &str, n: usize) -> String {
+    summarize_stderr_of(text, n, ModuleOwner::Upstream)
+}
+
+/// [`summarize_stderr`] for a `go` command run in `owner`'s module: for a
+/// [`ModuleOwner::Helper`] an incomplete go.mod/go.sum is reported as the line Go printed
+/// (the caller names the helper module), never with the patch-series hint.
+pub(crate) fn summarize_stderr_of(text: &str, n: usize, owner: ModuleOwner) -> String {
     if toolchain_unavailable(text) {
         let line = text
             .lines()
@@ -89,8 +128,17 @@ pub(crate) fn summarize_stderr(text: &str, n: usize) -> String {
             "{line}: the Go toolchain of images.toml `go` cannot be downloaded; check that it is a released version and that GOPROXY ({proxy}) reaches a module proxy"
         );
     }
-    if let Some(cause) = module_graph_change(text) {
-        return cause;
+    match owner {
+        ModuleOwner::Upstream => {
+            if let Some(cause) = module_graph_change(text) {
+                return cause;
+            }
+        }
+        ModuleOwner::Helper => {
+            if let Some(line) = module_graph_line(text) {
+                return line.to_string();
+            }
+        }
     }
     let mut failed: Vec<String> = Vec::new();
     for line in text.lines() {
