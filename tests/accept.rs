@@ -416,20 +416,18 @@ async fn a_control_plane_part_that_exits_is_named_with_its_last_log_line() {
     );
 }
 
-/// The control plane of v1.34.1, built through the Go module proxy into the cache (reused).
-fn real_control_plane() -> occm_forge::accept::control_plane::Binaries {
+/// The control plane of v1.34.1, built through the Go module proxy into `cache` (the gated
+/// cache: [`gated_cache`]).
+fn real_control_plane(cache: &std::path::Path) -> occm_forge::accept::control_plane::Binaries {
     use occm_forge::accept::control_plane::{self, Versions};
-    let cache = std::env::var_os("OCCM_FORGE_CACHE")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(shared_cache);
-    let toolchain = occm_forge::go::Toolchain::new("1.25.1", &cache);
+    let toolchain = occm_forge::go::Toolchain::new("1.25.1", cache);
     control_plane::build(
         &Versions {
             kubernetes: "v1.34.1".into(),
             etcd: "v3.6.5".into(),
         },
         &toolchain,
-        &cache,
+        cache,
     )
     .unwrap()
 }
@@ -438,7 +436,8 @@ fn real_control_plane() -> occm_forge::accept::control_plane::Binaries {
 #[ignore = "needs the Go module proxy to build etcd and kube-apiserver v1.34.1 (run with OCCM_FORGE_UPSTREAM_MIRROR set and -- --ignored)"]
 async fn real_control_plane_faults_a_port_in_use_and_an_apiserver_never_ready() {
     use occm_forge::accept::control_plane::{Binaries, ControlPlane, Ports};
-    let bins = tokio::task::block_in_place(real_control_plane);
+    let cache = gated_cache();
+    let bins = tokio::task::block_in_place(|| real_control_plane(cache.path()));
     let dir = tempfile::tempdir().unwrap();
 
     // Another server holds the apiserver's port.
@@ -492,10 +491,9 @@ async fn real_control_plane_faults_a_port_in_use_and_an_apiserver_never_ready() 
 async fn an_occm_that_crashes_fails_the_scenario_and_nothing_is_left_running() {
     use occm_forge::accept::{self, AcceptRequest, Scenario, Verdict};
     use occm_forge::image;
-    tokio::task::block_in_place(real_control_plane);
-    let cache = std::env::var_os("OCCM_FORGE_CACHE")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(shared_cache);
+    let gated = gated_cache();
+    let cache = gated.path();
+    tokio::task::block_in_place(|| real_control_plane(cache));
     let dir = tempfile::tempdir().unwrap();
     // "Ours" is a binary that exits 1 at once, packed like the real one.
     let host = accept::binary::host_platform().unwrap();
@@ -516,7 +514,7 @@ async fn an_occm_that_crashes_fails_the_scenario_and_nothing_is_left_running() {
     })
     .unwrap();
     let work = dir.path().join("work");
-    let toolchain = occm_forge::go::Toolchain::new("1.25.1", &cache);
+    let toolchain = occm_forge::go::Toolchain::new("1.25.1", cache);
     let go_mod = b"module x\nrequire (\n\tk8s.io/kubernetes v1.34.1\n\tgo.etcd.io/etcd/client/v3 v3.6.5\n)\n";
     let report = accept::accept(
         &AcceptRequest {
@@ -527,7 +525,7 @@ async fn an_occm_that_crashes_fails_the_scenario_and_nothing_is_left_running() {
             image_tag: "v0.0.0-crash",
             control_binary: std::path::Path::new("/bin/true"),
             toolchain: &toolchain,
-            cache_dir: &cache,
+            cache_dir: cache,
             work_dir: &work,
             scenarios: &[Scenario::S1],
             keep_logs: false,
@@ -579,12 +577,19 @@ fn real_v1_34_ours_passes_every_scenario_and_upstream_fails_s1_and_s2() {
     let config = dir.path().join("images.toml");
     std::fs::write(&config, text).unwrap();
     let out = dir.path().join("out");
+    let cache = gated_cache();
     let forge = || {
         let mut c = Command::new(env!("CARGO_BIN_EXE_occm-forge"));
-        c.current_dir(dir.path()).env_remove("SOURCE_DATE_EPOCH");
+        c.current_dir(dir.path())
+            .env_remove("SOURCE_DATE_EPOCH")
+            .arg("--cache-dir")
+            .arg(cache.path());
         c
     };
-    // `build --accept` with a relative --output (the processes it starts run elsewhere).
+    // `build --accept` with a relative --output (the processes it starts run elsewhere), from
+    // the gated cache: empty unless OCCM_FORGE_GATED_CACHE says otherwise, as a new user's.
+    let timings = dir.path().join("timings.json");
+    let started = std::time::Instant::now();
     let o = forge()
         .args([
             "build", "--k8s", "1.34", "--base", "static", "--accept", "--output", "out",
@@ -592,8 +597,15 @@ fn real_v1_34_ours_passes_every_scenario_and_upstream_fails_s1_and_s2() {
         ])
         .arg("--config")
         .arg(&config)
+        .arg("--timings")
+        .arg(&timings)
         .output()
         .unwrap();
+    eprintln!(
+        "build --accept: {:.0} s, stages {}",
+        started.elapsed().as_secs_f64(),
+        std::fs::read_to_string(&timings).unwrap_or_default()
+    );
     assert!(o.status.success(), "build --accept failed: {}", stderr(&o));
     let accept_line = stderr(&o)
         .lines()

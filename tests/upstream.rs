@@ -2,8 +2,9 @@
 //! ignored instead of counting them as passed; run them with
 //! `OCCM_FORGE_UPSTREAM_MIRROR=/path/to/cloud-provider-openstack.git cargo test --test upstream -- --ignored`
 //! (a clone or bare mirror of kubernetes/cloud-provider-openstack). Run with `--ignored` and
-//! without the variable, they fail and say so. The run needs the Go module proxy and uses the
-//! normal occm-forge cache (OCCM_FORGE_CACHE or ~/.cache/occm-forge). It builds and pushes v1.34.1
+//! without the variable, they fail and say so. The run needs the Go module proxy and starts from
+//! a new, empty cache directory, as a new user and a new CI runner do (`OCCM_FORGE_GATED_CACHE`
+//! names one to reuse instead; tests/common `gated_cache`). It builds and pushes v1.34.1
 //! with the project's images.toml and patches to a loopback registry, then checks the image with
 //! skopeo and umoci and runs the binary.
 
@@ -44,8 +45,12 @@ fn real_v1_34_build_push_and_run() {
     let config = project_config(dir.path());
     let repo = reg.repo("occm/openstack-cloud-controller-manager");
     let timings = dir.path().join("timings.json");
+    let cache = gated_cache();
+    let started = std::time::Instant::now();
     let o = Command::new(env!("CARGO_BIN_EXE_occm-forge"))
         .current_dir(dir.path())
+        .arg("--cache-dir")
+        .arg(cache.path())
         .args([
             "build",
             "--k8s",
@@ -66,7 +71,11 @@ fn real_v1_34_build_push_and_run() {
         .unwrap();
     eprintln!("{}", stderr(&o));
     assert!(o.status.success(), "real build failed");
-    eprintln!("timings: {}", std::fs::read_to_string(&timings).unwrap());
+    eprintln!(
+        "build: {:.0} s, timings: {}",
+        started.elapsed().as_secs_f64(),
+        std::fs::read_to_string(&timings).unwrap()
+    );
 
     let lock = read_lock(&dir.path().join("images.lock.yaml"));
     let entry = &lock["images"]["1.34"];
@@ -139,6 +148,8 @@ fn real_v1_34_build_push_and_run() {
     let verify = || {
         Command::new(env!("CARGO_BIN_EXE_occm-forge"))
             .current_dir(dir.path())
+            .arg("--cache-dir")
+            .arg(cache.path())
             .args([
                 "verify",
                 "--k8s",
@@ -154,6 +165,8 @@ fn real_v1_34_build_push_and_run() {
     // The clean rebuild above recorded an unpublished entry; record the pushed one again.
     let o = Command::new(env!("CARGO_BIN_EXE_occm-forge"))
         .current_dir(dir.path())
+        .arg("--cache-dir")
+        .arg(cache.path())
         .args([
             "build", "--k8s", "1.34", "--push", "--base", "static", "--source", &mirror,
         ])

@@ -389,8 +389,43 @@ fn build_fans_out_per_minor_without_racing() {
         Some("${{fromJSON(needs.minors.outputs.minors)}}".to_string()),
         "build.yml: the matrix must come from the minors job"
     );
+    // The accept parts are prepared in a job of their own, cached under the key of what that
+    // job builds, and restored by the build under the same key (not the build cache's).
+    let prepare = &wf["jobs"]["accept-prepare"];
+    let steps = |job: &serde_norway::Value| -> Vec<String> {
+        job["steps"]
+            .as_sequence()
+            .into_iter()
+            .flatten()
+            .map(|s| serde_norway::to_string(s).unwrap())
+            .collect()
+    };
+    let prepare_steps = steps(prepare);
+    assert!(
+        prepare_steps
+            .iter()
+            .any(|s| s.contains("occm-forge accept --prepare --k8s")),
+        "build.yml: accept-prepare does not run accept --prepare"
+    );
+    for job in [prepare, build] {
+        let with_key = steps(job)
+            .into_iter()
+            .filter(|s| s.contains("path: ~/.cache/occm-forge/accept"))
+            .collect::<Vec<_>>();
+        assert!(
+            !with_key.is_empty() && with_key.iter().all(|s| s.contains("outputs.key")),
+            "build.yml: the accept parts must be cached under `accept --prepare --cache-key`: {with_key:?}"
+        );
+    }
+    assert!(
+        build["needs"]
+            .as_sequence()
+            .is_some_and(|n| n.iter().any(|j| j.as_str() == Some("accept-prepare"))),
+        "build.yml: build must wait for accept-prepare"
+    );
     let text = std::fs::read_to_string(repo().join("pipelines/build.yml")).unwrap();
     for needle in [
+        "accept --prepare --cache-key",
         "occm-forge minors",
         "--manifest-fragment",
         "occm-forge manifest merge",

@@ -389,6 +389,54 @@ pub fn shared_cache() -> PathBuf {
     p
 }
 
+/// The cache of the gated tests (the full upstream runs): a new, empty directory shared by the
+/// gated tests of this test process while any of them runs — what a new user and a new CI
+/// runner start from — unless `OCCM_FORGE_GATED_CACHE` names one to reuse (told otherwise).
+/// Removed when the last test holding it ends.
+pub struct GatedCache {
+    path: PathBuf,
+    _dir: Option<std::sync::Arc<tempfile::TempDir>>,
+}
+
+impl GatedCache {
+    /// The directory.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+/// See [`GatedCache`].
+pub fn gated_cache() -> GatedCache {
+    if let Some(p) = std::env::var_os("OCCM_FORGE_GATED_CACHE").filter(|p| !p.is_empty()) {
+        eprintln!(
+            "gated cache: {} (OCCM_FORGE_GATED_CACHE)",
+            Path::new(&p).display()
+        );
+        return GatedCache {
+            path: PathBuf::from(p),
+            _dir: None,
+        };
+    }
+    static SHARED: std::sync::Mutex<std::sync::Weak<tempfile::TempDir>> =
+        std::sync::Mutex::new(std::sync::Weak::new());
+    let mut shared = SHARED.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = shared.upgrade().unwrap_or_else(|| {
+        let d = std::sync::Arc::new(
+            tempfile::Builder::new()
+                .prefix("occm-forge-gated-cache-")
+                .tempdir()
+                .unwrap(),
+        );
+        eprintln!("gated cache: {} (new, empty)", d.path().display());
+        *shared = std::sync::Arc::downgrade(&d);
+        d
+    });
+    GatedCache {
+        path: dir.path().to_path_buf(),
+        _dir: Some(dir),
+    }
+}
+
 /// The real occm-forge binary, offline (GOPROXY=off), with the shared cache and no
 /// SOURCE_DATE_EPOCH from the caller's environment.
 pub fn occm_forge(cwd: &Path) -> Command {
