@@ -12,7 +12,8 @@
 //!   download location.
 //! - Provenance: an in-toto Statement v1 (`https://in-toto.io/Statement/v1`) with predicate
 //!   `https://slsa.dev/provenance/v1` naming the upstream commit, each patch with its sha256, the
-//!   base digest, the Go version and the platforms. It carries no wall-clock time (the digest
+//!   base digest, the Go version, the platforms and each platform's Go environment
+//!   (`internalParameters.env`, e.g. `{"linux/amd64": {"GOAMD64": "v1", …}}`). It carries no wall-clock time (the digest
 //!   manifest's `built_at` does), so the same build gives the same statement and the same
 //!   referrer, and rebuilds do not pile up referrers.
 
@@ -394,6 +395,10 @@ pub struct ProvenanceInput<'a> {
     pub manifests: &'a BTreeMap<String, String>,
     /// Go version.
     pub go_version: &'a str,
+    /// Platform → the Go environment its binary was built with (`go::platforms_env`: `GOOS`,
+    /// `GOARCH`, the architecture level such as `GOAMD64=v1`, `CGO_ENABLED`, `GOEXPERIMENT`,
+    /// `GOFIPS140`, `GOFLAGS`), recorded as `internalParameters.env`.
+    pub go_env: &'a BTreeMap<String, BTreeMap<String, String>>,
     /// `-ldflags` used.
     pub ldflags: &'a str,
     /// Base reference as configured and its digest (`None` for static).
@@ -448,7 +453,7 @@ pub fn slsa_provenance(i: &ProvenanceInput<'_>) -> Vec<u8> {
                 },
                 "internalParameters": {
                     "goVersion": i.go_version,
-                    "env": {"CGO_ENABLED": "0", "GOFLAGS": "-mod=readonly"},
+                    "env": i.go_env,
                     "buildFlags": ["-trimpath", "-buildvcs=false"],
                     "ldflags": i.ldflags,
                     "sourceDateEpoch": i.epoch,

@@ -12,6 +12,8 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::config::Minor;
+use crate::inputs::BuildInputs;
+use crate::util::short;
 
 /// Current `schema_version`.
 pub const SCHEMA_VERSION: u32 = 1;
@@ -70,7 +72,7 @@ pub struct Entry {
     /// new build's inputs have the same fingerprint and the result is still there). Absent in
     /// entries recorded before occm-forge recorded inputs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub inputs: Option<crate::inputs::BuildInputs>,
+    pub inputs: Option<BuildInputs>,
     /// Whether this image passed `build --accept` (ours passes S1–S4, the control fails S1 and
     /// S2) before it was recorded; absent (false) otherwise. `build --accept` rebuilds an entry
     /// recorded without it.
@@ -266,80 +268,75 @@ pub fn read(path: &Path) -> Result<DigestManifest, DigestManifestError> {
     Ok(m)
 }
 
-/// The inputs that determine an image: a tag must change whenever one of them does.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Inputs<'a> {
-    /// Upstream commit.
-    pub upstream_commit: &'a str,
-    /// Patch-series sha256.
-    pub patch_series_sha256: &'a str,
-    /// Base image as used (`static` or a reference).
-    pub base_image: &'a str,
-    /// Go version.
-    pub go_version: &'a str,
-    /// Platforms.
-    pub platforms: &'a [String],
-}
-
 impl Entry {
-    /// This entry's inputs.
-    pub fn inputs(&self) -> Inputs<'_> {
-        Inputs {
-            upstream_commit: &self.upstream_commit,
-            patch_series_sha256: &self.patch_series_sha256,
-            base_image: &self.base_image,
-            go_version: &self.go_version,
-            platforms: &self.platforms,
+    /// The inputs this entry records: its `inputs:` with the entry's own copies of them over it
+    /// (upstream commit, patch series, Go, base, platforms, repository, tag). An entry from
+    /// before occm-forge recorded inputs (no `inputs:`) gives those fields alone, the others
+    /// empty: enough for the tag guard, which compares only the inputs a tag is bound to.
+    pub fn recorded_inputs(&self) -> BuildInputs {
+        let base = self.inputs.clone().unwrap_or_default();
+        BuildInputs {
+            upstream_commit: self.upstream_commit.clone(),
+            patch_series_sha256: self.patch_series_sha256.clone(),
+            go_version: self.go_version.clone(),
+            base: self.base_image.clone(),
+            platforms: self.platforms.clone(),
+            repository: self.repository.clone(),
+            tag: self.tag.clone(),
+            ..base
         }
+    }
+
+    /// Whether the entry was edited by hand: its fields ([`Entry::recorded_inputs`], and its
+    /// `inputs:` alone) no longer hash to the fingerprint recorded in `inputs:`. Then it is no
+    /// record of what built the image: the inputs stage rebuilds it and the tag guard does not
+    /// hold a tag to its inputs (a published tag stays bound to its digest). The reason as
+    /// `its fields hash to sha256:<12 hex> not its inputs sha256:<12 hex>`; `None` when
+    /// consistent or when there is no `inputs:` to check against.
+    pub fn edited(&self) -> Option<String> {
+        let recorded = self.inputs.as_ref()?;
+        [self.recorded_inputs().compute(), recorded.compute()]
+            .into_iter()
+            .find(|h| *h != recorded.fingerprint)
+            .map(|h| {
+                format!(
+                    "its fields hash to {} not its inputs {}",
+                    short(&h),
+                    short(&recorded.fingerprint)
+                )
+            })
     }
 }
 
-/// What differs between two input sets, in words; `None` when they are the same.
-fn input_difference(old: &Inputs<'_>, new: &Inputs<'_>) -> Option<String> {
-    let pairs = [
-        (
-            "upstream commit",
-            old.upstream_commit.to_string(),
-            new.upstream_commit.to_string(),
-        ),
-        (
-            "patch series",
-            old.patch_series_sha256.to_string(),
-            new.patch_series_sha256.to_string(),
-        ),
-        (
-            "base",
-            old.base_image.to_string(),
-            new.base_image.to_string(),
-        ),
-        ("Go", old.go_version.to_string(), new.go_version.to_string()),
-        (
-            "platforms",
-            old.platforms.join(","),
-            new.platforms.join(","),
-        ),
-    ];
-    pairs
-        .into_iter()
-        .find(|(_, a, b)| a != b)
-        .map(|(what, a, b)| format!("{what} {a}, not {b}"))
+/// What the recorded entry `old` says about a tag now built from `new`: the changes of the
+/// inputs the tag is bound to ([`BuildInputs::tag_changes_since`], in the inputs stage's words),
+/// as `tag <tag> was recorded with other inputs: Go 1.25.1 → 1.25.5`; `None` when the tag may
+/// serve both, or when `old` was edited by hand ([`Entry::edited`]: no record of inputs).
+fn tag_bound(old: &Entry, tag: &str, new: &BuildInputs) -> Option<String> {
+    if old.tag != tag || old.edited().is_some() {
+        return None;
+    }
+    let changes = new.tag_changes_since(&old.recorded_inputs());
+    (!changes.is_empty()).then(|| {
+        format!(
+            "tag {tag} was recorded with other inputs: {}",
+            changes.join("; ")
+        )
+    })
 }
 
 /// Refuses to reuse `tag` for `minor` when the manifest already records that tag for other
-/// inputs (commit, patch series, base, Go, platforms): a tag must change whenever its inputs do.
+/// inputs (commit, patch series, Go, base, platforms: [`BuildInputs::tag_changes_since`]): a
+/// tag must change whenever its inputs do.
 pub fn check_tag(
     path: &Path,
     config: &str,
     minor: Minor,
     tag: &str,
-    inputs: &Inputs<'_>,
+    inputs: &BuildInputs,
 ) -> Result<(), DigestManifestError> {
     let m = read(path)?;
-    if let Some(e) = m.images.get(&minor)
-        && e.tag == tag
-        && let Some(difference) = input_difference(&e.inputs(), inputs)
-    {
-        let what = format!("tag {tag} was recorded with {difference}");
+    if let Some(what) = m.images.get(&minor).and_then(|e| tag_bound(e, tag, inputs)) {
         return Err(DigestManifestError::TagReuse {
             path: path.to_path_buf(),
             config: config.to_string(),
@@ -355,8 +352,8 @@ pub fn check_tag(
 /// another digest, or an unpublished build over a published one.
 pub fn replacement_conflict(old: &Entry, new: &Entry) -> Option<String> {
     if old.tag == new.tag {
-        if let Some(what) = input_difference(&old.inputs(), &new.inputs()) {
-            return Some(format!("tag {} was recorded with {what}", new.tag));
+        if let Some(what) = tag_bound(old, &new.tag, &new.recorded_inputs()) {
+            return Some(what);
         }
         if old.digest != new.digest && old.published {
             return Some(format!(
@@ -644,6 +641,31 @@ mod tests {
         assert!(at.mirrors.is_empty());
     }
 
+    /// An entry whose fields no longer hash to its fingerprint is edited, whichever field was
+    /// edited (its own or one of `inputs:`); an edited entry binds no tag to its inputs.
+    #[test]
+    fn an_entry_whose_fields_do_not_hash_to_its_fingerprint_was_edited() {
+        let mut e = entry("v1.30.3-occmforge.1");
+        assert_eq!(e.edited(), None, "nothing to check without inputs");
+        e.inputs = Some(e.recorded_inputs().sealed());
+        assert_eq!(e.edited(), None);
+        let fingerprint = e.inputs.as_ref().unwrap().fingerprint.clone();
+        let mut own = e.clone();
+        own.go_version = "1.99.0".into();
+        let mut inner = e.clone();
+        inner.inputs.as_mut().unwrap().required_tests = vec!["TestX".into()];
+        for edited in [&own, &inner] {
+            let why = edited.edited().expect("edited");
+            assert!(
+                why.starts_with("its fields hash to sha256:")
+                    && why.ends_with(&format!(" not its inputs {}", short(&fingerprint))),
+                "{why}"
+            );
+        }
+        assert!(tag_bound(&own, &own.tag, &e.recorded_inputs()).is_none());
+        assert!(tag_bound(&e, &e.tag, &own.recorded_inputs()).is_some());
+    }
+
     #[test]
     fn a_tag_never_moves_to_other_inputs_or_content() {
         let dir = tempfile::tempdir().unwrap();
@@ -654,29 +676,31 @@ mod tests {
             record(&p, "images.toml", minor, published.clone()).unwrap(),
             Recorded::Written
         );
-        let same = published.inputs();
+        let same = published.recorded_inputs();
         assert!(check_tag(&p, "images.toml", minor, "v1.30.3-occmforge.1", &same).is_ok());
-        let series = "e".repeat(64);
-        let other = Inputs {
-            patch_series_sha256: &series,
+        let other = BuildInputs {
+            patch_series_sha256: "e".repeat(64),
             ..same.clone()
         };
         let e = check_tag(&p, "images.toml", minor, "v1.30.3-occmforge.1", &other)
             .unwrap_err()
             .to_string();
         assert!(
-            e.contains("bump `revision` for 1.30") && e.contains("patch series"),
+            e.contains("bump `revision` for 1.30")
+                && e.contains(
+                    "was recorded with other inputs: patch series dddddddddddd → eeeeeeeeeeee;"
+                ),
             "{e}"
         );
-        let base = Inputs {
-            base_image: "registry.k8s.io/build-image/go-runner:x@sha256:1",
+        let base = BuildInputs {
+            base: "registry.k8s.io/build-image/go-runner:x@sha256:1".into(),
             ..same.clone()
         };
         assert!(
             check_tag(&p, "images.toml", minor, "v1.30.3-occmforge.1", &base)
                 .unwrap_err()
                 .to_string()
-                .contains("base static")
+                .contains("base static → registry.k8s.io/build-image/go-runner:x@sha256:1")
         );
         assert!(check_tag(&p, "images.toml", minor, "v1.30.3-occmforge.2", &other).is_ok());
 

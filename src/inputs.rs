@@ -7,6 +7,8 @@
 //! itself. [`IMAGE_FORMAT`] stands for occm-forge's own output: bump it whenever the same inputs
 //! would give other image, SBOM or provenance bytes (`tests/golden.rs` pins those bytes).
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 use crate::util::{sha256_digest, short};
@@ -17,10 +19,15 @@ use crate::util::{sha256_digest, short};
 /// - 1: the first recorded format.
 /// - 2: upstream's Dockerfile labels on the config; the binary reports `v1.34.1+occmforge.1`;
 ///   Go runs with `-mod=readonly` (provenance); every SBOM package has a supplier.
-pub const IMAGE_FORMAT: u32 = 2;
+/// - 3: the provenance records each platform's pinned Go environment
+///   (`internalParameters.env`); images themselves are unchanged.
+pub const IMAGE_FORMAT: u32 = 3;
+
+/// Platform → Go environment variable → value (`go::platforms_env`).
+pub type GoEnv = BTreeMap<String, BTreeMap<String, String>>;
 
 /// What determines an image, as recorded in the digest manifest (`inputs:` of an entry).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BuildInputs {
     /// `sha256:<hex>` over the canonical JSON of the other fields.
@@ -35,6 +42,11 @@ pub struct BuildInputs {
     pub patch_series_sha256: String,
     /// Go toolchain version.
     pub go_version: String,
+    /// Platform → the Go environment its binary is built with (`go::platforms_env`; constants
+    /// of occm-forge, recorded so that a change of them is a change of inputs). Absent in
+    /// entries of image format 2 and older.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub go_env: GoEnv,
     /// The base as configured (`static`, or a reference pinned by digest).
     pub base: String,
     /// Platforms, in index order.
@@ -54,6 +66,17 @@ pub struct BuildInputs {
     pub required_tests: Vec<String>,
 }
 
+/// One input of [`BuildInputs::named`].
+struct Named {
+    /// How every message names it (`Go`, `patch series`).
+    what: &'static str,
+    /// Its value as messages show it.
+    value: String,
+    /// Whether it determines the image's content, so that a tag recorded with one value never
+    /// serves another (the digest manifest's tag guard). The others rebuild under the same tag.
+    binds_tag: bool,
+}
+
 impl BuildInputs {
     /// Fills in [`BuildInputs::fingerprint`] from the other fields.
     pub fn sealed(mut self) -> Self {
@@ -71,83 +94,132 @@ impl BuildInputs {
         sha256_digest(&serde_json::to_vec(&v).expect("JSON values serialise"))
     }
 
-    /// What changed from `old` to `self`, one phrase per input (`Go 1.25.1 → 1.25.5`); empty
-    /// when the fingerprints match.
+    /// The one list of what determines an image: every input, in message order, named as the
+    /// inputs stage ("needs a build: …") and the tag guard ("tag … was recorded with other
+    /// inputs: …") name it.
+    fn named(&self) -> Vec<Named> {
+        let list = |v: &[String]| v.join(",");
+        let epoch = self
+            .source_date_epoch
+            .map_or_else(|| "the commit time".to_string(), |e| e.to_string());
+        let go_env = self
+            .go_env
+            .iter()
+            .map(|(platform, env)| {
+                let vars: Vec<String> = env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                format!("{platform}: {}", vars.join(" "))
+            })
+            .collect::<Vec<_>>()
+            .join("; ");
+        let named = |what, value: String, binds_tag| Named {
+            what,
+            value,
+            binds_tag,
+        };
+        vec![
+            named("image format", self.image_format.to_string(), false),
+            named("upstream", self.upstream.clone(), false),
+            named("upstream commit", self.upstream_commit.clone(), true),
+            named("patch series", self.patch_series_sha256.clone(), true),
+            named("Go", self.go_version.clone(), true),
+            named("Go environment", go_env, false),
+            named("base", self.base.clone(), true),
+            named("platforms", list(&self.platforms), true),
+            named("repository", self.repository.clone(), false),
+            named("tag", self.tag.clone(), false),
+            named("ldflags", self.ldflags.clone(), false),
+            named("SOURCE_DATE_EPOCH", epoch, false),
+            named("test packages", list(&self.test_packages), false),
+            named("required tests", list(&self.required_tests), false),
+        ]
+    }
+
+    /// What changed from `old` to `self`, one phrase per input in the words of [`change`]
+    /// (`Go 1.25.1 → 1.25.5`); empty when the fingerprints match.
     pub fn changes_since(&self, old: &BuildInputs) -> Vec<String> {
         if self.fingerprint == old.fingerprint {
             return vec![];
         }
-        let list = |v: &[String]| v.join(",");
-        let epoch =
-            |e: Option<i64>| e.map_or_else(|| "the commit time".to_string(), |e| e.to_string());
-        let pairs = [
-            (
-                "image format",
-                old.image_format.to_string(),
-                self.image_format.to_string(),
-            ),
-            ("upstream", old.upstream.clone(), self.upstream.clone()),
-            (
-                "upstream commit",
-                old.upstream_commit.clone(),
-                self.upstream_commit.clone(),
-            ),
-            (
-                "patch series",
-                old.patch_series_sha256.clone(),
-                self.patch_series_sha256.clone(),
-            ),
-            ("Go", old.go_version.clone(), self.go_version.clone()),
-            ("base", old.base.clone(), self.base.clone()),
-            ("platforms", list(&old.platforms), list(&self.platforms)),
-            (
-                "repository",
-                old.repository.clone(),
-                self.repository.clone(),
-            ),
-            ("tag", old.tag.clone(), self.tag.clone()),
-            ("ldflags", old.ldflags.clone(), self.ldflags.clone()),
-            (
-                "SOURCE_DATE_EPOCH",
-                epoch(old.source_date_epoch),
-                epoch(self.source_date_epoch),
-            ),
-            (
-                "test packages",
-                list(&old.test_packages),
-                list(&self.test_packages),
-            ),
-            (
-                "required tests",
-                list(&old.required_tests),
-                list(&self.required_tests),
-            ),
-        ];
-        let mut out: Vec<String> = pairs
-            .into_iter()
-            .filter(|(_, a, b)| a != b)
-            .map(|(what, a, b)| {
-                if what == "patch series" {
-                    format!(
-                        "{what} {} → {}",
-                        &a[..12.min(a.len())],
-                        &b[..12.min(b.len())]
-                    )
-                } else {
-                    format!("{what} {a} → {b}")
-                }
-            })
-            .collect();
+        let mut out = differences(old, self, false);
         if out.is_empty() {
             // Same fields, another fingerprint: the record was edited by hand.
-            out.push(format!(
-                "fingerprint {} → {}",
+            out.push(change(
+                "fingerprint",
                 short(&old.fingerprint),
-                short(&self.fingerprint)
+                short(&self.fingerprint),
             ));
         }
         out
     }
+
+    /// What changed from `old` to `self` among the inputs a tag is bound to (upstream commit,
+    /// patch series, Go, base, platforms), in the same words as [`BuildInputs::changes_since`];
+    /// empty when the tag may serve both.
+    pub fn tag_changes_since(&self, old: &BuildInputs) -> Vec<String> {
+        differences(old, self, true)
+    }
+}
+
+/// The phrases of the inputs that differ between `old` and `new` (only those that bind the tag
+/// when `tag_only`), shortening what is long: a patch series by its first 12 hex, the Go
+/// environment by the variables that differ.
+fn differences(old: &BuildInputs, new: &BuildInputs, tag_only: bool) -> Vec<String> {
+    old.named()
+        .into_iter()
+        .zip(new.named())
+        .filter(|(a, b)| (a.binds_tag || !tag_only) && a.value != b.value)
+        .filter_map(|(a, b)| match a.what {
+            "patch series" => Some(change(
+                a.what,
+                &a.value[..12.min(a.value.len())],
+                &b.value[..12.min(b.value.len())],
+            )),
+            "Go environment" => go_env_change(&old.go_env, &new.go_env),
+            _ => Some(change(a.what, &a.value, &b.value)),
+        })
+        .collect()
+}
+
+/// `Go environment of linux/amd64: GOAMD64 v1 → v3` (each platform both record, each variable
+/// that differs; a platform only one records is the platforms' change); `Go environment (not
+/// recorded) → recorded` against an entry from before it was recorded (and the reverse).
+fn go_env_change(old: &GoEnv, new: &GoEnv) -> Option<String> {
+    match (old.is_empty(), new.is_empty()) {
+        (true, _) => return Some(change("Go environment", "(not recorded)", "recorded")),
+        (_, true) => return Some(change("Go environment", "recorded", "(not recorded)")),
+        _ => {}
+    }
+    let mut parts = Vec::new();
+    for (platform, new_env) in new {
+        let Some(old_env) = old.get(platform) else {
+            continue;
+        };
+        let names: std::collections::BTreeSet<&String> =
+            old_env.keys().chain(new_env.keys()).collect();
+        let value = |env: &BTreeMap<String, String>, name: &String| {
+            env.get(name).map_or("(unset)".to_string(), |v| {
+                if v.is_empty() {
+                    "(empty)".to_string()
+                } else {
+                    v.clone()
+                }
+            })
+        };
+        let vars: Vec<String> = names
+            .into_iter()
+            .filter(|n| old_env.get(*n) != new_env.get(*n))
+            .map(|n| format!("{n} {} → {}", value(old_env, n), value(new_env, n)))
+            .collect();
+        if !vars.is_empty() {
+            parts.push(format!("Go environment of {platform}: {}", vars.join(", ")));
+        }
+    }
+    (!parts.is_empty()).then(|| parts.join("; "))
+}
+
+/// How every message words one changed input: `<what> <old> → <new>` (`Go 1.25.1 → 1.25.5`).
+pub fn change(what: &str, old: &str, new: &str) -> String {
+    format!("{what} {old} → {new}")
 }
 
 #[cfg(test)]
@@ -162,6 +234,10 @@ mod tests {
             upstream_commit: "63ec67a04b40fee4ff43fec11c3d31f2a90c9ad2".into(),
             patch_series_sha256: "1".repeat(64),
             go_version: "1.25.1".into(),
+            go_env: crate::go::platforms_env(&[
+                "linux/amd64".parse().unwrap(),
+                "linux/arm64".parse().unwrap(),
+            ]),
             base: "static".into(),
             platforms: vec!["linux/amd64".into(), "linux/arm64".into()],
             repository: "r.example/occm".into(),
@@ -184,6 +260,17 @@ mod tests {
         );
         assert_eq!(a.compute(), a.fingerprint);
         assert!(a.changes_since(&a).is_empty());
+        // The one list names every recorded field but the fingerprint.
+        let full = BuildInputs {
+            source_date_epoch: Some(0),
+            ..a.clone()
+        };
+        let fields = serde_json::to_value(&full)
+            .unwrap()
+            .as_object()
+            .unwrap()
+            .len();
+        assert_eq!(full.named().len(), fields - 1);
         let changed: Vec<(BuildInputs, &str)> = vec![
             (
                 BuildInputs {
@@ -239,7 +326,27 @@ mod tests {
                     image_format: 1,
                     ..a.clone()
                 },
-                "image format 2 → 1",
+                "image format 3 → 1",
+            ),
+            (
+                BuildInputs {
+                    go_env: {
+                        let mut env = a.go_env.clone();
+                        env.get_mut("linux/amd64")
+                            .unwrap()
+                            .insert("GOAMD64".into(), "v3".into());
+                        env
+                    },
+                    ..a.clone()
+                },
+                "Go environment of linux/amd64: GOAMD64 v1 → v3",
+            ),
+            (
+                BuildInputs {
+                    go_env: GoEnv::new(),
+                    ..a.clone()
+                },
+                "Go environment recorded → (not recorded)",
             ),
         ];
         for (b, phrase) in changed {
@@ -247,5 +354,40 @@ mod tests {
             assert_ne!(b.fingerprint, a.fingerprint, "{phrase}");
             assert_eq!(b.changes_since(&a), [phrase]);
         }
+    }
+
+    /// The tag guard names the inputs a tag is bound to in the words of the inputs stage, and
+    /// only those.
+    #[test]
+    fn the_tag_is_bound_to_the_content_inputs_in_the_same_words() {
+        let a = inputs();
+        let b = BuildInputs {
+            go_version: "1.25.5".into(),
+            base: "r/b@sha256:x".into(),
+            repository: "other.example/occm".into(),
+            required_tests: vec!["TestA".into()],
+            ..a.clone()
+        }
+        .sealed();
+        assert_eq!(
+            b.changes_since(&a),
+            [
+                "Go 1.25.1 → 1.25.5",
+                "base static → r/b@sha256:x",
+                "repository r.example/occm → other.example/occm",
+                "required tests TestA,TestB → TestA",
+            ]
+        );
+        assert_eq!(
+            b.tag_changes_since(&a),
+            ["Go 1.25.1 → 1.25.5", "base static → r/b@sha256:x"]
+        );
+        let c = BuildInputs {
+            image_format: 2,
+            go_env: GoEnv::new(),
+            test_packages: vec![],
+            ..a.clone()
+        };
+        assert!(c.tag_changes_since(&a).is_empty());
     }
 }

@@ -296,13 +296,12 @@ async fn up_to_date(
 /// manifest, a writable `--output`, a base that exists, and (with `--push`) what the registry
 /// serves under the tag now, which the publish stage compares with the new digest.
 async fn preflight(plan: &BuildPlan, registry: &dyn Registry) -> Result<Option<String>, Error> {
-    let platforms = plan.platform_names();
     digest_manifest::check_tag(
         &plan.digest_manifest,
         &plan.config_name,
         plan.minor,
         &plan.tag,
-        &plan.tag_inputs(&platforms),
+        &plan.build_inputs(),
     )?;
     preflight_output(&plan.output)?;
     if let BaseSpec::Image(r) = &plan.base {

@@ -19,6 +19,7 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::Error;
 use crate::config::{self, Config, Minor, Platform};
 use crate::go::Toolchain;
 use crate::inputs::{BuildInputs, IMAGE_FORMAT};
@@ -28,7 +29,6 @@ use crate::registry::auth::AuthFiles;
 use crate::registry::oci::{OciRegistry, OciRegistryConfig};
 use crate::registry::proxy::ProxyEnv;
 use crate::registry::retry::{RetryPolicy, Retrying};
-use crate::{Error, digest_manifest};
 
 /// The environment variables occm-forge reads, captured once (tests construct their own).
 #[derive(Debug, Clone, Default)]
@@ -291,36 +291,30 @@ impl BuildPlan {
         {
             return None;
         }
-        Some(
-            BuildInputs {
-                fingerprint: String::new(),
-                image_format: IMAGE_FORMAT,
-                upstream: self.upstream.clone(),
-                upstream_commit: self.commit.clone(),
-                patch_series_sha256: self.series_sha256.clone(),
-                go_version: self.toolchain.version.clone(),
-                base: self.base_text.clone(),
-                platforms: self.platform_names(),
-                repository: self.repository.clone(),
-                tag: self.tag.clone(),
-                ldflags: crate::go::build::ldflags(&self.binary_version()),
-                source_date_epoch: self.source_date_epoch,
-                test_packages: self.test_packages.clone(),
-                required_tests: self.required_tests.clone(),
-            }
-            .sealed(),
-        )
+        Some(self.build_inputs())
     }
 
-    /// The inputs a tag is bound to in the digest manifest.
-    pub fn tag_inputs<'a>(&'a self, platforms: &'a [String]) -> digest_manifest::Inputs<'a> {
-        digest_manifest::Inputs {
-            upstream_commit: &self.commit,
-            patch_series_sha256: &self.series_sha256,
-            base_image: &self.base_text,
-            go_version: &self.toolchain.version,
-            platforms,
+    /// The inputs as configured, fingerprinted, also for a base without a digest (for the tag
+    /// guard, which compares the inputs a tag is bound to: [`BuildInputs::tag_changes_since`]).
+    pub fn build_inputs(&self) -> BuildInputs {
+        BuildInputs {
+            fingerprint: String::new(),
+            image_format: IMAGE_FORMAT,
+            upstream: self.upstream.clone(),
+            upstream_commit: self.commit.clone(),
+            patch_series_sha256: self.series_sha256.clone(),
+            go_version: self.toolchain.version.clone(),
+            go_env: crate::go::platforms_env(&self.platforms),
+            base: self.base_text.clone(),
+            platforms: self.platform_names(),
+            repository: self.repository.clone(),
+            tag: self.tag.clone(),
+            ldflags: crate::go::build::ldflags(&self.binary_version()),
+            source_date_epoch: self.source_date_epoch,
+            test_packages: self.test_packages.clone(),
+            required_tests: self.required_tests.clone(),
         }
+        .sealed()
     }
 }
 

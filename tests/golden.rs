@@ -2,8 +2,8 @@
 //! (static base and a synthetic Docker-family base), the SBOM and provenance documents, the
 //! digest-manifest file and every minor's resolved images.toml, so that a refactor that changes
 //! any output byte fails here first. A change of these values is a change of the image format:
-//! update them only on purpose, together with `inputs::IMAGE_FORMAT` (now 2: upstream's
-//! Dockerfile labels, `-mod=readonly` in the provenance, SBOM suppliers).
+//! update them only on purpose, together with `inputs::IMAGE_FORMAT` (now 3: each platform's
+//! pinned Go environment in the provenance; the image digests stayed as in format 2).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -271,6 +271,7 @@ fn provenance_bytes() {
         platforms: &platforms,
         manifests: &manifests,
         go_version: "1.25.1",
+        go_env: &occm_forge::go::platforms_env(&self::platforms()),
         ldflags: &ldflags,
         base: ("static", None),
         epoch: EPOCH,
@@ -281,7 +282,7 @@ fn provenance_bytes() {
     let on_pulled = sha256(&describe::slsa_provenance(&input));
     assert_eq!(
         format!("{on_static} {on_pulled}"),
-        "sha256:510f9301118f83918313f0012b90b43b3d6503c2c797e3d77eaaf5f51d9b5757 sha256:36ae5125600255ee5830df982b28829dcfcd1e79e8fb59c490112ca31acb8c7a"
+        "sha256:aeb6ae9864fce89feb927cd704cbd3e91d5865472f14ac2064b7f47f7e8a6747 sha256:16cb59a939adb1a58db06f667b30137a8f57dc8367997abd47992f96c3c3bda4"
     );
 }
 

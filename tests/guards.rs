@@ -52,7 +52,9 @@ fn a_published_tag_never_moves() {
     let o = build(&f, &reg, &["--push", "--base", &base]);
     assert_eq!(o.status.code(), Some(9), "{}", stderr(&o));
     assert!(
-        last_line(&o).contains("tag v1.34.1-occmforge.1 was recorded with base static"),
+        last_line(&o).contains(&format!(
+            "tag v1.34.1-occmforge.1 was recorded with other inputs: base static → {base};"
+        )),
         "{}",
         last_line(&o)
     );
@@ -151,7 +153,11 @@ fn merged_fragments_cannot_move_a_published_tag() {
         .unwrap();
     assert_eq!(o.status.code(), Some(9), "{}", stderr(&o));
     assert!(
-        last_line(&o).contains("1.34: tag v1.34.1-occmforge.1 was recorded with upstream commit"),
+        last_line(&o).contains(&format!(
+            "1.34: tag v1.34.1-occmforge.1 was recorded with other inputs: upstream commit {} → {};",
+            f.commits.v1_34,
+            "1".repeat(40)
+        )),
         "{}",
         last_line(&o)
     );

@@ -415,3 +415,109 @@ fn the_minors_work_tree_is_kept_only_while_untouched() {
     );
     assert!(!tree.join("pkg/openstack/left_by_a_test.txt").exists());
 }
+
+/// Replaces the `n`th (0-based) occurrence of `from` in the digest manifest with `to`.
+fn edit_lock(f: &Fixture, from: &str, to: &str, n: usize) {
+    let text = std::fs::read_to_string(&f.lock).unwrap();
+    let (at, _) = text
+        .match_indices(from)
+        .nth(n)
+        .unwrap_or_else(|| panic!("no {from} #{n} in {text}"));
+    let edited = format!("{}{to}{}", &text[..at], &text[at + from.len()..]);
+    std::fs::write(&f.lock, edited).unwrap();
+}
+
+#[test]
+fn a_hand_edited_entry_is_rebuilt_not_up_to_date() {
+    let f = fixture(&["linux/amd64"]);
+    let first = forge(&f, &["--k8s", "1.34"]).output().unwrap();
+    ok(&first);
+    let digest = read_lock(&f.lock)["images"]["1.34"]["digest"].clone();
+    let go = local_go_version();
+    let edited = |o: &Output| {
+        let line = inputs_line(o);
+        assert!(
+            line.contains("1.34 needs a build: images.lock.yaml entry for 1.34 was edited: its fields hash to sha256:")
+                && line.contains(" not its inputs sha256:"),
+            "{line}\n{}",
+            stderr(o)
+        );
+        assert_eq!(stdout(o), stdout(&first));
+        let lock = read_lock(&f.lock);
+        assert_eq!(lock["images"]["1.34"]["digest"], digest);
+        assert_eq!(
+            lock["images"]["1.34"]["inputs"]["go_version"].as_str(),
+            Some(go.as_str())
+        );
+        assert_eq!(
+            lock["images"]["1.34"]["go_version"].as_str(),
+            Some(go.as_str())
+        );
+    };
+    // The Go version in `inputs:` edited, its fingerprint left as it was.
+    let go_line = format!("go_version: {go}\n");
+    edit_lock(&f, &go_line, "go_version: 1.25.1\n", 1);
+    let o = forge(&f, &["--k8s", "1.34"]).output().unwrap();
+    ok(&o);
+    edited(&o);
+
+    // The entry's own `go_version:` edited, its `inputs:` left: rebuilt too, not refused by
+    // the tag guard (an edited entry is no record of inputs).
+    edit_lock(&f, &go_line, "go_version: 1.25.1\n", 0);
+    let o = forge(&f, &["--k8s", "1.34"]).output().unwrap();
+    ok(&o);
+    edited(&o);
+
+    // Rebuilt and recorded: up to date again.
+    let o = forge(&f, &["--k8s", "1.34"]).output().unwrap();
+    ok(&o);
+    assert!(
+        inputs_line(&o).contains("1.34 is up to date"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn the_tag_guard_and_the_inputs_stage_name_a_change_in_the_same_words() {
+    let f = fixture(&["linux/amd64"]);
+    ok(&forge(&f, &["--k8s", "1.34"]).output().unwrap());
+    let go = local_go_version();
+    let phrase = format!("Go {go} → 1.99.0");
+    let text = std::fs::read_to_string(&f.config).unwrap();
+    let at = text.find("[minors.\"1.34\"]").unwrap();
+    let bumped = format!(
+        "{}{}",
+        &text[..at],
+        text[at..].replacen(&format!("go = \"{go}\""), "go = \"1.99.0\"", 1)
+    );
+    std::fs::write(&f.config, &bumped).unwrap();
+    // The same tag: the tag guard refuses.
+    let o = forge(&f, &["--k8s", "1.34"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(9), "{}", stderr(&o));
+    let refused = stderr(&o).lines().last().unwrap_or_default().to_string();
+    assert!(
+        refused.contains(&format!(
+            "tag v1.34.1-occmforge.1 was recorded with other inputs: {phrase}; tags never move"
+        )),
+        "{refused}"
+    );
+    // A new revision: the inputs stage names the same change (then the toolchain cannot be had
+    // offline: exit 6).
+    std::fs::write(
+        &f.config,
+        format!(
+            "{}{}",
+            &bumped[..at],
+            bumped[at..].replacen("revision = 1", "revision = 2", 1)
+        ),
+    )
+    .unwrap();
+    let o = forge(&f, &["--k8s", "1.34"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(6), "{}", stderr(&o));
+    let line = inputs_line(&o);
+    assert!(
+        line.contains("inputs changed since images.lock.yaml: ") && line.contains(&phrase),
+        "{line}"
+    );
+}

@@ -1,6 +1,7 @@
-//! Build stage: `CGO_ENABLED=0 go build -trimpath` of OCCM per platform, with upstream's
-//! ldflags (upstream `Makefile` L39: `-w -s -X k8s.io/component-base/version.gitVersion=$(VERSION)
-//! -X k8s.io/cloud-provider-openstack/pkg/version.Version=$(VERSION)`).
+//! Build stage: `CGO_ENABLED=0 go build -trimpath` of OCCM per platform, in the Go environment
+//! of [`super::platform_env`], with upstream's ldflags (upstream `Makefile` L39: `-w -s -X
+//! k8s.io/component-base/version.gitVersion=$(VERSION) -X
+//! k8s.io/cloud-provider-openstack/pkg/version.Version=$(VERSION)`).
 
 use std::path::{Path, PathBuf};
 
@@ -77,10 +78,7 @@ fn build_one(req: &BuildRequest<'_>, p: &Platform) -> Result<Binary, BuildError>
     std::fs::create_dir_all(&dir).map_err(|e| err(format!("{}: {e}", dir.display())))?;
     let path = dir.join("openstack-cloud-controller-manager");
     let mut cmd = req.toolchain.command(req.dir);
-    cmd.env("GOOS", &p.os).env("GOARCH", &p.arch);
-    if let Some(arm) = p.goarm() {
-        cmd.env("GOARM", arm);
-    }
+    cmd.envs(super::platform_env(p));
     cmd.args([
         "build",
         "-trimpath",

@@ -1,6 +1,7 @@
 //! OCI image layout on disk (image-spec `image-layout.md`): `oci-layout`, `index.json` and
 //! `blobs/sha256/<hex>`. Blobs are content-addressed and written through a temporary file and a
-//! rename, so a layout is never left with a torn blob; `index.json` is rewritten the same way.
+//! rename, so a layout is never left with a torn blob; `index.json` is rewritten the same way,
+//! its entries always in one order (tags, then referrers), whatever the history.
 
 use std::path::{Path, PathBuf};
 
@@ -64,7 +65,7 @@ pub fn set_ref(layout: &Path, top: &Descriptor, ref_name: &str) -> std::io::Resu
         .annotations
         .insert(spec::keys::REF_NAME.to_string(), ref_name.to_string());
     index.manifests.push(entry);
-    write_index(layout, &index)
+    write_index(layout, index)
 }
 
 /// The layout's `index.json` (empty when there is none).
@@ -84,8 +85,27 @@ fn read_index(layout: &Path) -> std::io::Result<Index> {
     }
 }
 
-fn write_index(layout: &Path, index: &Index) -> std::io::Result<()> {
-    write_file_atomically(&layout.join("index.json"), &spec::to_bytes(index))
+/// Writes `index.json` with its entries in the canonical order of [`order_key`], so that
+/// its bytes depend on what the layout holds, not on the order it was written in (a forced
+/// rebuild, or minors built in another order, give the same bytes).
+fn write_index(layout: &Path, mut index: Index) -> std::io::Result<()> {
+    index
+        .manifests
+        .sort_by(|a, b| order_key(a).cmp(&order_key(b)));
+    write_file_atomically(&layout.join("index.json"), &spec::to_bytes(&index))
+}
+
+/// The canonical order of `index.json` entries: tagged entries first, by tag
+/// (`org.opencontainers.image.ref.name`), then the untagged ones (referrers); within each, by
+/// artifact type, media type and digest.
+fn order_key(d: &Descriptor) -> (bool, &str, &str, &str, &str) {
+    (
+        ref_of(d).is_none(),
+        ref_of(d).unwrap_or_default(),
+        d.artifact_type.as_deref().unwrap_or_default(),
+        &d.media_type,
+        &d.digest,
+    )
 }
 
 /// The tag an `index.json` entry carries, if any.
@@ -119,7 +139,7 @@ pub fn add_referrers(layout: &Path, referrers: &[Descriptor]) -> std::io::Result
             index.manifests.push(r.clone());
         }
     }
-    write_index(layout, &index)
+    write_index(layout, index)
 }
 
 /// A referrer manifest's (subject digest, artifactType), read from the layout.
@@ -177,7 +197,7 @@ pub fn gc(layout: &Path) -> std::io::Result<usize> {
     index
         .manifests
         .retain(|m| ref_of(m).is_some() || kept.iter().any(|k| k.digest == m.digest));
-    write_index(layout, &index)?;
+    write_index(layout, index)?;
     let mut removed = 0;
     let dir = layout.join("blobs").join("sha256");
     for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
@@ -279,4 +299,35 @@ pub fn holds(layout: &Path, ref_name: &str, digest: &str) -> Result<(), String> 
         manifest.layers.iter().try_for_each(present)?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::referrer;
+    use super::*;
+    use crate::describe;
+
+    /// Two images and their referrers written in either order, and a tag set again: the same
+    /// `index.json` bytes.
+    #[test]
+    fn index_json_does_not_depend_on_the_order_of_writes() {
+        let a = Descriptor::of(spec::OCI_INDEX, b"a");
+        let b = Descriptor::of(spec::OCI_INDEX, b"b");
+        let write = |dir: &Path, order: &[&str]| -> Vec<u8> {
+            for step in order {
+                let (image, tag, kind) = match *step {
+                    "a" => (&a, "v1.33.1-occmforge.1", describe::SPDX_MEDIA_TYPE),
+                    _ => (&b, "v1.34.1-occmforge.1", describe::IN_TOTO_MEDIA_TYPE),
+                };
+                set_ref(dir, image, tag).unwrap();
+                let r = referrer::attach(dir, image, kind, step.as_bytes(), 0).unwrap();
+                add_referrers(dir, &[r.manifest]).unwrap();
+            }
+            std::fs::read(dir.join("index.json")).unwrap()
+        };
+        let (x, y) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let first = write(x.path(), &["a", "b"]);
+        assert_eq!(write(x.path(), &["a"]), first, "a rebuild of a");
+        assert_eq!(write(y.path(), &["b", "a"]), first, "b before a");
+    }
 }

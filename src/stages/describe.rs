@@ -156,6 +156,7 @@ impl DescribeStage<'_> {
             platforms: &plan.platform_names(),
             manifests: &manifests,
             go_version: &plan.toolchain.version,
+            go_env: &crate::go::platforms_env(&plan.platforms),
             ldflags: &gobuild::ldflags(&plan.binary_version()),
             base: (&plan.base_text, self.imaged.base.digest.as_deref()),
             epoch: self.epoch,

@@ -1,5 +1,6 @@
 //! Stage 0, `inputs`: is this minor already built? When the inputs fingerprint equals the
-//! recorded entry's and the result is still there — with `--push`, the registry serves the
+//! recorded entry's, the entry's own fields still hash to that fingerprint (a hand-edited entry
+//! is rebuilt: `Entry::edited`), and the result is still there — with `--push`, the registry serves the
 //! recorded digest under the tag (one HEAD); without, the OCI layout holds the tag and its
 //! blobs — the build is a no-op: nothing runs, nothing is written. Otherwise its line says why
 //! it rebuilds.
@@ -86,6 +87,9 @@ async fn freshness(plan: &BuildPlan, registry: &dyn Registry) -> Result<Freshnes
             plan.minor
         ));
     };
+    if let Some(edit) = entry.edited() {
+        return stale(format!("{at} entry for {} was edited: {edit}", plan.minor));
+    }
     let changes = inputs.changes_since(recorded);
     if !changes.is_empty() {
         return stale(format!("inputs changed since {at}: {}", changes.join("; ")));
