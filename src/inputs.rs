@@ -26,6 +26,42 @@ pub const IMAGE_FORMAT: u32 = 3;
 /// Platform → Go environment variable → value (`go::platforms_env`).
 pub type GoEnv = BTreeMap<String, BTreeMap<String, String>>;
 
+/// [`GoEnv`] as platform → `["KEY=VALUE", …]` (sorted by key).
+mod env_lines {
+    use std::collections::BTreeMap;
+
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    use super::GoEnv;
+
+    pub fn serialize<S: Serializer>(env: &GoEnv, s: S) -> Result<S::Ok, S::Error> {
+        let lines: BTreeMap<&String, Vec<String>> = env
+            .iter()
+            .map(|(p, vars)| (p, vars.iter().map(|(k, v)| format!("{k}={v}")).collect()))
+            .collect();
+        lines.serialize(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<GoEnv, D::Error> {
+        let lines = BTreeMap::<String, Vec<String>>::deserialize(d)?;
+        lines
+            .into_iter()
+            .map(|(p, vars)| {
+                let vars = vars
+                    .into_iter()
+                    .map(|line| match line.split_once('=') {
+                        Some((k, v)) => Ok((k.to_string(), v.to_string())),
+                        None => Err(serde::de::Error::custom(format!(
+                            "go_env of {p}: `{line}` is not KEY=VALUE"
+                        ))),
+                    })
+                    .collect::<Result<BTreeMap<_, _>, _>>()?;
+                Ok((p, vars))
+            })
+            .collect()
+    }
+}
+
 /// What determines an image, as recorded in the digest manifest (`inputs:` of an entry).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -45,7 +81,13 @@ pub struct BuildInputs {
     /// Platform → the Go environment its binary is built with (`go::platforms_env`; constants
     /// of occm-forge, recorded so that a change of them is a change of inputs). Absent in
     /// entries of image format 2 and older.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    /// Recorded as `KEY=VALUE` lines (as `go version -m` prints build settings), so that no YAML
+    /// reader takes a value such as `off` for a boolean.
+    #[serde(
+        default,
+        skip_serializing_if = "BTreeMap::is_empty",
+        with = "env_lines"
+    )]
     pub go_env: GoEnv,
     /// The base as configured (`static`, or a reference pinned by digest).
     pub base: String,
@@ -225,6 +267,23 @@ pub fn change(what: &str, old: &str, new: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_go_environment_is_recorded_as_key_value_lines_a_yaml_1_1_reader_keeps() {
+        let i = inputs().sealed();
+        let yaml = serde_norway::to_string(&i).unwrap();
+        // `GOFIPS140: off` would be `false` to PyYAML (YAML 1.1), as Ansible reads it.
+        assert!(yaml.contains("- GOFIPS140=off\n"), "{yaml}");
+        assert!(!yaml.contains("GOFIPS140: "), "{yaml}");
+        let back: BuildInputs = serde_norway::from_str(&yaml).unwrap();
+        assert_eq!(back, i);
+        assert_eq!(back.compute(), i.fingerprint);
+        let bad = yaml.replace("- GOFIPS140=off", "- GOFIPS140");
+        let e = serde_norway::from_str::<BuildInputs>(&bad)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("`GOFIPS140` is not KEY=VALUE"), "{e}");
+    }
 
     fn inputs() -> BuildInputs {
         BuildInputs {
