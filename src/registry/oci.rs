@@ -658,3 +658,31 @@ impl Registry for OciRegistry {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn storage_full_is_not_transient_and_a_4xx_is_a_refusal() {
+        let server = |code: u16, message: &str| OciDistributionError::ServerError {
+            code,
+            url: "http://r.example/v2/".into(),
+            message: message.into(),
+        };
+        assert_eq!(classify(&server(507, "")), ErrorKind::Other);
+        assert_eq!(classify(&server(503, "")), ErrorKind::Transient);
+        assert_eq!(classify(&server(400, "")), ErrorKind::Refused);
+        assert_eq!(classify(&server(413, "")), ErrorKind::Refused);
+        assert_eq!(classify(&server(404, "")), ErrorKind::NotFound);
+        assert_eq!(classify(&server(429, "")), ErrorKind::Transient);
+        let repo: RepositoryName = "r.example/a".parse().unwrap();
+        let e = error(&repo, "push blob".into(), server(507, ""));
+        assert_eq!(e.kind, ErrorKind::Other);
+        assert!(
+            e.to_string()
+                .starts_with("registry r.example: push blob: storage full (507): "),
+            "{e}"
+        );
+    }
+}
