@@ -3,9 +3,10 @@
 //! Per entry: the tag still serves the recorded digest; the image index lists every recorded
 //! platform with the recorded manifest digest; each platform's config carries the
 //! `org.opencontainers.image.{source,revision,version}` labels of the entry; the SBOM and
-//! provenance referrers exist, have the right artifact type and point at the recorded subject,
-//! and are listed in the subject's referrers (tag-schema fallback `sha256-<hex>`). Every mismatch
-//! is one [`Finding`].
+//! provenance referrers exist, have the right artifact type and point at the recorded subject
+//! (carry no `subject` when the entry records `referrers: tag-schema`), and are listed in the
+//! subject's referrers (tag-schema fallback `sha256-<hex>`); with `referrers: skipped` they are
+//! not looked for. Every mismatch is one [`Finding`].
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -20,6 +21,7 @@ use crate::image::referrer::fallback_tag;
 use crate::image::spec::{Index, Manifest, keys};
 use crate::plan::{BuildPlan, Overrides};
 use crate::reference::RepositoryName;
+use crate::registry::publish::ReferrersPushed;
 use crate::registry::{ErrorKind, Registry, RegistryError};
 use crate::stage::Reporter;
 use crate::util::{join, sha256_digest, short};
@@ -84,14 +86,16 @@ impl Checker<'_> {
         }
     }
 
-    /// Checks a referrer manifest: present, of `artifact_type`, about `subject`, and listed in the
-    /// subject's referrers index.
+    /// Checks a referrer manifest: present, of `artifact_type`, about `subject` (its `subject`
+    /// field, or none when it went in by the tag schema alone, `with_subject` false), and listed
+    /// in the subject's referrers index.
     async fn referrer(
         &mut self,
         field: &str,
         digest: &str,
         artifact_type: &str,
         subject: &str,
+        with_subject: bool,
     ) -> Result<(), RegistryError> {
         let Some(bytes) = self.manifest(field, digest).await? else {
             return Ok(());
@@ -114,11 +118,17 @@ impl Checker<'_> {
         }
         match m.subject.as_ref().map(|s| s.digest.as_str()) {
             Some(s) if s == subject => {}
+            None if !with_subject => {}
             other => self.find(
                 field,
                 format!(
-                    "subject is {}, expected {subject}",
-                    other.unwrap_or("missing")
+                    "subject is {}, expected {}",
+                    other.unwrap_or("missing"),
+                    if with_subject {
+                        subject
+                    } else {
+                        "none (referrers: tag-schema)"
+                    }
                 ),
             ),
         }
@@ -301,6 +311,7 @@ pub fn rebuild_plan(
         wait_for_lock: true,
         force: true,
         accept: false,
+        referrers: Default::default(),
     };
     BuildPlan::resolve(&config, minor, &overrides)
 }
@@ -465,13 +476,25 @@ impl Checker<'_> {
         Ok(())
     }
 
-    /// The SBOM of every platform and the provenance are referrers of their subjects.
+    /// The SBOM of every platform and the provenance are referrers of their subjects, in the form
+    /// the entry records (`referrers`); none is looked for when they were not pushed.
     async fn referrers(&mut self, entry: &Entry) -> Result<(), RegistryError> {
+        let with_subject = match entry.referrers {
+            Some(ReferrersPushed::Skipped) => return Ok(()),
+            Some(ReferrersPushed::TagSchema) => false,
+            Some(ReferrersPushed::Subject) | None => true,
+        };
         for platform in &entry.platforms {
             match (entry.sbom.get(platform), entry.manifests.get(platform)) {
                 (Some(sbom), Some(subject)) => {
-                    self.referrer(&format!("sbom {platform}"), sbom, SPDX_MEDIA_TYPE, subject)
-                        .await?
+                    self.referrer(
+                        &format!("sbom {platform}"),
+                        sbom,
+                        SPDX_MEDIA_TYPE,
+                        subject,
+                        with_subject,
+                    )
+                    .await?
                 }
                 (None, _) => self.find(
                     format!("sbom {platform}"),
@@ -482,8 +505,14 @@ impl Checker<'_> {
         }
         match &entry.provenance {
             Some(p) => {
-                self.referrer("provenance", p, IN_TOTO_MEDIA_TYPE, &entry.digest)
-                    .await
+                self.referrer(
+                    "provenance",
+                    p,
+                    IN_TOTO_MEDIA_TYPE,
+                    &entry.digest,
+                    with_subject,
+                )
+                .await
             }
             None => {
                 self.find("provenance", "the digest manifest records no provenance");
@@ -520,9 +549,16 @@ mod tests {
         let (f, reg) = published().await;
         let minor = "1.34".parse().unwrap();
         let other = testing::image("v9.9.9-other.1");
-        publish::publish(&reg, &f.repo, &other.image, &|_, _| {})
-            .await
-            .unwrap();
+        publish::publish(
+            &reg,
+            &f.repo,
+            &other.image,
+            &[],
+            publish::ReferrersMode::Fallback,
+            &|_, _| {},
+        )
+        .await
+        .unwrap();
         reg.set_tag(
             &f.repo,
             "v1.34.1-occmforge.1",
@@ -549,6 +585,52 @@ mod tests {
                 "label org.opencontainers.image.revision (linux/arm64)",
                 "provenance"
             ]
+        );
+    }
+
+    #[tokio::test]
+    async fn referrers_are_checked_in_the_form_the_entry_records() {
+        let f = testing::image("v1.34.1-occmforge.1");
+        let reg = crate::registry::memory::MemoryRegistry::new();
+        reg.fail_when(|op| op.carries_subject().then_some(ErrorKind::Refused));
+        let p = publish::publish(
+            &reg,
+            &f.repo,
+            &f.image,
+            &f.attachments,
+            publish::ReferrersMode::Fallback,
+            &|_, _| {},
+        )
+        .await
+        .unwrap();
+        reg.heal();
+        let minor = "1.34".parse().unwrap();
+        let mut entry = f.entry.clone();
+        entry.referrers = Some(ReferrersPushed::TagSchema);
+        for (platform, a) in entry.platforms.clone().iter().zip(&p.attachments) {
+            entry
+                .sbom
+                .insert(platform.clone(), a.manifest.digest.clone());
+        }
+        entry.provenance = Some(p.attachments[2].manifest.digest.clone());
+        let found = check(&reg, &config(), minor, &entry).await.unwrap();
+        assert!(found.is_empty(), "{found:?}");
+        // The same referrers read as OCI 1.1 ones lack their subject.
+        entry.referrers = Some(ReferrersPushed::Subject);
+        let found = check(&reg, &config(), minor, &entry).await.unwrap();
+        assert_eq!(fields(&found).len(), 3, "{found:?}");
+        assert!(
+            found[0].message.starts_with("subject is missing"),
+            "{found:?}"
+        );
+        // Referrers that were not pushed are not looked for.
+        entry.referrers = Some(ReferrersPushed::Skipped);
+        entry.provenance = Some(format!("sha256:{}", "0".repeat(64)));
+        assert!(
+            check(&reg, &config(), minor, &entry)
+                .await
+                .unwrap()
+                .is_empty()
         );
     }
 

@@ -26,6 +26,7 @@ use crate::digest_manifest::{self, DigestManifestError, Entry};
 use crate::image::referrer::{fallback_tag, merge_referrers};
 use crate::image::spec::{self, Descriptor, Index, Manifest};
 use crate::reference::RepositoryName;
+use crate::registry::publish::ReferrersPushed;
 use crate::registry::{ErrorKind, Registry, RegistryError};
 use crate::util::short;
 
@@ -117,7 +118,9 @@ pub async fn copy_image(
             image.index_bytes.clone(),
         )
         .await?;
-    push_manifests(registry, to, &referrers.manifests).await?;
+    push_manifests(registry, to, &referrers.manifests)
+        .await
+        .map_err(|e| explain_refused_subject(e, &referrers.manifests))?;
     for fallback in &referrers.fallbacks {
         write_fallback_index(registry, &from, to, fallback).await?;
     }
@@ -203,9 +206,13 @@ async fn read_image(
 }
 
 /// The referrers the digest-manifest entry records, by subject digest: each platform's SBOM
-/// under its platform manifest, the provenance under the index.
+/// under its platform manifest, the provenance under the index; none when they were not pushed
+/// (`referrers: skipped`).
 fn recorded_referrers(entry: &Entry) -> BTreeMap<String, Vec<String>> {
     let mut recorded: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    if entry.referrers == Some(ReferrersPushed::Skipped) {
+        return recorded;
+    }
     for (platform, sbom) in &entry.sbom {
         if let Some(subject) = entry.manifests.get(platform) {
             recorded
@@ -333,6 +340,25 @@ fn describe_from_manifest(d: &mut Descriptor, m: &Manifest, len: usize) {
     d.size = len as u64;
     d.artifact_type = m.artifact_type.clone();
     d.annotations = m.annotations.clone();
+}
+
+/// A target that refuses a referrer carrying `subject` (older Harbor, Quay, Docker Hub): said so,
+/// since copy keeps every digest and cannot rewrite the referrer without it.
+fn explain_refused_subject(e: RegistryError, referrers: &[Pulled]) -> RegistryError {
+    let carries_subject = referrers.iter().any(|m| {
+        serde_json::from_slice::<serde_json::Value>(&m.bytes)
+            .is_ok_and(|v| v.get("subject").is_some_and(|s| !s.is_null()))
+    });
+    if carries_subject && matches!(e.kind, ErrorKind::Refused | ErrorKind::NotFound) {
+        return RegistryError {
+            message: format!(
+                "{}; the target seems to refuse manifests carrying `subject` (OCI 1.1 referrers), and copy keeps every digest, so it cannot push them without; nothing tagged",
+                e.message
+            ),
+            ..e
+        };
+    }
+    e
 }
 
 /// Pushes each manifest by digest, byte for byte.
@@ -669,9 +695,16 @@ mod tests {
 
         let other = testing::image("v9.9.9-other.1");
         let taken = repo("mirror.example/taken/openstack-cloud-controller-manager");
-        publish::publish(&reg, &taken, &other.image, &|_, _| {})
-            .await
-            .unwrap();
+        publish::publish(
+            &reg,
+            &taken,
+            &other.image,
+            &[],
+            publish::ReferrersMode::Fallback,
+            &|_, _| {},
+        )
+        .await
+        .unwrap();
         reg.set_tag(
             &taken,
             "v1.34.1-occmforge.1",
@@ -685,5 +718,47 @@ mod tests {
             reg.repository(&taken).tags["v1.34.1-occmforge.1"],
             other.image.index.digest
         );
+    }
+
+    #[tokio::test]
+    async fn referrers_that_were_not_pushed_are_not_copied_and_a_target_refusing_subject_is_named()
+    {
+        let f = testing::image("v1.34.1-occmforge.1");
+        let reg = crate::registry::memory::MemoryRegistry::new();
+        publish::publish(
+            &reg,
+            &f.repo,
+            &f.image,
+            &f.attachments,
+            publish::ReferrersMode::Skip,
+            &|_, _| {},
+        )
+        .await
+        .unwrap();
+        let mut entry = f.entry.clone();
+        entry.referrers = Some(ReferrersPushed::Skipped);
+        let to = repo("mirror.example/magnum/openstack-cloud-controller-manager");
+        let copied = copy_image(&reg, &entry, &to, &|_, _| {}).await.unwrap();
+        assert_eq!(copied.referrers, 0);
+        assert_eq!(
+            reg.repository(&to).tags["v1.34.1-occmforge.1"],
+            f.image.index.digest
+        );
+
+        // OCI 1.1 referrers to a target that refuses `subject`.
+        let (f, reg) = published().await;
+        let to = repo("old-harbor.example/magnum/openstack-cloud-controller-manager");
+        let target = to.to_string();
+        reg.fail_when(move |op| {
+            (op.repo == target && op.carries_subject()).then_some(ErrorKind::Refused)
+        });
+        let e = copy_image(&reg, &f.entry, &to, &|_, _| {})
+            .await
+            .unwrap_err();
+        assert!(
+            e.message.contains("refuse manifests carrying `subject`"),
+            "{e}"
+        );
+        assert!(reg.repository(&to).tags.is_empty(), "the tag was written");
     }
 }

@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::Minor;
 use crate::inputs::BuildInputs;
+use crate::registry::publish::ReferrersPushed;
 use crate::util::short;
 
 /// Current `schema_version`.
@@ -78,6 +79,14 @@ pub struct Entry {
     /// recorded without it.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub accepted: bool,
+    /// How the SBOM and provenance went to the registry (`--referrers`): `subject` (OCI 1.1
+    /// referrers), `tag-schema` (the registry refused `subject`: the referrer manifests recorded
+    /// in `sbom` and `provenance` carry none and are listed in their subject's `sha256-<hex>`
+    /// index) or `skipped` (not pushed; `sbom` and `provenance` name the layout's). Absent for an
+    /// unpublished entry, and in a published one recorded before occm-forge recorded it, which
+    /// reads as `subject`. Not an input of the image: the image digest is the same either way.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub referrers: Option<ReferrersPushed>,
 }
 
 /// The whole file.
@@ -573,6 +582,7 @@ mod tests {
             built_at: "2026-11-29T00:00:00Z".into(),
             inputs: None,
             accepted: false,
+            referrers: Some(ReferrersPushed::Subject),
             mirrors: vec![],
         }
     }

@@ -430,9 +430,16 @@ revision = 1
         let reg = MemoryRegistry::new();
         let base: crate::reference::RepositoryName =
             "registry.example/build-image/go-runner".parse().unwrap();
-        publish::publish(&reg, &base, &f.image, &|_, _| {})
-            .await
-            .unwrap();
+        publish::publish(
+            &reg,
+            &base,
+            &f.image,
+            &[],
+            publish::ReferrersMode::Fallback,
+            &|_, _| {},
+        )
+        .await
+        .unwrap();
         let (out, text) = pin_base_with(&reg).await;
         let pinned = format!(
             "registry.example/build-image/go-runner:v2.4.0@{}",

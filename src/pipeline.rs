@@ -15,6 +15,7 @@ use crate::digest_manifest::{self, Entry};
 use crate::patches::{AppliedPatch, PatchOutcome};
 use crate::plan::{BaseSpec, BuildPlan};
 use crate::registry::Registry;
+use crate::registry::publish::{Published, ReferrersPushed};
 use crate::registry::pull::PullError;
 use crate::source::SourceTree;
 use crate::stage::{Reporter, Runner, StageReport};
@@ -200,19 +201,32 @@ async fn steps(
     if plan.accept {
         run.run(stages::AcceptStage { plan }).await?;
     }
-    if plan.push {
-        run.run(stages::PublishStage {
-            registry,
-            repo: &plan.repository_name,
-            image: &imaged.image,
-            attachments: &described.attachments,
-            served_before: served_before.as_deref(),
-            replace_tag: plan.replace_tag,
-            minor: plan.minor,
-        })
-        .await?;
-    }
-    let entry = entry(plan, &tree, &applied, &imaged, &described, epoch);
+    let published = if plan.push {
+        Some(
+            run.run(stages::PublishStage {
+                registry,
+                repo: &plan.repository_name,
+                image: &imaged.image,
+                attachments: &described.attachments,
+                served_before: served_before.as_deref(),
+                replace_tag: plan.replace_tag,
+                minor: plan.minor,
+                referrers: plan.referrers,
+            })
+            .await?,
+        )
+    } else {
+        None
+    };
+    let entry = entry(
+        plan,
+        &tree,
+        &applied,
+        &imaged,
+        &described,
+        published.as_ref(),
+        epoch,
+    );
     run.run(stages::RecordStage {
         plan,
         entry: entry.clone(),
@@ -344,16 +358,40 @@ fn preflight_output(dir: &Path) -> Result<(), Error> {
     tempfile::tempfile_in(dir).map(drop).map_err(err)
 }
 
-/// The digest-manifest entry of a finished build.
+/// The digest-manifest entry of a finished build. The SBOM and provenance digests are those of
+/// the referrer manifests the registry serves when pushed (without `subject` where the registry
+/// refused it), else those in the layout.
 fn entry(
     plan: &BuildPlan,
     tree: &SourceTree,
     applied: &[AppliedPatch],
     imaged: &Imaged,
     described: &Described,
+    published: Option<&Published>,
     epoch: i64,
 ) -> Entry {
     let image = &imaged.image;
+    let (sbom, provenance) = match published {
+        Some(p) if p.referrers == ReferrersPushed::TagSchema => {
+            let digest_of = |layout: &str| {
+                p.attachments
+                    .iter()
+                    .zip(&described.attachments)
+                    .find(|(_, ours)| ours.manifest.digest == layout)
+                    .map(|(pushed, _)| pushed.manifest.digest.clone())
+                    .unwrap_or_else(|| layout.to_string())
+            };
+            (
+                described
+                    .sboms
+                    .iter()
+                    .map(|(platform, d)| (platform.clone(), digest_of(d)))
+                    .collect(),
+                digest_of(&described.provenance),
+            )
+        }
+        _ => (described.sboms.clone(), described.provenance.clone()),
+    };
     Entry {
         image: format!("{}:{}@{}", plan.repository, plan.tag, image.index.digest),
         repository: plan.repository.clone(),
@@ -375,8 +413,8 @@ fn entry(
             .iter()
             .map(|pi| (pi.platform.to_string(), pi.manifest.digest.clone()))
             .collect(),
-        sbom: described.sboms.clone(),
-        provenance: Some(described.provenance.clone()),
+        sbom,
+        provenance: Some(provenance),
         go_version: plan.toolchain.version.clone(),
         base_image: plan.base_text.clone(),
         base_digest: imaged.base.digest.clone(),
@@ -385,5 +423,6 @@ fn entry(
         mirrors: vec![],
         inputs: plan.inputs(),
         accepted: plan.accept,
+        referrers: published.map(|p| p.referrers),
     }
 }

@@ -28,6 +28,7 @@ use crate::reference::{ImageRef, RepositoryName};
 use crate::registry::auth::AuthFiles;
 use crate::registry::oci::{OciRegistry, OciRegistryConfig};
 use crate::registry::proxy::ProxyEnv;
+use crate::registry::publish::ReferrersMode;
 use crate::registry::retry::{RetryPolicy, Retrying};
 
 /// The environment variables occm-forge reads, captured once (tests construct their own).
@@ -115,6 +116,8 @@ pub struct Overrides {
     pub force: bool,
     /// `--accept`: run the acceptance stage before publish.
     pub accept: bool,
+    /// `--referrers`: how the SBOM and provenance referrers are pushed.
+    pub referrers: ReferrersMode,
 }
 
 /// The base an image is stacked on, parsed once.
@@ -190,6 +193,8 @@ pub struct BuildPlan {
     pub force: bool,
     /// Run the acceptance stage (`crate::stages::AcceptStage`) after describe, before publish.
     pub accept: bool,
+    /// How the referrers are pushed; not an input of the image (its digest is the same).
+    pub referrers: ReferrersMode,
 }
 
 impl BuildPlan {
@@ -256,6 +261,7 @@ impl BuildPlan {
             fragment_reset: o.manifest_fragment.is_some(),
             force: o.force,
             accept: o.accept,
+            referrers: o.referrers,
         })
     }
 
@@ -381,6 +387,7 @@ pub fn registry(config: &Config, o: &RegistryOverrides) -> Result<Retrying<OciRe
         auth: AuthFiles::discover(o.auth_file.as_deref()),
         idle_timeout: o.idle_timeout,
         proxy: ProxyEnv::from_env(),
+        chunked: Default::default(),
     })
     .map_err(|e| Error::Usage(e.to_string()))?;
     Ok(Retrying::new(

@@ -111,6 +111,7 @@ pub fn image(tag: &str) -> FixtureImage {
         built_at: "2026-12-01T00:00:00Z".into(),
         inputs: None,
         accepted: false,
+        referrers: Some(crate::registry::publish::ReferrersPushed::Subject),
         mirrors: vec![],
     };
     FixtureImage {
@@ -142,16 +143,21 @@ test_packages = ["./pkg/..."]
     .expect("fixture images.toml")
 }
 
-/// The fixture image pushed with its referrers to a fresh in-process registry.
+/// The fixture image pushed with its referrers (OCI 1.1, with `subject`) to a fresh in-process
+/// registry.
 pub async fn published() -> (FixtureImage, crate::registry::memory::MemoryRegistry) {
     use crate::registry::publish;
     let f = image("v1.34.1-occmforge.1");
     let reg = crate::registry::memory::MemoryRegistry::new();
-    publish::publish(&reg, &f.repo, &f.image, &|_, _| {})
-        .await
-        .expect("publish");
-    publish::publish_attachments(&reg, &f.repo, &f.image.layout_dir, &f.attachments)
-        .await
-        .expect("publish referrers");
+    publish::publish(
+        &reg,
+        &f.repo,
+        &f.image,
+        &f.attachments,
+        publish::ReferrersMode::Fallback,
+        &|_, _| {},
+    )
+    .await
+    .expect("publish");
     (f, reg)
 }

@@ -2,7 +2,11 @@
 //! 500s and connection resets (recovered by retry), and kills the registry mid-push (a clear
 //! error, the digest manifest unchanged, the tag not moved; a rerun completes and skips the blobs
 //! already present); an upload `POST` redirected to another host whose `Location` is relative; a
-//! registry that accepts connections and never answers; a registry whose disk is read-only.
+//! registry that accepts connections and never answers; a registry whose disk is read-only; a
+//! referrer upload that fails (the tag is the last write: it does not move, nothing is recorded);
+//! a registry that refuses manifests carrying `subject` (`--referrers`); a registry whose storage
+//! is full (507, not retried); a registry that ignores the body of a monolithic upload `PUT`
+//! (chunked uploads) and answers `416` to a chunk.
 
 mod common;
 
@@ -12,6 +16,10 @@ use std::time::{Duration, Instant};
 use common::*;
 
 fn push(f: &Fixture, proxy: &FaultProxy, retries: &str) -> Output {
+    push_with(f, proxy, retries, &[])
+}
+
+fn push_with(f: &Fixture, proxy: &FaultProxy, retries: &str, extra: &[&str]) -> Output {
     let repo = proxy.repo("occm/openstack-cloud-controller-manager");
     occm_forge(f.path())
         .args([
@@ -28,8 +36,342 @@ fn push(f: &Fixture, proxy: &FaultProxy, retries: &str) -> Output {
         .arg(&f.upstream)
         .arg("--output")
         .arg(f.path().join("out"))
+        .args(extra)
         .output()
         .unwrap()
+}
+
+const REPO: &str = "occm/openstack-cloud-controller-manager";
+const TAG: &str = "v1.34.1-occmforge.1";
+
+/// The raw manifest `reference` (tag or digest) of the fixture repository, read from the
+/// registry directly with skopeo; `None` when it has none.
+fn raw_manifest(reg: &TestRegistry, reference: &str) -> Option<String> {
+    let sep = if reference.starts_with("sha256:") {
+        "@"
+    } else {
+        ":"
+    };
+    let o = std::process::Command::new("skopeo")
+        .args(["inspect", "--tls-verify=false", "--raw"])
+        .arg(format!("docker://{}{sep}{reference}", reg.repo(REPO)))
+        .output()
+        .unwrap();
+    o.status
+        .success()
+        .then(|| String::from_utf8_lossy(&o.stdout).into_owned())
+}
+
+fn last_line(o: &Output) -> String {
+    stderr(o).lines().last().unwrap_or_default().to_string()
+}
+
+fn stage_line(o: &Output, stage: &str) -> String {
+    stderr(o)
+        .lines()
+        .find(|l| l.starts_with(&format!("occm-forge: {stage}")))
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// The recorded entry's referrer manifest digests: each platform's SBOM, then the provenance.
+fn recorded_referrers(f: &Fixture) -> Vec<String> {
+    let lock = read_lock(&f.lock);
+    let e = &lock["images"]["1.34"];
+    let mut out: Vec<String> = e["sbom"]
+        .as_mapping()
+        .map(|m| {
+            m.values()
+                .filter_map(|v| v.as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default();
+    out.extend(e["provenance"].as_str().map(String::from));
+    out
+}
+
+const MANIFEST_INVALID: &str = r#"{"errors":[{"code":"MANIFEST_INVALID","message":"manifest invalid","detail":"unknown field subject"}]}"#;
+
+/// The tag is the last write: a referrer manifest whose upload fails (storage full) leaves the
+/// tag where it was (nowhere), the digest manifest byte for byte, and a rerun completes.
+#[test]
+fn a_failed_referrer_upload_leaves_the_tag_unmoved_and_nothing_recorded() {
+    let reg = TestRegistry::start();
+    let f = fixture(&["linux/amd64"]);
+    let lock_before = f.seed_lock();
+    let proxy = FaultProxy::start(
+        &reg.addr,
+        vec![rule(
+            "PUT",
+            "/manifests/",
+            Fault::AnswerIfBody("\"subject\"", 507, ""),
+            usize::MAX,
+            0,
+        )],
+    );
+    let o = push(&f, &proxy, "1");
+    assert_eq!(o.status.code(), Some(8), "{}", stderr(&o));
+    let last = last_line(&o);
+    assert!(
+        last.starts_with(&format!(
+            "occm-forge: error: publish: registry {}: push manifest {REPO}:sha256:",
+            proxy.addr
+        )),
+        "{last}"
+    );
+    assert!(
+        proxy
+            .counts
+            .answered
+            .load(std::sync::atomic::Ordering::SeqCst)
+            >= 1
+    );
+    assert_eq!(
+        std::fs::read(&f.lock).unwrap(),
+        lock_before,
+        "the digest manifest changed"
+    );
+    assert_eq!(
+        reg.get_status(&format!("/v2/{REPO}/manifests/{TAG}")),
+        Some(404),
+        "the tag was written before the referrers"
+    );
+
+    // Without the fault the rerun completes: the tag serves what is recorded.
+    proxy.set_rules(vec![]);
+    let o = push(&f, &proxy, "1");
+    assert!(o.status.success(), "{}", stderr(&o));
+    let digest = read_lock(&f.lock)["images"]["1.34"]["digest"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let raw = raw_manifest(&reg, TAG).expect("the tag");
+    assert_eq!(format!("sha256:{}", sha256_hex(raw.as_bytes())), digest);
+}
+
+/// A registry that refuses manifests carrying `subject` (Docker Hub and older Harbor/Quay,
+/// oras-project/oras#738): by default the referrers go in without `subject`, listed in the
+/// referrers tag schema index `sha256-<hex>` of their subject; the entry records that, and
+/// `verify` accepts it.
+#[test]
+fn a_registry_that_refuses_subject_gets_the_referrers_in_the_tag_schema() {
+    let reg = TestRegistry::start();
+    let f = fixture(&["linux/amd64"]);
+    let proxy = FaultProxy::start(
+        &reg.addr,
+        vec![rule(
+            "PUT",
+            "/manifests/",
+            Fault::AnswerIfBody("\"subject\"", 400, MANIFEST_INVALID),
+            usize::MAX,
+            0,
+        )],
+    );
+    let o = push(&f, &proxy, "1");
+    assert!(o.status.success(), "{}", stderr(&o));
+    let publish = stage_line(&o, "publish");
+    eprintln!("{publish}");
+    assert!(
+        publish.contains("without subject") && publish.contains("refuses"),
+        "{publish}"
+    );
+    let lock = read_lock(&f.lock);
+    let entry = &lock["images"]["1.34"];
+    assert_eq!(entry["referrers"].as_str(), Some("tag-schema"), "{entry:?}");
+    let digest = entry["digest"].as_str().unwrap().to_string();
+    let raw = raw_manifest(&reg, TAG).expect("the tag");
+    assert_eq!(format!("sha256:{}", sha256_hex(raw.as_bytes())), digest);
+
+    // Each recorded referrer is there, without subject, and listed in its subject's index.
+    let referrers = recorded_referrers(&f);
+    assert_eq!(referrers.len(), 2, "{entry:?}");
+    let subjects = [
+        entry["manifests"]["linux/amd64"]
+            .as_str()
+            .unwrap()
+            .to_string(),
+        digest.clone(),
+    ];
+    for (referrer, subject) in referrers.iter().zip(&subjects) {
+        let m = raw_manifest(&reg, referrer).expect("the referrer manifest");
+        assert!(!m.contains("\"subject\""), "{m}");
+        assert!(m.contains("\"artifactType\""), "{m}");
+        let index = raw_manifest(&reg, &subject.replacen(':', "-", 1)).expect("the tag schema");
+        assert!(index.contains(referrer.as_str()), "{index}");
+    }
+
+    // verify checks them in that form.
+    let o = occm_forge(f.path())
+        .args([
+            "verify",
+            "--k8s",
+            "1.34",
+            "--insecure-registry",
+            &proxy.addr,
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
+}
+
+/// `--referrers=require` fails before the tag moves when the registry refuses `subject`;
+/// `--referrers=skip` pushes no referrer and records that.
+#[test]
+fn referrers_require_fails_before_the_tag_and_skip_pushes_none() {
+    let reg = TestRegistry::start();
+    let f = fixture(&["linux/amd64"]);
+    let lock_before = f.seed_lock();
+    let proxy = FaultProxy::start(
+        &reg.addr,
+        vec![rule(
+            "PUT",
+            "/manifests/",
+            Fault::AnswerIfBody("\"subject\"", 400, MANIFEST_INVALID),
+            usize::MAX,
+            0,
+        )],
+    );
+    let o = push_with(&f, &proxy, "1", &["--referrers", "require"]);
+    assert_eq!(o.status.code(), Some(8), "{}", stderr(&o));
+    let last = last_line(&o);
+    assert!(
+        last.starts_with(&format!(
+            "occm-forge: error: publish: registry {}: ",
+            proxy.addr
+        )) && last.contains("refused a manifest carrying `subject`")
+            && last.contains("--referrers=fallback"),
+        "{last}"
+    );
+    assert_eq!(std::fs::read(&f.lock).unwrap(), lock_before);
+    assert_eq!(
+        reg.get_status(&format!("/v2/{REPO}/manifests/{TAG}")),
+        Some(404),
+        "the tag moved"
+    );
+
+    let o = push_with(&f, &proxy, "1", &["--referrers", "skip"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let publish = stage_line(&o, "publish");
+    assert!(publish.contains("no referrers pushed"), "{publish}");
+    let lock = read_lock(&f.lock);
+    assert_eq!(
+        lock["images"]["1.34"]["referrers"].as_str(),
+        Some("skipped")
+    );
+    let tags = reg
+        .get_body(&format!("/v2/{REPO}/tags/list"))
+        .unwrap_or_default();
+    assert!(
+        tags.contains(TAG) && !tags.contains("sha256-"),
+        "a referrers index was pushed: {tags}"
+    );
+    // The SBOM and provenance stay files beside the layout.
+    let attestations = f.path().join("out").join("attestations").join(TAG);
+    assert!(attestations.join("provenance.intoto.json").is_file());
+    // verify does not ask the registry for referrers that were not pushed.
+    let o = occm_forge(f.path())
+        .args([
+            "verify",
+            "--k8s",
+            "1.34",
+            "--insecure-registry",
+            &proxy.addr,
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
+}
+
+/// HTTP 507 is the registry's storage being full: named at once, in one line, not retried.
+#[test]
+fn storage_full_is_named_at_once_and_not_retried() {
+    let reg = TestRegistry::start();
+    let f = fixture(&["linux/amd64"]);
+    let lock_before = f.seed_lock();
+    let proxy = FaultProxy::start(
+        &reg.addr,
+        vec![rule(
+            "PUT",
+            "/manifests/",
+            Fault::Answer(507, ""),
+            usize::MAX,
+            0,
+        )],
+    );
+    let o = push(&f, &proxy, "5");
+    assert_eq!(o.status.code(), Some(8), "{}", stderr(&o));
+    let last = last_line(&o);
+    assert!(
+        last.starts_with(&format!(
+            "occm-forge: error: publish: registry {}: ",
+            proxy.addr
+        )) && last.contains("storage full (507)"),
+        "{last}"
+    );
+    assert_eq!(
+        proxy
+            .counts
+            .answered
+            .load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "the 507 was retried: {:?}",
+        proxy.counts.seen("PUT")
+    );
+    assert!(!stderr(&o).contains("retrying in"), "{}", stderr(&o));
+    assert_eq!(std::fs::read(&f.lock).unwrap(), lock_before);
+}
+
+/// pulp/pulp_container#1219: a registry that ignores the body of a monolithic upload `PUT`
+/// answers `DIGEST_INVALID`; the blob then goes up in chunks (`PATCH` with `Content-Range`, an
+/// empty closing `PUT`), and a `416` to a chunk is resumed from the upload's status (`GET`). The
+/// pushed image copies out completely with skopeo.
+#[test]
+fn a_registry_that_ignores_the_put_body_gets_chunked_uploads() {
+    let reg = TestRegistry::start();
+    let f = fixture(&["linux/amd64"]);
+    let proxy = FaultProxy::start(
+        &reg.addr,
+        vec![
+            rule("PUT", "/blobs/uploads/", Fault::DropBody, usize::MAX, 0),
+            rule("PATCH", "/blobs/uploads/", Fault::Answer(416, ""), 1, 0),
+        ],
+    );
+    let o = push(&f, &proxy, "1");
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains(&format!(
+            "occm-forge: warning: registry {} refused a blob sent in one PUT (DIGEST_INVALID); sending its blobs in chunks (PATCH) instead",
+            proxy.addr
+        )),
+        "{}",
+        stderr(&o)
+    );
+    use std::sync::atomic::Ordering::SeqCst;
+    assert!(proxy.counts.dropped_bodies.load(SeqCst) >= 1);
+    assert_eq!(proxy.counts.answered.load(SeqCst), 1, "no 416 was sent");
+    assert!(
+        proxy
+            .counts
+            .seen("GET ")
+            .iter()
+            .any(|r| r.contains("/blobs/uploads/")),
+        "the upload status was not read after the 416: {:?}",
+        proxy.counts.seen("/blobs/uploads/")
+    );
+    let digest = read_lock(&f.lock)["images"]["1.34"]["digest"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let raw = raw_manifest(&reg, TAG).expect("the tag");
+    assert_eq!(format!("sha256:{}", sha256_hex(raw.as_bytes())), digest);
+    skopeo(&[
+        "copy",
+        "--quiet",
+        "--all",
+        "--src-tls-verify=false",
+        &format!("docker://{}:{TAG}", reg.repo(REPO)),
+        &format!("oci:{}:x", f.path().join("copied").display()),
+    ]);
 }
 
 fn rule(
@@ -317,4 +659,101 @@ fn a_read_only_registry_disk_is_named_in_one_line() {
         stderr(&o)
     );
     assert_eq!(std::fs::read(&f.lock).unwrap(), lock_before);
+}
+
+/// The chunked upload itself, through the library's registry client with small chunks: a blob
+/// over the threshold goes in `PATCH`es from the start (no monolithic `PUT` with a body); a
+/// `416` to its third chunk is resumed at the byte the upload status names; a blob under the
+/// threshold goes in one `PUT`. The registry then serves both blobs with their digests.
+#[tokio::test(flavor = "multi_thread")]
+async fn large_blobs_go_in_chunks_and_a_416_resumes_from_the_upload_status() {
+    use occm_forge::reference::RepositoryName;
+    use occm_forge::registry::Registry;
+    use occm_forge::registry::oci::{OciRegistry, OciRegistryConfig};
+    use std::sync::atomic::Ordering::SeqCst;
+
+    let reg = TestRegistry::start();
+    let proxy = FaultProxy::start(
+        &reg.addr,
+        vec![rule(
+            "PATCH",
+            "/blobs/uploads/",
+            Fault::Answer(416, ""),
+            1,
+            2,
+        )],
+    );
+    let client = OciRegistry::new(&OciRegistryConfig {
+        insecure: vec![proxy.addr.clone()],
+        chunked: occm_forge::registry::ChunkedUploads {
+            above: 1 << 20,
+            chunk: 256 << 10,
+        },
+        ..OciRegistryConfig::default()
+    })
+    .unwrap();
+    let repo: RepositoryName = proxy.repo("chunked/blob").parse().unwrap();
+    // 1.5 MiB that do not repeat: six chunks of 256 KiB.
+    let large: Vec<u8> = (0..(3u32 << 19))
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    let large_digest = format!("sha256:{}", sha256_hex(&large));
+    client
+        .push_blob(&repo, &large_digest, large.clone().into())
+        .await
+        .unwrap();
+    assert_eq!(proxy.counts.answered.load(SeqCst), 1, "no 416 was sent");
+    let patches = proxy.counts.seen("PATCH ");
+    assert_eq!(
+        patches.len(),
+        6 + 1,
+        "six chunks and one sent again: {patches:?}"
+    );
+    assert!(
+        patches
+            .iter()
+            .all(|p| p.ends_with(&format!("({} bytes)", 256 << 10))),
+        "{patches:?}"
+    );
+    let statuses: Vec<String> = proxy
+        .counts
+        .seen("GET ")
+        .into_iter()
+        .filter(|r| r.contains("/blobs/uploads/"))
+        .collect();
+    assert_eq!(statuses.len(), 1, "{statuses:?}");
+    assert!(
+        proxy
+            .counts
+            .seen("PUT ")
+            .iter()
+            .all(|r| r.ends_with("(0 bytes)")),
+        "a monolithic PUT for a large blob: {:?}",
+        proxy.counts.seen("PUT ")
+    );
+
+    let small = b"a small blob in one PUT".to_vec();
+    let small_digest = format!("sha256:{}", sha256_hex(&small));
+    client
+        .push_blob(&repo, &small_digest, small.clone().into())
+        .await
+        .unwrap();
+    assert!(
+        proxy
+            .counts
+            .seen("PUT ")
+            .iter()
+            .any(|r| r.ends_with(&format!("({} bytes)", small.len()))),
+        "{:?}",
+        proxy.counts.seen("PUT ")
+    );
+
+    // What the registry serves, read directly, is the blobs' bytes.
+    for (digest, bytes) in [(&large_digest, &large), (&small_digest, &small)] {
+        let served = reg
+            .get_bytes(&format!("/v2/chunked/blob/blobs/{digest}"))
+            .expect("the blob");
+        assert_eq!(served.len(), bytes.len(), "{digest}");
+        assert_eq!(&format!("sha256:{}", sha256_hex(&served)), digest);
+    }
 }

@@ -16,6 +16,7 @@ use occm_forge::image::base::{self, BaseLayer, LayerData, PlatformBase, Resolved
 use occm_forge::image::layer;
 use occm_forge::image::spec::{Descriptor, Family};
 use occm_forge::image::{self, ImageRequest};
+use occm_forge::registry::publish::ReferrersPushed;
 
 const EPOCH: i64 = 1_760_539_416;
 const TAG: &str = "v1.34.1-occmforge.1";
@@ -319,6 +320,7 @@ fn digest_manifest_bytes() {
         built_at: "2026-12-01T00:00:00Z".into(),
         inputs: None,
         accepted: false,
+        referrers: Some(ReferrersPushed::TagSchema),
         // Empty mirrors are not written: digest manifests without copies stay byte-identical.
         mirrors: vec![],
     };
@@ -329,6 +331,7 @@ fn digest_manifest_bytes() {
     other.base_digest = Some(h("5"));
     other.already_upstream = vec![];
     other.published = false;
+    other.referrers = None;
     digest_manifest::record(&path, "images.toml", "1.9".parse().unwrap(), other).unwrap();
     assert_eq!(
         std::fs::read_to_string(&path).unwrap(),

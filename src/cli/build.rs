@@ -8,6 +8,7 @@ use occm_forge::config::Config;
 use occm_forge::pipeline::{self, BuildOutcome, MinorResult};
 use occm_forge::plan::{self, BuildPlan, Environment, Overrides};
 use occm_forge::progress::Terminal;
+use occm_forge::registry::publish::ReferrersMode;
 use occm_forge::{Error, report};
 
 use super::output::{note, print_error_of, print_stdout};
@@ -66,6 +67,16 @@ pub struct BuildArgs {
     /// With several minors, stop at the first one that fails.
     #[arg(long)]
     fail_fast: bool,
+    /// How the SBOM and provenance referrers are pushed: `fallback` (default) as OCI 1.1
+    /// referrers, or without `subject` in the sha256-<hex> tag schema when the registry refuses
+    /// `subject`; `require` fails then (before the tag moves); `skip` pushes none.
+    #[arg(
+        long,
+        requires = "push",
+        default_value = "fallback",
+        value_name = "require|fallback|skip"
+    )]
+    referrers: ReferrersMode,
 }
 
 impl BuildArgs {
@@ -84,6 +95,7 @@ impl BuildArgs {
             wait_for_lock: !self.no_wait,
             force: self.force,
             accept: self.accept,
+            referrers: self.referrers,
         })
     }
 }

@@ -20,6 +20,24 @@ use super::{BINARY_PATH, ImageError, PlatformImage};
 use crate::config::Platform;
 use crate::util::rfc3339;
 
+/// The largest manifest or index registries accept, in bytes: 4 MiB. distribution refuses a
+/// larger manifest body (`maxManifestBodySize`, distribution/distribution#4636) and the
+/// distribution-spec only asks registries to take "at least 4 megabytes" ("Pushing Manifests").
+pub const MAX_MANIFEST_SIZE: usize = 4 << 20;
+
+/// Refuses manifest bytes over [`MAX_MANIFEST_SIZE`]: the one place the rule is applied, for
+/// every manifest and index composed here, so that the image stage fails with or without
+/// `--push`, before the layout is written.
+fn fits(what: impl FnOnce() -> String, bytes: &[u8]) -> Result<(), ImageError> {
+    if bytes.len() > MAX_MANIFEST_SIZE {
+        return Err(ImageError::TooLarge {
+            what: what(),
+            size: bytes.len(),
+        });
+    }
+    Ok(())
+}
+
 /// What an image is composed from.
 #[derive(Debug, Clone)]
 pub struct Composition<'a> {
@@ -106,7 +124,8 @@ pub const DOCKERFILE_LABELS: &[(&str, &str)] = &[
 /// Composes the image; see the module documentation.
 ///
 /// Errors: [`ImageError::Base`] when the base lacks a platform, mixes media-type families or has
-/// a config that is not a JSON object.
+/// a config that is not a JSON object; [`ImageError::TooLarge`] when a manifest or the index
+/// exceeds [`MAX_MANIFEST_SIZE`].
 pub fn compose(c: &Composition<'_>) -> Result<Composed, ImageError> {
     let labels = labels(c);
     let mut family = None;
@@ -142,6 +161,7 @@ pub fn compose(c: &Composition<'_>) -> Result<Composed, ImageError> {
         subject: None,
         annotations,
     });
+    fits(|| "image index".to_string(), &index_bytes)?;
     let index = Descriptor::of(family.index(), &index_bytes);
     blobs.push(Blob {
         digest: index.digest.clone(),
@@ -222,6 +242,7 @@ fn compose_platform(
         subject: None,
         annotations,
     });
+    fits(|| format!("{platform} image manifest"), &manifest_bytes)?;
     let mut manifest_desc = Descriptor::of(f.manifest(), &manifest_bytes);
     blobs.push(Blob {
         digest: manifest_desc.digest.clone(),

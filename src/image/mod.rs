@@ -37,6 +37,19 @@ pub enum ImageError {
     /// Reading a binary or writing the layout failed.
     #[error("image layout: {0}")]
     Io(String),
+    /// A manifest or the index is larger than registries accept ([`compose::MAX_MANIFEST_SIZE`]);
+    /// found while composing, before anything is written or pushed.
+    #[error(
+        "the {what} is {:.1} MiB ({size} bytes), over the 4 MiB ({} bytes) registries accept (distribution's limit, distribution/distribution#4636): registries will refuse it, so nothing was written (fewer base layers or shorter labels make it smaller)",
+        *size as f64 / (1024.0 * 1024.0),
+        compose::MAX_MANIFEST_SIZE
+    )]
+    TooLarge {
+        /// `linux/amd64 image manifest`, `image index`.
+        what: String,
+        /// Its size in bytes.
+        size: usize,
+    },
 }
 
 /// What to assemble.
@@ -182,4 +195,51 @@ fn binary_layers(
             .map(|h| h.join().expect("a layer thread panicked"))
             .collect()
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A base with so many layers that each platform manifest exceeds what registries accept:
+    /// refused by the image stage before anything is written, naming the manifest and its size.
+    #[test]
+    fn a_manifest_over_4_mib_is_refused_before_the_layout_is_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let platform: Platform = "linux/amd64".parse().unwrap();
+        let mut base = base::static_base(std::slice::from_ref(&platform), 0).unwrap();
+        let pb = base.platforms.get_mut(&platform).unwrap();
+        let template = pb.layers[0].clone();
+        pb.layers = (0..30_000u32)
+            .map(|i| {
+                let mut l = template.clone();
+                l.descriptor.digest = format!("sha256:{:064x}", i);
+                l.diff_id = format!("sha256:{:064x}", i);
+                l.data = LayerData::Cached(PathBuf::from("/nonexistent"));
+                l
+            })
+            .collect();
+        let binary = dir.path().join("occm");
+        std::fs::write(&binary, b"fake occm").unwrap();
+        let layout = dir.path().join("out");
+        let e = assemble(&ImageRequest {
+            binaries: &[(platform, binary)],
+            base: &base,
+            tag: "v1.34.1-occmforge.1",
+            epoch: 0,
+            source: "https://github.com/kubernetes/cloud-provider-openstack",
+            revision: "63ec67a04b40fee4ff43fec11c3d31f2a90c9ad2",
+            layout_dir: &layout,
+            layer_cache: None,
+        })
+        .unwrap_err();
+        let text = e.to_string();
+        assert!(
+            text.starts_with("the linux/amd64 image manifest is ")
+                && text.contains(" bytes), over the 4 MiB (4194304 bytes) registries accept")
+                && text.contains("registries will refuse it"),
+            "{text}"
+        );
+        assert!(!layout.exists(), "the layout was written");
+    }
 }

@@ -78,6 +78,34 @@ pub fn attach(
     })
 }
 
+/// `a` for a registry that refuses manifests carrying `subject` (Docker Hub and older
+/// Harbor/Quay, oras-project/oras#738): the same artifact manifest without `subject`, its bytes,
+/// and the attachment describing it (the same subject, config and document; the manifest
+/// descriptor with `artifactType` and annotations as a referrers index lists it). Its only link
+/// to the subject is then the subject's referrers tag-schema index (`sha256-<hex>`), which is
+/// also how cosign attaches signatures to such registries. Errors: the manifest cannot be read
+/// from the layout or is not an image manifest.
+pub fn without_subject(
+    layout_dir: &Path,
+    a: &Attachment,
+) -> std::io::Result<(Attachment, Vec<u8>)> {
+    let bytes = layout::read_blob(layout_dir, &a.manifest.digest)?;
+    let mut manifest: Manifest = serde_json::from_slice(&bytes)
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
+    manifest.subject = None;
+    let bytes = spec::to_bytes(&manifest);
+    let mut desc = Descriptor::of(spec::OCI_MANIFEST, &bytes);
+    desc.artifact_type = manifest.artifact_type.clone();
+    desc.annotations = manifest.annotations.clone();
+    Ok((
+        Attachment {
+            manifest: desc,
+            ..a.clone()
+        },
+        bytes,
+    ))
+}
+
 /// Adds `referrers` to a referrers index (the tag-schema fallback), replacing entries with the
 /// same digest and keeping all others, in a stable order (by digest).
 pub fn merge_referrers(existing: Option<Index>, referrers: &[Descriptor]) -> Index {

@@ -71,6 +71,9 @@ fn truncate(s: &str, max: usize) -> String {
 /// it came as a 5xx).
 pub(crate) fn status(code: u16, body: &str) -> (String, Option<ErrorKind>) {
     let body = body.trim();
+    if code == 507 {
+        return (storage_full(body), Some(ErrorKind::Other));
+    }
     if body.is_empty() {
         return (format!("HTTP {code}"), None);
     }
@@ -118,6 +121,29 @@ pub(crate) fn status(code: u16, body: &str) -> (String, Option<ErrorKind>) {
     (format!("HTTP {code}: {}", parts.join("; ")), kind)
 }
 
+/// HTTP 507 Insufficient Storage (RFC 4918 §11.5): the registry cannot store what it was sent.
+/// Not transient: retrying sends the same bytes to the same full disk or quota. The body's own
+/// words follow when it has any.
+fn storage_full(body: &str) -> String {
+    let said = serde_json::from_str::<Value>(body)
+        .ok()
+        .and_then(|v| {
+            let e = v.get("errors")?.as_array()?.first()?.clone();
+            let m = e.get("message").and_then(Value::as_str).unwrap_or("");
+            let c = e.get("code").and_then(Value::as_str).unwrap_or("");
+            Some(format!("{c}: {m}").trim_matches([':', ' ']).to_string())
+        })
+        .unwrap_or_else(|| truncate(body.lines().next().unwrap_or(""), MAX_RAW));
+    let said = if said.is_empty() {
+        String::new()
+    } else {
+        format!(" ({said})")
+    };
+    format!(
+        "storage full (507){said}: the registry has no room for this push; its operator must free or add storage or raise the quota, retrying does not help"
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -133,6 +159,21 @@ mod tests {
         );
         assert_eq!(kind, Some(ErrorKind::Other));
         assert!(!m.contains('{'));
+    }
+
+    #[test]
+    fn storage_full_is_named_and_not_transient() {
+        let (m, kind) = status(507, "");
+        assert!(m.starts_with("storage full (507): "), "{m}");
+        assert_eq!(kind, Some(ErrorKind::Other));
+        let (m, _) = status(
+            507,
+            r#"{"errors":[{"code":"DENIED","message":"quota exceeded","detail":null}]}"#,
+        );
+        assert!(
+            m.starts_with("storage full (507) (DENIED: quota exceeded): "),
+            "{m}"
+        );
     }
 
     #[test]

@@ -39,6 +39,18 @@ pub struct Op {
     pub repo: String,
     /// The digest or tag.
     pub reference: String,
+    /// The body of a `push_manifest`; empty for the other operations.
+    pub body: Bytes,
+}
+
+impl Op {
+    /// Whether this pushes a manifest carrying `subject` (an OCI 1.1 referrer), the kind a
+    /// registry without support for it refuses (oras-project/oras#738).
+    pub fn carries_subject(&self) -> bool {
+        self.kind == "push_manifest"
+            && serde_json::from_slice::<Value>(&self.body)
+                .is_ok_and(|v| v.get("subject").is_some_and(|s| !s.is_null()))
+    }
 }
 
 impl std::fmt::Display for Op {
@@ -115,10 +127,21 @@ impl MemoryRegistry {
         repo: &RepositoryName,
         reference: &str,
     ) -> Result<(), RegistryError> {
+        self.enter_with(kind, repo, reference, Bytes::new())
+    }
+
+    fn enter_with(
+        &self,
+        kind: &'static str,
+        repo: &RepositoryName,
+        reference: &str,
+        body: Bytes,
+    ) -> Result<(), RegistryError> {
         let op = Op {
             kind,
             repo: repo.to_string(),
             reference: reference.to_string(),
+            body,
         };
         self.log.lock().expect("log lock").push(op.clone());
         match self
@@ -223,7 +246,7 @@ impl Registry for MemoryRegistry {
         media_type: &str,
         body: Bytes,
     ) -> Result<(), RegistryError> {
-        self.enter("push_manifest", repo, reference)?;
+        self.enter_with("push_manifest", repo, reference, body.clone())?;
         let declared: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
         if declared["mediaType"].as_str() != Some(media_type) {
             return Err(err(

@@ -3,8 +3,8 @@
 //! [`oci::OciRegistry`] implementation.
 //!
 //! Requests follow the OCI distribution-spec v1.1: blobs by digest
-//! (`HEAD|GET /v2/<name>/blobs/<digest>`, `POST`+`PUT` uploads), manifests by tag or digest
-//! (`HEAD|GET|PUT /v2/<name>/manifests/<reference>`).
+//! (`HEAD|GET /v2/<name>/blobs/<digest>`, `POST`+`PUT` uploads, or `POST`+`PATCH`…+`PUT` chunked
+//! ones), manifests by tag or digest (`HEAD|GET|PUT /v2/<name>/manifests/<reference>`).
 
 pub mod auth;
 mod explain;
@@ -17,6 +17,8 @@ pub mod pull;
 pub mod retry;
 mod upload;
 
+pub use upload::ChunkedUploads;
+
 use async_trait::async_trait;
 
 use crate::reference::RepositoryName;
@@ -25,13 +27,18 @@ use bytes::Bytes;
 /// What kind of failure a registry call had; wrappers (retry) decide on it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ErrorKind {
-    /// Connection refused/reset, timeout, 5xx, 408, 429: worth retrying.
+    /// Connection refused/reset, timeout, 5xx (but 507), 408, 429: worth retrying.
     Transient,
     /// 401/403: credentials are missing or wrong.
     Auth,
     /// 404 / *_UNKNOWN.
     NotFound,
-    /// Anything else (invalid manifest, digest mismatch, TLS failure…).
+    /// The registry answered and refused what was sent (a 4xx other than 401/403/404/408/429:
+    /// `MANIFEST_INVALID`, `MANIFEST_BLOB_UNKNOWN`, `DIGEST_INVALID`, `BLOB_UPLOAD_INVALID`,
+    /// `UNSUPPORTED`, 413, 415…): sending the same again fails the same way, sending it in
+    /// another form may not (a manifest without `subject`, a chunked upload).
+    Refused,
+    /// Anything else (a storage failure, TLS failure, a local error…).
     Other,
 }
 
@@ -55,7 +62,8 @@ pub trait Registry: Send + Sync {
     /// `HEAD /v2/<name>/blobs/<digest>`: whether the blob is present.
     async fn blob_exists(&self, repo: &RepositoryName, digest: &str)
     -> Result<bool, RegistryError>;
-    /// Uploads a blob (`POST` then `PUT ?digest=`). The registry verifies the digest.
+    /// Uploads a blob (`POST` then `PUT ?digest=`, or in chunks: `POST`, `PATCH`es, `PUT
+    /// ?digest=`). The registry verifies the digest.
     async fn push_blob(
         &self,
         repo: &RepositoryName,

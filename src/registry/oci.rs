@@ -1,9 +1,11 @@
 //! [`Registry`] over the `oci-client` crate.
 //!
 //! Manifests are pushed with `push_manifest_raw`, so the registry stores exactly the bytes whose
-//! sha256 occm-forge records. Blobs use a monolithic upload (`POST` then one `PUT`), which is
-//! what a retry can restart from scratch; it is done by [`super::upload`] (a relative upload
-//! `Location` after a redirected `POST`, progress-based timeout), everything else by oci-client.
+//! sha256 occm-forge records. Blobs use a monolithic upload (`POST` then one `PUT`), or a chunked
+//! one for large blobs and registries that refuse the monolithic `PUT` ([`ChunkedUploads`]); a
+//! retry restarts either from its `POST`. Uploads are done by [`super::upload`] (a relative
+//! upload `Location` after a redirected `POST`, progress-based timeout, resuming after `416`),
+//! everything else by oci-client.
 //!
 //! Each registry gets its own oci-client client, so that its proxy is the one
 //! [`ProxyEnv`] (Go's rules) decides for it. Every request must make progress within the idle
@@ -29,7 +31,7 @@ use oci_client::client::{Certificate, CertificateEncoding};
 
 use super::auth::AuthFiles;
 use super::proxy::ProxyEnv;
-use super::upload::{UploadAuth, UploadError, Uploader, seconds};
+use super::upload::{ChunkedUploads, UploadAuth, UploadError, Uploader, seconds};
 use super::{ErrorKind, Registry, RegistryError};
 use crate::image::spec::MANIFEST_MEDIA_TYPES;
 use crate::reference::RepositoryName;
@@ -52,11 +54,13 @@ pub struct OciRegistryConfig {
     pub idle_timeout: Duration,
     /// Proxies (`HTTPS_PROXY`, `HTTP_PROXY`, `NO_PROXY`), applied as Go applies them.
     pub proxy: ProxyEnv,
+    /// When blobs go up in chunks, and how large the chunks are.
+    pub chunked: ChunkedUploads,
 }
 
 impl Default for OciRegistryConfig {
     /// No insecure registries or extra CAs, auth files discovered as usual,
-    /// [`DEFAULT_IDLE_TIMEOUT`], proxies from the environment.
+    /// [`DEFAULT_IDLE_TIMEOUT`], proxies from the environment, the default [`ChunkedUploads`].
     fn default() -> Self {
         OciRegistryConfig {
             insecure: Vec::new(),
@@ -64,6 +68,7 @@ impl Default for OciRegistryConfig {
             auth: AuthFiles::default(),
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
             proxy: ProxyEnv::from_env(),
+            chunked: ChunkedUploads::default(),
         }
     }
 }
@@ -119,11 +124,17 @@ impl OciRegistry {
             .iter()
             .map(|c: &Certificate| c.data.clone())
             .collect();
-        let uploader = Uploader::new(&pems, &config.proxy, config.idle_timeout, USER_AGENT)
-            .map_err(|message| SetupError {
-                path: config.ca_files.first().cloned().unwrap_or_default(),
-                message,
-            })?;
+        let uploader = Uploader::new(
+            &pems,
+            &config.proxy,
+            config.idle_timeout,
+            USER_AGENT,
+            config.chunked,
+        )
+        .map_err(|message| SetupError {
+            path: config.ca_files.first().cloned().unwrap_or_default(),
+            message,
+        })?;
         Ok(OciRegistry {
             clients: Mutex::new(HashMap::new()),
             insecure: config.insecure.clone(),
@@ -426,7 +437,11 @@ fn classify(e: &OciDistributionError) -> ErrorKind {
     let by_status = |code: u16| match code {
         401 | 403 => ErrorKind::Auth,
         404 => ErrorKind::NotFound,
-        408 | 429 | 500..=599 => ErrorKind::Transient,
+        408 | 429 => ErrorKind::Transient,
+        // Insufficient Storage: the same bytes meet the same full disk on every retry.
+        507 => ErrorKind::Other,
+        500..=599 => ErrorKind::Transient,
+        400..=499 => ErrorKind::Refused,
         _ => ErrorKind::Other,
     };
     match e {
@@ -466,7 +481,8 @@ fn classify(e: &OciDistributionError) -> ErrorKind {
             {
                 ErrorKind::NotFound
             } else {
-                ErrorKind::Other
+                // An error envelope comes with a 4xx: the registry refused the request.
+                ErrorKind::Refused
             }
         }
         OciDistributionError::IoError(_) => ErrorKind::Transient,
@@ -640,5 +656,33 @@ impl Registry for OciRegistry {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn storage_full_is_not_transient_and_a_4xx_is_a_refusal() {
+        let server = |code: u16, message: &str| OciDistributionError::ServerError {
+            code,
+            url: "http://r.example/v2/".into(),
+            message: message.into(),
+        };
+        assert_eq!(classify(&server(507, "")), ErrorKind::Other);
+        assert_eq!(classify(&server(503, "")), ErrorKind::Transient);
+        assert_eq!(classify(&server(400, "")), ErrorKind::Refused);
+        assert_eq!(classify(&server(413, "")), ErrorKind::Refused);
+        assert_eq!(classify(&server(404, "")), ErrorKind::NotFound);
+        assert_eq!(classify(&server(429, "")), ErrorKind::Transient);
+        let repo: RepositoryName = "r.example/a".parse().unwrap();
+        let e = error(&repo, "push blob".into(), server(507, ""));
+        assert_eq!(e.kind, ErrorKind::Other);
+        assert!(
+            e.to_string()
+                .starts_with("registry r.example: push blob: storage full (507): "),
+            "{e}"
+        );
     }
 }

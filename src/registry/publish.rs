@@ -1,9 +1,22 @@
 //! Publish stage: push an image from the OCI layout in the order registries require
-//! (distribution-spec: a manifest's blobs must exist before it, an index's manifests before it):
-//! blobs first (skipping those present), then each platform manifest by digest, then the index
-//! by tag. The tag is the last write, so it never points at a half-pushed image.
+//! (distribution-spec: a manifest's blobs must exist before it, an index's manifests before it)
+//! and with the tag as the last write:
+//!
+//! 1. the blobs of the image and of its referrers (skipping those present, mounting base layers),
+//! 2. each platform manifest by digest,
+//! 3. the image index by digest,
+//! 4. the referrers (SBOM, provenance) by digest as [`ReferrersMode`] says, then for each subject
+//!    the referrers tag-schema index `sha256-<hex>` (distribution-spec "Referrers Tag Schema",
+//!    for registries without the referrers API such as distribution 2.8),
+//! 5. the index under the tag, and a check that the tag serves it.
+//!
+//! Whatever fails before step 5 leaves the tag where it was: the registry serves what it served
+//! before under the tag, or nothing, and never an image without its referrers.
+
+use std::str::FromStr;
 
 use bytes::Bytes;
+use serde::{Deserialize, Serialize};
 
 use super::{ErrorKind, Registry, RegistryError};
 use crate::reference::RepositoryName;
@@ -13,6 +26,49 @@ use std::collections::{BTreeMap, BTreeSet};
 use crate::image::referrer::{self, Attachment};
 use crate::image::spec::{self, Descriptor, Index};
 use crate::image::{BuiltImage, layout};
+
+/// How the SBOM and provenance referrers are pushed (`--referrers`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ReferrersMode {
+    /// OCI 1.1 referrers (artifact manifests with `subject` and `artifactType`); a registry that
+    /// refuses `subject` fails the push before the tag moves.
+    Require,
+    /// OCI 1.1 referrers; when the registry refuses `subject`, the same manifests without it,
+    /// listed in each subject's tag-schema index (the default).
+    #[default]
+    Fallback,
+    /// No referrers pushed; the SBOM and provenance stay in the layout and beside it.
+    Skip,
+}
+
+impl FromStr for ReferrersMode {
+    type Err = String;
+    /// `require`, `fallback` or `skip`.
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "require" => Ok(ReferrersMode::Require),
+            "fallback" => Ok(ReferrersMode::Fallback),
+            "skip" => Ok(ReferrersMode::Skip),
+            other => Err(format!(
+                "`{other}` is not a referrers mode: require, fallback or skip"
+            )),
+        }
+    }
+}
+
+/// How the referrers went in; recorded in the digest-manifest entry as `referrers`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ReferrersPushed {
+    /// OCI 1.1 referrers: artifact manifests with `subject` and `artifactType`, also listed in
+    /// each subject's tag-schema index `sha256-<hex>`.
+    Subject,
+    /// The registry refused `subject`: the artifact manifests without it, listed in each
+    /// subject's tag-schema index `sha256-<hex>` (their only link to it; cosign's fallback).
+    TagSchema,
+    /// None pushed (`--referrers=skip`).
+    Skipped,
+}
 
 /// The result of a push.
 #[derive(Debug, Clone)]
@@ -27,6 +83,13 @@ pub struct Published {
     pub skipped: usize,
     /// Base layers mounted from the base's repository on the same registry.
     pub mounted: usize,
+    /// How the referrers went in.
+    pub referrers: ReferrersPushed,
+    /// The referrers as the registry holds them, in the order given (their manifest digests are
+    /// what it serves: without `subject` for [`ReferrersPushed::TagSchema`]); empty when skipped.
+    pub attachments: Vec<Attachment>,
+    /// For [`ReferrersPushed::TagSchema`]: the registry's refusal of `subject`, in one line.
+    pub refused: Option<String>,
 }
 
 fn local_err(repo: &RepositoryName, operation: String, e: std::io::Error) -> RegistryError {
@@ -123,57 +186,52 @@ async fn push_one(
     })
 }
 
-/// Pushes `image` to `repo` under `image.tag`; see the module documentation. `on_bytes(n, total)`
-/// hears about each blob handled.
+/// Pushes `image` and its `attachments` to `repo` in the order of the module documentation, the
+/// tag last; `on_bytes(n, total)` hears about each blob handled.
 ///
 /// After the tag is written the registry is asked which digest it serves under the tag; a
-/// different answer is an error. Errors name the registry and the failed operation.
+/// different answer is an error. Errors name the registry and the failed operation; with
+/// [`ReferrersMode::Require`], a registry that refuses `subject` is one of them.
 pub async fn publish(
     registry: &dyn Registry,
     repo: &RepositoryName,
     image: &BuiltImage,
+    attachments: &[Attachment],
+    mode: ReferrersMode,
     on_bytes: &(dyn Fn(u64, u64) + Sync),
 ) -> Result<Published, RegistryError> {
+    let attachments = if mode == ReferrersMode::Skip {
+        &[][..]
+    } else {
+        attachments
+    };
     let base = image
         .base_repository
         .as_deref()
         .and_then(|b| b.parse::<RepositoryName>().ok());
     let mount = base.as_ref().map(|b| (b, &image.base_layers));
-    let counts = push_blobs(
-        registry,
-        repo,
-        &image.layout_dir,
-        &image.blobs(),
-        mount,
-        on_bytes,
-    )
-    .await?;
+    let mut blobs = image.blobs();
+    blobs.extend(
+        attachments
+            .iter()
+            .flat_map(|a| [a.config.clone(), a.document.clone()]),
+    );
+    let counts = push_blobs(registry, repo, &image.layout_dir, &blobs, mount, on_bytes).await?;
     for p in &image.platforms {
-        let body = layout::read_blob(&image.layout_dir, &p.manifest.digest).map_err(|e| {
-            local_err(
-                repo,
-                format!("read manifest {}", short(&p.manifest.digest)),
-                e,
-            )
-        })?;
-        registry
-            .push_manifest(
-                repo,
-                &p.manifest.digest,
-                &p.manifest.media_type,
-                Bytes::from(body),
-            )
-            .await?;
+        push_from_layout(registry, repo, &image.layout_dir, &p.manifest).await?;
     }
-    let body = layout::read_blob(&image.layout_dir, &image.index.digest).map_err(|e| {
-        local_err(
-            repo,
-            format!("read index {}", short(&image.index.digest)),
-            e,
-        )
-    })?;
+    let index = read_manifest(repo, &image.layout_dir, &image.index)?;
     registry
-        .push_manifest(repo, &image.tag, &image.index.media_type, Bytes::from(body))
+        .push_manifest(
+            repo,
+            &image.index.digest,
+            &image.index.media_type,
+            index.clone(),
+        )
+        .await?;
+    let referrers = push_referrers(registry, repo, &image.layout_dir, attachments, mode).await?;
+    registry
+        .push_manifest(repo, &image.tag, &image.index.media_type, index)
         .await?;
     let served = registry.manifest_digest(repo, &image.tag).await?;
     if served.as_deref() != Some(image.index.digest.as_str()) {
@@ -194,43 +252,136 @@ pub async fn publish(
         uploaded: counts.uploaded,
         skipped: counts.skipped,
         mounted: counts.mounted,
+        referrers: if mode == ReferrersMode::Skip {
+            ReferrersPushed::Skipped
+        } else {
+            referrers.form
+        },
+        attachments: referrers.pushed,
+        refused: referrers.refused,
     })
 }
 
-/// Pushes attachments (SBOM, provenance) after their subjects: the empty config and the document
-/// blobs (skipping those present), the referrer manifest by digest, then — for registries without
-/// the referrers API, such as distribution 2.8 — the tag-schema fallback index `sha256-<hex>` of
-/// each subject, read, merged (other referrers kept) and written back.
-pub async fn publish_attachments(
+/// The exact bytes of manifest `d` from the layout.
+fn read_manifest(
+    repo: &RepositoryName,
+    layout_dir: &std::path::Path,
+    d: &Descriptor,
+) -> Result<Bytes, RegistryError> {
+    layout::read_blob(layout_dir, &d.digest)
+        .map(Bytes::from)
+        .map_err(|e| local_err(repo, format!("read manifest {}", short(&d.digest)), e))
+}
+
+/// Pushes manifest `d` from the layout by its digest.
+async fn push_from_layout(
+    registry: &dyn Registry,
+    repo: &RepositoryName,
+    layout_dir: &std::path::Path,
+    d: &Descriptor,
+) -> Result<(), RegistryError> {
+    let body = read_manifest(repo, layout_dir, d)?;
+    registry
+        .push_manifest(repo, &d.digest, &d.media_type, body)
+        .await
+}
+
+/// What [`push_referrers`] did.
+struct PushedReferrers {
+    form: ReferrersPushed,
+    pushed: Vec<Attachment>,
+    refused: Option<String>,
+}
+
+/// Whether a failed push of a manifest carrying `subject` reads as a registry that does not
+/// take `subject`: it answered and refused the manifest (400 `MANIFEST_INVALID` from older
+/// Harbor and Quay, `MANIFEST_BLOB_UNKNOWN` or 404 from Docker Hub before it supported OCI 1.1;
+/// oras-project/oras#738, docker/hub-feedback#2307).
+fn refuses_subject(e: &RegistryError) -> bool {
+    matches!(e.kind, ErrorKind::Refused | ErrorKind::NotFound)
+}
+
+/// Pushes the referrer manifests by digest: with `subject`; when the registry refuses the first
+/// one and `mode` allows it, every one without `subject` ([`referrer::without_subject`]). Then
+/// each subject's tag-schema index `sha256-<hex>`, read, merged (other referrers kept) and
+/// written back, listing what was pushed.
+async fn push_referrers(
     registry: &dyn Registry,
     repo: &RepositoryName,
     layout_dir: &std::path::Path,
     attachments: &[Attachment],
-) -> Result<usize, RegistryError> {
-    let blobs: Vec<Descriptor> = attachments
-        .iter()
-        .flat_map(|a| [a.config.clone(), a.document.clone()])
-        .collect();
-    push_blobs(registry, repo, layout_dir, &blobs, None, &|_, _| {}).await?;
+    mode: ReferrersMode,
+) -> Result<PushedReferrers, RegistryError> {
+    let mut out = PushedReferrers {
+        form: ReferrersPushed::Subject,
+        pushed: Vec::new(),
+        refused: None,
+    };
+    if mode == ReferrersMode::Skip {
+        out.form = ReferrersPushed::Skipped;
+        return Ok(out);
+    }
     for a in attachments {
-        let body = layout::read_blob(layout_dir, &a.manifest.digest).map_err(|e| {
-            local_err(
-                repo,
-                format!("read manifest {}", short(&a.manifest.digest)),
-                e,
-            )
-        })?;
+        if out.form == ReferrersPushed::Subject {
+            match push_from_layout(registry, repo, layout_dir, &a.manifest).await {
+                Ok(()) => {
+                    out.pushed.push(a.clone());
+                    continue;
+                }
+                Err(e) if out.pushed.is_empty() && refuses_subject(&e) => {
+                    if mode == ReferrersMode::Require {
+                        return Err(RegistryError {
+                            message: format!(
+                                "{}; the registry refused a manifest carrying `subject` (an OCI 1.1 referrer) and --referrers=require insists on them: --referrers=fallback pushes the SBOM and provenance without `subject`, listed under sha256-<hex> tags, --referrers=skip pushes none; the tag was not moved",
+                                e.message
+                            ),
+                            ..e
+                        });
+                    }
+                    let (plain, body) = without_subject(repo, layout_dir, a)?;
+                    if let Err(again) = registry
+                        .push_manifest(
+                            repo,
+                            &plain.manifest.digest,
+                            &plain.manifest.media_type,
+                            body,
+                        )
+                        .await
+                    {
+                        return Err(RegistryError {
+                            message: format!(
+                                "{}; without `subject` too: {}",
+                                e.message, again.message
+                            ),
+                            ..e
+                        });
+                    }
+                    tracing::info!(
+                        "registry {} refused a referrer with `subject` ({}); pushing the referrers without it, listed in the referrers tag schema",
+                        repo.registry,
+                        e.message
+                    );
+                    out.form = ReferrersPushed::TagSchema;
+                    out.refused = Some(e.message);
+                    out.pushed.push(plain);
+                    continue;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        let (plain, body) = without_subject(repo, layout_dir, a)?;
         registry
             .push_manifest(
                 repo,
-                &a.manifest.digest,
-                &a.manifest.media_type,
-                Bytes::from(body),
+                &plain.manifest.digest,
+                &plain.manifest.media_type,
+                body,
             )
             .await?;
+        out.pushed.push(plain);
     }
     let mut by_subject: BTreeMap<&str, Vec<Descriptor>> = BTreeMap::new();
-    for a in attachments {
+    for a in &out.pushed {
         by_subject
             .entry(&a.subject.digest)
             .or_default()
@@ -262,7 +413,24 @@ pub async fn publish_attachments(
             )
             .await?;
     }
-    Ok(attachments.len())
+    Ok(out)
+}
+
+/// [`referrer::without_subject`], its error naming the registry and the manifest.
+fn without_subject(
+    repo: &RepositoryName,
+    layout_dir: &std::path::Path,
+    a: &Attachment,
+) -> Result<(Attachment, Bytes), RegistryError> {
+    referrer::without_subject(layout_dir, a)
+        .map(|(plain, body)| (plain, Bytes::from(body)))
+        .map_err(|e| {
+            local_err(
+                repo,
+                format!("read referrer {}", short(&a.manifest.digest)),
+                e,
+            )
+        })
 }
 
 #[cfg(test)]
@@ -271,36 +439,68 @@ mod tests {
     use crate::registry::memory::MemoryRegistry;
     use crate::testing;
 
-    #[tokio::test]
-    async fn blobs_then_platform_manifests_then_the_index_by_tag_then_a_check() {
-        let f = testing::image("v1.34.1-occmforge.1");
-        let reg = MemoryRegistry::new();
-        let published = publish(&reg, &f.repo, &f.image, &|_, _| {}).await.unwrap();
-        assert_eq!(published.digest, f.image.index.digest);
-        let kinds: Vec<String> = reg
-            .log()
+    fn manifest_pushes(reg: &MemoryRegistry) -> Vec<String> {
+        reg.log()
             .iter()
             .filter(|o| o.kind != "blob_exists")
             .map(|o| o.to_string())
-            .collect();
-        let blobs = f.image.blobs().len();
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn blobs_manifests_the_index_and_referrers_by_digest_then_the_tag_then_a_check() {
+        let f = testing::image("v1.34.1-occmforge.1");
+        let reg = MemoryRegistry::new();
+        let published = publish(
+            &reg,
+            &f.repo,
+            &f.image,
+            &f.attachments,
+            ReferrersMode::Fallback,
+            &|_, _| {},
+        )
+        .await
+        .unwrap();
+        assert_eq!(published.digest, f.image.index.digest);
+        assert_eq!(published.referrers, ReferrersPushed::Subject);
+        let ops = manifest_pushes(&reg);
+        // The image's blobs, and the referrers' (one empty config shared, three documents).
+        let blobs = f.image.blobs().len() + 4;
         assert!(
-            kinds[..blobs].iter().all(|k| k.starts_with("push_blob ")),
-            "{kinds:?}"
+            ops[..blobs].iter().all(|k| k.starts_with("push_blob ")),
+            "{ops:?}"
         );
-        let manifests: Vec<String> = f
+        let mut want: Vec<String> = f
             .image
             .platforms
             .iter()
             .map(|p| format!("push_manifest {}", p.manifest.digest))
             .collect();
-        assert_eq!(kinds[blobs..blobs + 2], manifests[..]);
-        assert_eq!(kinds[blobs + 2], "push_manifest v1.34.1-occmforge.1");
-        assert_eq!(kinds[blobs + 3], "manifest_digest v1.34.1-occmforge.1");
-        assert_eq!(kinds.len(), blobs + 4);
+        want.push(format!("push_manifest {}", f.image.index.digest));
+        want.extend(
+            f.attachments
+                .iter()
+                .map(|a| format!("push_manifest {}", a.manifest.digest)),
+        );
+        assert_eq!(ops[blobs..blobs + 6], want[..], "{ops:?}");
+        // Then the three subjects' tag-schema indexes (read, written), the tag, the check.
+        let rest = &ops[blobs + 6..];
+        assert_eq!(rest.len(), 3 * 2 + 2, "{rest:?}");
+        assert!(rest[..6].iter().all(|o| o.contains(" sha256-")), "{rest:?}");
+        assert_eq!(rest[6], "push_manifest v1.34.1-occmforge.1");
+        assert_eq!(rest[7], "manifest_digest v1.34.1-occmforge.1");
 
         // A second push finds every blob and uploads nothing.
-        let again = publish(&reg, &f.repo, &f.image, &|_, _| {}).await.unwrap();
+        let again = publish(
+            &reg,
+            &f.repo,
+            &f.image,
+            &f.attachments,
+            ReferrersMode::Fallback,
+            &|_, _| {},
+        )
+        .await
+        .unwrap();
         assert_eq!((again.uploaded, again.skipped), (0, blobs));
     }
 
@@ -312,24 +512,41 @@ mod tests {
         reg.fail_when(move |op| {
             (op.kind == "push_manifest" && op.reference == second).then_some(ErrorKind::Other)
         });
-        assert!(publish(&reg, &f.repo, &f.image, &|_, _| {}).await.is_err());
+        let push = || {
+            publish(
+                &reg,
+                &f.repo,
+                &f.image,
+                &f.attachments,
+                ReferrersMode::Fallback,
+                &|_, _| {},
+            )
+        };
+        assert!(push().await.is_err());
         assert!(
             reg.repository(&f.repo).tags.is_empty(),
             "the tag was written"
         );
         reg.heal();
-        publish(&reg, &f.repo, &f.image, &|_, _| {}).await.unwrap();
+        push().await.unwrap();
         assert_eq!(
             reg.repository(&f.repo).tags["v1.34.1-occmforge.1"],
             f.image.index.digest
         );
     }
 
+    /// The digests listed in `subject`'s tag-schema index.
+    fn listed(reg: &MemoryRegistry, f: &testing::FixtureImage, subject: &str) -> Vec<String> {
+        let repo = reg.repository(&f.repo);
+        let digest = &repo.tags[&referrer::fallback_tag(subject)];
+        let index: Index = serde_json::from_slice(&repo.manifests[digest].1).unwrap();
+        index.manifests.into_iter().map(|m| m.digest).collect()
+    }
+
     #[tokio::test]
     async fn referrers_fallback_index_keeps_other_referrers() {
         let f = testing::image("v1.34.1-occmforge.1");
         let reg = MemoryRegistry::new();
-        publish(&reg, &f.repo, &f.image, &|_, _| {}).await.unwrap();
         // Someone else's referrer of the index (a signature) is there first.
         let signature = referrer::attach(
             &f.image.layout_dir,
@@ -339,36 +556,126 @@ mod tests {
             0,
         )
         .unwrap();
-        publish_attachments(
+        publish(
             &reg,
             &f.repo,
-            &f.image.layout_dir,
+            &f.image,
             std::slice::from_ref(&signature),
+            ReferrersMode::Fallback,
+            &|_, _| {},
         )
         .await
         .unwrap();
         // Ours, pushed twice: listed once each, the signature kept.
         for _ in 0..2 {
-            let n = publish_attachments(&reg, &f.repo, &f.image.layout_dir, &f.attachments)
-                .await
-                .unwrap();
-            assert_eq!(n, 3);
+            let p = publish(
+                &reg,
+                &f.repo,
+                &f.image,
+                &f.attachments,
+                ReferrersMode::Fallback,
+                &|_, _| {},
+            )
+            .await
+            .unwrap();
+            assert_eq!(p.attachments.len(), 3);
         }
-        let read = |subject: &str| -> Vec<String> {
-            let repo = reg.repository(&f.repo);
-            let digest = &repo.tags[&referrer::fallback_tag(subject)];
-            let index: Index = serde_json::from_slice(&repo.manifests[digest].1).unwrap();
-            index.manifests.into_iter().map(|m| m.digest).collect()
-        };
         let provenance = &f.attachments[2].manifest.digest;
         let mut want = vec![signature.manifest.digest.clone(), provenance.clone()];
         want.sort();
-        assert_eq!(read(&f.image.index.digest), want);
+        assert_eq!(listed(&reg, &f, &f.image.index.digest), want);
         for (p, sbom) in f.image.platforms.iter().zip(&f.attachments) {
             assert_eq!(
-                read(&p.manifest.digest),
+                listed(&reg, &f, &p.manifest.digest),
                 std::slice::from_ref(&sbom.manifest.digest)
             );
         }
+    }
+
+    /// A registry that refuses manifests carrying `subject` (older Harbor and Quay answer 400
+    /// `MANIFEST_INVALID`).
+    fn refusing_subject() -> MemoryRegistry {
+        let reg = MemoryRegistry::new();
+        reg.fail_when(|op| op.carries_subject().then_some(ErrorKind::Refused));
+        reg
+    }
+
+    #[tokio::test]
+    async fn a_registry_refusing_subject_gets_the_referrers_in_the_tag_schema_without_it() {
+        let f = testing::image("v1.34.1-occmforge.1");
+        let reg = refusing_subject();
+        let p = publish(
+            &reg,
+            &f.repo,
+            &f.image,
+            &f.attachments,
+            ReferrersMode::Fallback,
+            &|_, _| {},
+        )
+        .await
+        .unwrap();
+        assert_eq!(p.referrers, ReferrersPushed::TagSchema);
+        assert!(p.refused.as_deref().unwrap().contains("injected fault"));
+        let repo = reg.repository(&f.repo);
+        assert_eq!(repo.tags["v1.34.1-occmforge.1"], f.image.index.digest);
+        assert_eq!(p.attachments.len(), 3);
+        for (pushed, ours) in p.attachments.iter().zip(&f.attachments) {
+            assert_ne!(pushed.manifest.digest, ours.manifest.digest);
+            assert_eq!(pushed.subject, ours.subject);
+            assert_eq!(pushed.manifest.artifact_type, ours.manifest.artifact_type);
+            let body: serde_json::Value =
+                serde_json::from_slice(&repo.manifests[&pushed.manifest.digest].1).unwrap();
+            assert!(body.get("subject").is_none(), "{body}");
+            assert_eq!(body["layers"][0]["digest"], ours.document.digest.as_str());
+            assert!(
+                listed(&reg, &f, &pushed.subject.digest).contains(&pushed.manifest.digest),
+                "not in the tag schema"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn require_fails_before_the_tag_and_skip_pushes_no_referrer() {
+        let f = testing::image("v1.34.1-occmforge.1");
+        let reg = refusing_subject();
+        let e = publish(
+            &reg,
+            &f.repo,
+            &f.image,
+            &f.attachments,
+            ReferrersMode::Require,
+            &|_, _| {},
+        )
+        .await
+        .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("refused a manifest carrying `subject`")
+                && e.to_string().contains("--referrers=fallback"),
+            "{e}"
+        );
+        assert!(reg.repository(&f.repo).tags.is_empty(), "the tag moved");
+
+        let reg = refusing_subject();
+        let p = publish(
+            &reg,
+            &f.repo,
+            &f.image,
+            &f.attachments,
+            ReferrersMode::Skip,
+            &|_, _| {},
+        )
+        .await
+        .unwrap();
+        assert_eq!(p.referrers, ReferrersPushed::Skipped);
+        assert!(p.attachments.is_empty());
+        let repo = reg.repository(&f.repo);
+        assert_eq!(repo.tags.len(), 1, "{:?}", repo.tags);
+        assert!(
+            f.attachments
+                .iter()
+                .all(|a| !repo.manifests.contains_key(&a.manifest.digest)
+                    && !repo.blobs.contains_key(&a.document.digest))
+        );
     }
 }

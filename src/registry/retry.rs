@@ -1,6 +1,8 @@
 //! A [`Registry`] that retries another one: transient failures (connection refused or reset,
-//! timeouts, HTTP 5xx, 408, 429) are retried with exponential backoff and jitter (`backon`);
-//! anything else fails at once. A blob upload is retried as a whole, so a broken upload session
+//! timeouts, HTTP 5xx, 408, 429; [`ErrorKind::Transient`] as the client classifies them) are
+//! retried with exponential backoff and jitter (`backon`); anything else fails at once, among it
+//! HTTP 507 (storage full: the same bytes meet the same full disk) and a 5xx whose body names a
+//! storage the registry cannot write. A blob upload is retried as a whole, so a broken upload session
 //! restarts from its `POST`. An operation is bounded in time as well as in tries: no retry starts
 //! when, judging by the attempt that just failed, it would end after
 //! [`RetryPolicy::operation_timeout`], so a registry that accepts connections and never answers

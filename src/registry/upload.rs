@@ -1,6 +1,22 @@
-//! Monolithic blob upload (distribution-spec v1.1 "Pushing a blob monolithically": `POST
-//! /v2/<name>/blobs/uploads/` answered `202` with a `Location`, then one `PUT <location>?digest=`
-//! answered `201`), done here with reqwest instead of by oci-client 0.18 for two reasons:
+//! Blob uploads (distribution-spec v1.1 "Pushing blobs"), done here with reqwest instead of by
+//! oci-client 0.18:
+//!
+//! - **Monolithic** ("POST then PUT"): `POST /v2/<name>/blobs/uploads/` answered `202` with a
+//!   `Location`, then one `PUT <location>?digest=` with the blob, answered `201`.
+//! - **Chunked** ("Pushing a blob in chunks"): the same `POST`, then `PATCH <location>` per chunk
+//!   with `Content-Range: <start>-<end>` (inclusive) and `Content-Length`, each answered `202`
+//!   with the `Location` for the next one; a `416` is resumed by reading the upload's status
+//!   (`GET <location>`, `204` with `Range: 0-<end>` and `Location`) and continuing from the byte
+//!   after `<end>`; then `PUT <location>?digest=` with an empty body, answered `201`. Used for
+//!   blobs over [`ChunkedUploads::above`] and for every blob of a registry that refused a
+//!   monolithic `PUT` (`DIGEST_INVALID`, `BLOB_UPLOAD_INVALID`, `SIZE_INVALID` or `413`: pulp
+//!   ignores a `PUT` body, pulp/pulp_container#1219; a proxy may cap request bodies). That is
+//!   the flow containers/image (skopeo, podman) always uses, with one `PATCH` for the whole blob.
+//!   oci-client 0.18 has a chunked upload (`push_blob_stream_chunked`), but it does not resume
+//!   after a `416`, does not fall back from a refused monolithic `PUT`, and resolves `Location`
+//!   against the registry it was asked (below).
+//!
+//! Why not oci-client at all, also for the monolithic upload:
 //!
 //! - oci-client resolves a relative upload `Location` against the registry it was asked for
 //!   (`Client::location_header_to_url`, private), not against the URL that answered. When the
@@ -9,7 +25,7 @@
 //!   containerd#11949; resolving it against the first host sends the `PUT` to a host that has no
 //!   such upload session (`404 BLOB_UPLOAD_UNKNOWN`). Here it is resolved against the final URL of
 //!   the `POST` (reqwest follows the redirect and reports that URL), and a `307`/`308` answer to
-//!   the `PUT` is followed the same way.
+//!   a `PUT` or `PATCH` is followed the same way.
 //! - reqwest's `read_timeout` bounds a request from its start until the answer's headers, which
 //!   would cut a slow but healthy upload of a large layer. Here a request fails only when it
 //!   makes no progress (no body bytes taken, no answer) for the idle timeout.
@@ -19,22 +35,57 @@
 //! headers across host boundaries"; CVE-2020-15157), as oci-client does; reqwest also drops the
 //! `Authorization` header when it follows a redirect to another host.
 
+use std::collections::BTreeSet;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use oci_client::errors::{OciDistributionError, OciEnvelope};
-use reqwest::header::{CONTENT_LENGTH, CONTENT_TYPE, LOCATION};
-use reqwest::{StatusCode, Url};
+use oci_client::errors::{OciDistributionError, OciEnvelope, OciErrorCode};
+use reqwest::header::{CONTENT_LENGTH, CONTENT_RANGE, CONTENT_TYPE, HeaderName, LOCATION, RANGE};
+use reqwest::{Method, StatusCode, Url};
 use tokio::time::Instant;
 
 use super::proxy::ProxyEnv;
 
-/// How many `307`/`308` answers to the `PUT` are followed.
-const MAX_PUT_REDIRECTS: usize = 5;
+/// How many `307`/`308` answers to a `PUT` or `PATCH` are followed.
+const MAX_REDIRECTS: usize = 5;
 /// Size of the body pieces whose hand-over counts as progress.
 const PIECE: usize = 64 * 1024;
+/// How many `416` answers in a row (without a chunk accepted in between) are resumed.
+const MAX_RESUMES: usize = 3;
+/// The default [`ChunkedUploads::above`]: 64 MiB. An OCCM image's layers (the binary is about
+/// 20 MiB compressed) stay below it and go up in one request each.
+pub const CHUNKED_ABOVE: u64 = 64 << 20;
+/// The default [`ChunkedUploads::chunk`]: 16 MiB, each chunk a request of its own (below the
+/// 100 MB request-body caps common in front of registries) whose loss costs one chunk.
+pub const CHUNK_SIZE: u64 = 16 << 20;
+
+/// When blobs go up in chunks (`POST`, `PATCH` per chunk, empty `PUT`) instead of in one `PUT`.
+/// Whatever the size, a registry that refuses a monolithic `PUT` gets chunks from then on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChunkedUploads {
+    /// Blobs larger than this many bytes go in chunks from the start.
+    pub above: u64,
+    /// Bytes per `PATCH` (at least the registry's `OCI-Chunk-Min-Length`); the last chunk may be
+    /// shorter.
+    pub chunk: u64,
+}
+
+impl Default for ChunkedUploads {
+    /// Chunks for blobs over [`CHUNKED_ABOVE`], of [`CHUNK_SIZE`] each.
+    fn default() -> Self {
+        ChunkedUploads {
+            above: CHUNKED_ABOVE,
+            chunk: CHUNK_SIZE,
+        }
+    }
+}
+
+/// `application/octet-stream`, the content type of blob bytes.
+const OCTET_STREAM: &str = "application/octet-stream";
+/// The spec's header naming the smallest chunk a registry takes (in the `POST` answer).
+const CHUNK_MIN_LENGTH: &str = "oci-chunk-min-length";
 
 /// Credentials for the upload requests.
 #[derive(Debug, Clone, Default)]
@@ -125,16 +176,36 @@ pub(crate) fn seconds(d: Duration) -> String {
 pub(crate) struct Uploader {
     http: reqwest::Client,
     idle: Duration,
+    chunked: ChunkedUploads,
+    /// Registries (`host:port`) that refused a monolithic `PUT`: their blobs go in chunks.
+    chunks_only: Mutex<BTreeSet<String>>,
+}
+
+/// One request to send: method, URL, extra headers and body.
+struct Outgoing<'a> {
+    method: Method,
+    url: Url,
+    headers: Vec<(HeaderName, String)>,
+    body: Bytes,
+    /// What the request does, for a stall message.
+    step: &'a str,
+}
+
+/// Who the uploads go to and as whom.
+struct Target<'a> {
+    registry_url: &'a Url,
+    auth: &'a UploadAuth,
 }
 
 impl Uploader {
     /// A client trusting the system roots plus `roots` (PEM), going through proxies as `proxy`
-    /// decides, connecting within `idle`.
+    /// decides, connecting within `idle`, chunking as `chunked` says.
     pub(crate) fn new(
         roots: &[Vec<u8>],
         proxy: &ProxyEnv,
         idle: Duration,
         user_agent: &str,
+        chunked: ChunkedUploads,
     ) -> Result<Self, String> {
         let mut certs = Vec::new();
         for pem in roots {
@@ -147,11 +218,18 @@ impl Uploader {
             .user_agent(user_agent)
             .build()
             .map_err(|e| e.to_string())?;
-        Ok(Uploader { http, idle })
+        Ok(Uploader {
+            http,
+            idle,
+            chunked,
+            chunks_only: Mutex::new(BTreeSet::new()),
+        })
     }
 
     /// Uploads `data` as blob `digest` into `repository` of the registry at `registry_url`
-    /// (`scheme://host[:port]/`).
+    /// (`scheme://host[:port]/`): in one `PUT`, or in chunks when the blob is larger than
+    /// [`ChunkedUploads::above`] or the registry refused a monolithic `PUT` (then, once told in
+    /// a warning, every later blob to it goes in chunks).
     pub(crate) async fn push(
         &self,
         registry_url: &Url,
@@ -160,66 +238,264 @@ impl Uploader {
         data: Bytes,
         auth: &UploadAuth,
     ) -> Result<(), UploadError> {
+        let target = Target { registry_url, auth };
+        let host = format!(
+            "{}:{}",
+            registry_url.host_str().unwrap_or(""),
+            registry_url.port_or_known_default().unwrap_or(0)
+        );
+        let chunks_only = self
+            .chunks_only
+            .lock()
+            .expect("chunks lock")
+            .contains(&host);
+        if chunks_only || data.len() as u64 > self.chunked.above {
+            return self.push_chunked(&target, repository, digest, data).await;
+        }
+        match self
+            .push_monolithic(&target, repository, digest, data.clone())
+            .await
+        {
+            Err(UploadError::Oci(e)) if refuses_monolithic(&e) => {
+                if self.chunks_only.lock().expect("chunks lock").insert(host) {
+                    let name = registry_url.host_str().unwrap_or("");
+                    let name = match registry_url.port() {
+                        Some(port) => format!("{name}:{port}"),
+                        None => name.to_string(),
+                    };
+                    tracing::warn!(
+                        "registry {name} refused a blob sent in one PUT ({}); sending its blobs in chunks (PATCH) instead",
+                        refusal(&e)
+                    );
+                }
+                self.push_chunked(&target, repository, digest, data).await
+            }
+            other => other,
+        }
+    }
+
+    /// `POST` then one `PUT ?digest=` with the blob.
+    async fn push_monolithic(
+        &self,
+        target: &Target<'_>,
+        repository: &str,
+        digest: &str,
+        data: Bytes,
+    ) -> Result<(), UploadError> {
         let progress = Progress::new();
-        let post_url = registry_url
+        let (mut put_url, _) = self.start(target, repository, &progress).await?;
+        put_url.query_pairs_mut().append_pair("digest", digest);
+        let res = self
+            .send(
+                target,
+                Outgoing {
+                    method: Method::PUT,
+                    url: put_url,
+                    headers: vec![(CONTENT_TYPE, OCTET_STREAM.to_string())],
+                    body: data,
+                    step: "sending the blob or waiting for the answer to its PUT",
+                },
+                &progress,
+            )
+            .await?;
+        match res.status() {
+            StatusCode::CREATED => Ok(()),
+            _ => Err(self.failure(res, &progress).await),
+        }
+    }
+
+    /// `POST`, a `PATCH` per chunk (resuming after a `416` from the upload's status), then an
+    /// empty `PUT ?digest=`.
+    async fn push_chunked(
+        &self,
+        target: &Target<'_>,
+        repository: &str,
+        digest: &str,
+        data: Bytes,
+    ) -> Result<(), UploadError> {
+        let progress = Progress::new();
+        let (mut url, min_chunk) = self.start(target, repository, &progress).await?;
+        let chunk = self.chunked.chunk.max(min_chunk).max(1) as usize;
+        let len = data.len();
+        let mut offset = 0usize;
+        let mut refused = 0usize;
+        while offset < len {
+            let end = len.min(offset.saturating_add(chunk));
+            let res = self
+                .send(
+                    target,
+                    Outgoing {
+                        method: Method::PATCH,
+                        url: url.clone(),
+                        headers: vec![
+                            (CONTENT_TYPE, OCTET_STREAM.to_string()),
+                            (CONTENT_RANGE, format!("{offset}-{}", end - 1)),
+                        ],
+                        body: data.slice(offset..end),
+                        step: "sending a chunk of the blob or waiting for the answer to its PATCH",
+                    },
+                    &progress,
+                )
+                .await?;
+            match res.status() {
+                StatusCode::ACCEPTED => {
+                    url = location(&res).unwrap_or(url);
+                    offset = end;
+                    refused = 0;
+                }
+                StatusCode::RANGE_NOT_SATISFIABLE => {
+                    refused += 1;
+                    if refused > MAX_RESUMES {
+                        return Err(generic(format!(
+                            "the registry answered 416 to the chunk at byte {offset} {MAX_RESUMES} times, resuming from its upload status each time"
+                        )));
+                    }
+                    let (resumed, next) = self.upload_status(target, &url, &progress).await?;
+                    if next > len as u64 {
+                        return Err(generic(format!(
+                            "the upload status says {next} bytes arrived, the blob has {len}"
+                        )));
+                    }
+                    tracing::debug!("416 for the chunk at byte {offset}: resuming at byte {next}");
+                    url = resumed;
+                    offset = next as usize;
+                }
+                _ => return Err(self.failure(res, &progress).await),
+            }
+        }
+        url.query_pairs_mut().append_pair("digest", digest);
+        let res = self
+            .send(
+                target,
+                Outgoing {
+                    method: Method::PUT,
+                    url,
+                    headers: vec![],
+                    body: Bytes::new(),
+                    step: "waiting for the answer to the PUT closing the upload",
+                },
+                &progress,
+            )
+            .await?;
+        match res.status() {
+            StatusCode::CREATED => Ok(()),
+            _ => Err(self.failure(res, &progress).await),
+        }
+    }
+
+    /// `POST /v2/<repository>/blobs/uploads/`: the upload's `Location` (resolved against the URL
+    /// that answered) and the registry's `OCI-Chunk-Min-Length` (0 when it names none).
+    async fn start(
+        &self,
+        target: &Target<'_>,
+        repository: &str,
+        progress: &Progress,
+    ) -> Result<(Url, u64), UploadError> {
+        let post_url = target
+            .registry_url
             .join(&format!("/v2/{repository}/blobs/uploads/"))
             .map_err(|e| OciDistributionError::UrlParseError(e.to_string()))?;
         let request = authorize(
             self.http.post(post_url.clone()).header(CONTENT_LENGTH, 0),
             &post_url,
-            registry_url,
-            auth,
+            target.registry_url,
+            target.auth,
         );
         let res = watch(
             request.send(),
-            &progress,
+            progress,
             self.idle,
             "waiting for the answer to the upload POST",
         )
         .await??;
         if res.status() != StatusCode::ACCEPTED {
-            return Err(self.failure(res, &progress).await);
+            return Err(self.failure(res, progress).await);
         }
-        let mut put_url = location(&res)?;
-        put_url.query_pairs_mut().append_pair("digest", digest);
-        for _ in 0..=MAX_PUT_REDIRECTS {
-            let p = progress.clone();
-            let pieces: Vec<Bytes> = (0..data.len())
-                .step_by(PIECE)
-                .map(|i| data.slice(i..data.len().min(i + PIECE)))
-                .collect();
-            let body = futures::stream::iter(pieces.into_iter().map(move |piece| {
-                p.touch();
-                Ok::<_, std::io::Error>(piece)
-            }));
-            let request = authorize(
-                self.http
-                    .put(put_url.clone())
-                    .header(CONTENT_TYPE, "application/octet-stream")
-                    .header(CONTENT_LENGTH, data.len())
-                    .body(reqwest::Body::wrap_stream(body)),
-                &put_url,
-                registry_url,
-                auth,
-            );
-            let res = watch(
-                request.send(),
-                &progress,
-                self.idle,
-                "sending the blob or waiting for the answer to its PUT",
-            )
-            .await??;
+        let min_chunk = res
+            .headers()
+            .get(CHUNK_MIN_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0);
+        Ok((location(&res)?, min_chunk))
+    }
+
+    /// `GET <url>` of an upload in progress: its `Location` (the old one when it names none) and
+    /// the offset to continue at, from its `Range`.
+    async fn upload_status(
+        &self,
+        target: &Target<'_>,
+        url: &Url,
+        progress: &Progress,
+    ) -> Result<(Url, u64), UploadError> {
+        let request = authorize(
+            self.http.get(url.clone()),
+            url,
+            target.registry_url,
+            target.auth,
+        );
+        let res = watch(
+            request.send(),
+            progress,
+            self.idle,
+            "waiting for the upload status after a 416",
+        )
+        .await??;
+        if !res.status().is_success() {
+            return Err(self.failure(res, progress).await);
+        }
+        let next = res
+            .headers()
+            .get(RANGE)
+            .and_then(|v| v.to_str().ok())
+            .and_then(next_offset)
+            .unwrap_or(0);
+        Ok((location(&res).unwrap_or_else(|_| url.clone()), next))
+    }
+
+    /// Sends `req` with its body in pieces that count as progress, following `307`/`308`
+    /// answers (the same request again at their `Location`); returns the first other answer.
+    async fn send(
+        &self,
+        target: &Target<'_>,
+        req: Outgoing<'_>,
+        progress: &Progress,
+    ) -> Result<reqwest::Response, UploadError> {
+        let mut url = req.url;
+        for _ in 0..=MAX_REDIRECTS {
+            let mut request = self
+                .http
+                .request(req.method.clone(), url.clone())
+                .header(CONTENT_LENGTH, req.body.len());
+            for (name, value) in &req.headers {
+                request = request.header(name, value);
+            }
+            if !req.body.is_empty() {
+                let p = progress.clone();
+                let body = req.body.clone();
+                let pieces: Vec<Bytes> = (0..body.len())
+                    .step_by(PIECE)
+                    .map(|i| body.slice(i..body.len().min(i + PIECE)))
+                    .collect();
+                let stream = futures::stream::iter(pieces.into_iter().map(move |piece| {
+                    p.touch();
+                    Ok::<_, std::io::Error>(piece)
+                }));
+                request = request.body(reqwest::Body::wrap_stream(stream));
+            }
+            let request = authorize(request, &url, target.registry_url, target.auth);
+            let res = watch(request.send(), progress, self.idle, req.step).await??;
             match res.status() {
-                StatusCode::CREATED => return Ok(()),
                 StatusCode::TEMPORARY_REDIRECT | StatusCode::PERMANENT_REDIRECT => {
-                    put_url = location(&res)?;
+                    url = location(&res)?;
                 }
-                _ => return Err(self.failure(res, &progress).await),
+                _ => return Ok(res),
             }
         }
-        Err(UploadError::Oci(OciDistributionError::GenericError(Some(
-            format!("more than {MAX_PUT_REDIRECTS} redirects for the upload PUT"),
-        ))))
+        Err(generic(format!(
+            "more than {MAX_REDIRECTS} redirects for the upload {}",
+            req.method
+        )))
     }
 
     /// The error for an unexpected answer, as oci-client reports it (an error envelope for 4xx,
@@ -247,6 +523,66 @@ impl Uploader {
         }
         .into()
     }
+}
+
+fn generic(message: String) -> UploadError {
+    UploadError::Oci(OciDistributionError::GenericError(Some(message)))
+}
+
+/// Whether a failed monolithic `PUT` says the registry did not take the blob in one request
+/// (so a chunked upload may work): `DIGEST_INVALID` / `BLOB_UPLOAD_INVALID` / `SIZE_INVALID`
+/// (the body was ignored or cut), or `413 Payload Too Large`.
+fn refuses_monolithic(e: &OciDistributionError) -> bool {
+    const CODES: [&str; 3] = ["DIGEST_INVALID", "BLOB_UPLOAD_INVALID", "SIZE_INVALID"];
+    match e {
+        OciDistributionError::RegistryError { envelope, .. } => envelope.errors.iter().any(|e| {
+            matches!(
+                e.code,
+                OciErrorCode::DigestInvalid
+                    | OciErrorCode::BlobUploadInvalid
+                    | OciErrorCode::SizeInvalid
+            )
+        }),
+        OciDistributionError::ServerError { code: 413, .. } => true,
+        OciDistributionError::ServerError {
+            code: 400, message, ..
+        } => CODES.iter().any(|c| message.contains(c)),
+        _ => false,
+    }
+}
+
+/// A short description of a refusal, for the warning.
+fn refusal(e: &OciDistributionError) -> String {
+    match e {
+        OciDistributionError::RegistryError { envelope, .. } => envelope
+            .errors
+            .iter()
+            .map(|e| {
+                serde_json::to_value(&e.code)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_string))
+                    .unwrap_or_else(|| format!("{:?}", e.code))
+            })
+            .collect::<Vec<_>>()
+            .join(", "),
+        OciDistributionError::ServerError { code, .. } => format!("HTTP {code}"),
+        other => other.to_string(),
+    }
+}
+
+/// The offset after the bytes a `Range: 0-<end>` header says arrived (`bytes=` tolerated).
+/// distribution writes `0-0` both for an empty upload and for one of one byte (its
+/// `blobUploadResponse` only decrements a non-zero size); it is read as empty, so at worst one
+/// byte is offered again.
+fn next_offset(range: &str) -> Option<u64> {
+    let r = range.trim();
+    let r = r.strip_prefix("bytes=").unwrap_or(r);
+    let (start, end) = r.split_once('-')?;
+    let (start, end): (u64, u64) = (start.trim().parse().ok()?, end.trim().parse().ok()?);
+    if start != 0 {
+        return None;
+    }
+    Some(if end == 0 { 0 } else { end + 1 })
 }
 
 /// The `Location` of `res`, resolved against the URL that answered (RFC 7231 §7.1.2; after a
@@ -302,6 +638,15 @@ mod tests {
         assert!(!has("https://other.example:5000/v2/a/blobs/uploads/x"));
         assert!(!has("https://r.example:5001/v2/a/blobs/uploads/x"));
         assert!(!has("http://r.example:5000/v2/a/blobs/uploads/x"));
+    }
+
+    #[test]
+    fn the_upload_status_range_gives_the_next_offset() {
+        assert_eq!(next_offset("0-1048575"), Some(1_048_576));
+        assert_eq!(next_offset("bytes=0-9"), Some(10));
+        assert_eq!(next_offset("0-0"), Some(0));
+        assert_eq!(next_offset("5-9"), None);
+        assert_eq!(next_offset("garbage"), None);
     }
 
     #[test]

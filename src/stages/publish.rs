@@ -1,5 +1,5 @@
-//! Stage 7, `publish` (`--push`): the image, then its referrers, pushed in the order registries
-//! require; the tag is the last write of the image.
+//! Stage 7, `publish` (`--push`): the image and its referrers, pushed in the order registries
+//! require, the tag last (`registry::publish`).
 
 use async_trait::async_trait;
 
@@ -7,6 +7,7 @@ use crate::Error;
 use crate::image::BuiltImage;
 use crate::image::referrer::Attachment;
 use crate::reference::RepositoryName;
+use crate::registry::publish::{ReferrersMode, ReferrersPushed};
 use crate::registry::{ErrorKind, Registry, RegistryError, publish};
 use crate::stage::{Done, Stage, StageContext};
 
@@ -26,6 +27,8 @@ pub struct PublishStage<'a> {
     pub replace_tag: bool,
     /// The minor (for the "bump revision" hint).
     pub minor: crate::config::Minor,
+    /// How the referrers are pushed (`--referrers`).
+    pub referrers: ReferrersMode,
 }
 
 #[async_trait]
@@ -57,19 +60,30 @@ impl Stage for PublishStage<'_> {
             }));
         }
         let on_bytes = |bytes: u64, total: u64| cx.reporter.uploaded(bytes, total);
-        let published = publish::publish(self.registry, self.repo, image, &on_bytes)
-            .await
-            .map_err(Error::Publish)?;
-        let referrers = publish::publish_attachments(
+        let published = publish::publish(
             self.registry,
             self.repo,
-            &image.layout_dir,
+            image,
             self.attachments,
+            self.referrers,
+            &on_bytes,
         )
         .await
         .map_err(Error::Publish)?;
+        let n = published.attachments.len();
+        let referrers = match (published.referrers, &published.refused) {
+            (ReferrersPushed::Subject, _) => format!("{n} referrers (OCI 1.1, with subject)"),
+            (ReferrersPushed::TagSchema, refused) => format!(
+                "{n} referrers without subject, listed under sha256-<hex> tags: the registry refuses `subject` ({})",
+                refused.as_deref().unwrap_or("")
+            ),
+            (ReferrersPushed::Skipped, _) => {
+                "no referrers pushed (--referrers=skip; the SBOM and provenance are in the layout)"
+                    .to_string()
+            }
+        };
         let detail = format!(
-            "{} ({} blobs uploaded, {} already present, {} mounted; {referrers} referrers)",
+            "{} ({} blobs uploaded, {} already present, {} mounted; {referrers})",
             published.reference, published.uploaded, published.skipped, published.mounted
         );
         Ok(Done::new(published, detail))
@@ -97,6 +111,7 @@ mod tests {
             served_before,
             replace_tag,
             minor: "1.34".parse().unwrap(),
+            referrers: ReferrersMode::Fallback,
         }
     }
 
@@ -125,7 +140,75 @@ mod tests {
             .run(&cx)
             .await
             .unwrap();
-        assert!(done.detail.ends_with("3 referrers)"), "{}", done.detail);
+        assert!(
+            done.detail
+                .ends_with("3 referrers (OCI 1.1, with subject))"),
+            "{}",
+            done.detail
+        );
         stage(&reg, &f, Some(&other), true).run(&cx).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_failed_referrer_leaves_the_tag_where_it_was() {
+        let f = testing::image("v1.34.1-occmforge.1");
+        let reg = MemoryRegistry::new();
+        let cx = StageContext { reporter: &Silent };
+        // The tag serves an older image; this build replaces it on purpose.
+        let old = testing::image("v1.34.1-occmforge.0");
+        publish::publish(
+            &reg,
+            &f.repo,
+            &old.image,
+            &old.attachments,
+            ReferrersMode::Fallback,
+            &|_, _| {},
+        )
+        .await
+        .unwrap();
+        reg.set_tag(
+            &f.repo,
+            "v1.34.1-occmforge.1",
+            Some(&old.image.index.digest),
+        );
+        let provenance = f.attachments[2].manifest.digest.clone();
+        reg.fail_when(move |op| {
+            (op.kind == "push_manifest" && op.reference == provenance)
+                .then_some(ErrorKind::Transient)
+        });
+        let served = old.image.index.digest.clone();
+        let e = stage(&reg, &f, Some(&served), true)
+            .run(&cx)
+            .await
+            .unwrap_err();
+        assert_eq!(e.exit_code(), 8);
+        assert_eq!(
+            reg.repository(&f.repo).tags["v1.34.1-occmforge.1"],
+            old.image.index.digest,
+            "the tag moved before the referrers were in"
+        );
+        // The new index is there by digest; the tag is the one write left.
+        assert!(
+            reg.repository(&f.repo)
+                .manifests
+                .contains_key(&f.image.index.digest)
+        );
+        reg.heal();
+        stage(&reg, &f, Some(&served), true).run(&cx).await.unwrap();
+        let pushes: Vec<String> = reg
+            .log()
+            .into_iter()
+            .filter(|op| op.kind == "push_manifest")
+            .map(|op| op.reference)
+            .collect();
+        assert_eq!(
+            pushes.last().map(String::as_str),
+            Some("v1.34.1-occmforge.1"),
+            "{pushes:?}"
+        );
+        assert_eq!(
+            reg.repository(&f.repo).tags["v1.34.1-occmforge.1"],
+            f.image.index.digest
+        );
     }
 }

@@ -554,6 +554,9 @@ pub fn make_htpasswd(dir: &Path, user: &str, password: &str) -> PathBuf {
     path
 }
 
+/// Every manifest media type, for an `Accept` header.
+pub const MANIFEST_TYPES: &str = "application/vnd.oci.image.index.v1+json, application/vnd.oci.image.manifest.v1+json, application/vnd.docker.distribution.manifest.list.v2+json, application/vnd.docker.distribution.manifest.v2+json";
+
 /// A real Debian `docker-registry` (distribution 2.8) on 127.0.0.1, with a temporary root,
 /// stopped by PID on drop.
 pub struct TestRegistry {
@@ -691,11 +694,30 @@ impl TestRegistry {
         buf.split_once("\r\n\r\n").map(|(_, b)| b.to_string())
     }
 
-    /// HTTP status of a GET, or None when the connection fails.
-    pub fn get_status(&self, path: &str) -> Option<u16> {
+    /// The body of a GET as bytes when the answer is 200, else None.
+    pub fn get_bytes(&self, path: &str) -> Option<Vec<u8>> {
         let mut s = TcpStream::connect(&self.addr).ok()?;
         s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
         write!(s, "GET {path} HTTP/1.0\r\nHost: {}\r\n\r\n", self.addr).ok()?;
+        let mut buf = Vec::new();
+        s.read_to_end(&mut buf).ok()?;
+        let split = buf.windows(4).position(|w| w == b"\r\n\r\n")? + 4;
+        let head = String::from_utf8_lossy(&buf[..split]);
+        (head.split_whitespace().nth(1)? == "200").then(|| buf[split..].to_vec())
+    }
+
+    /// HTTP status of a GET, or None when the connection fails. It accepts every manifest media
+    /// type: without that, distribution 2.8 answers 404 for an OCI index or manifest that is
+    /// there ("OCI index found, but accept header does not support OCI indexes").
+    pub fn get_status(&self, path: &str) -> Option<u16> {
+        let mut s = TcpStream::connect(&self.addr).ok()?;
+        s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+        write!(
+            s,
+            "GET {path} HTTP/1.0\r\nHost: {}\r\nAccept: {MANIFEST_TYPES}\r\n\r\n",
+            self.addr
+        )
+        .ok()?;
         let mut buf = String::new();
         s.read_to_string(&mut buf).ok()?;
         buf.split_whitespace().nth(1)?.parse().ok()
@@ -778,6 +800,14 @@ pub enum Fault {
     /// Answer `404` with a `BLOB_UPLOAD_UNKNOWN` error, as a registry host that does not hold
     /// the upload session.
     UploadUnknown,
+    /// Answer this status with this body (JSON when it starts with `{`) without forwarding.
+    Answer(u16, &'static str),
+    /// When the request body contains the first string, answer the status and body without
+    /// forwarding (a registry that refuses such content); otherwise forward.
+    AnswerIfBody(&'static str, u16, &'static str),
+    /// Forward the request without its body (`Content-Length: 0`), as a registry that ignores
+    /// a `PUT` body (pulp/pulp_container#1219).
+    DropBody,
 }
 
 /// A proxy rule: requests whose method and path match get `fault`, `times` times.
@@ -812,6 +842,25 @@ pub struct FaultCounts {
     pub redirects: std::sync::atomic::AtomicUsize,
     /// Requests answered `BLOB_UPLOAD_UNKNOWN`.
     pub upload_unknown: std::sync::atomic::AtomicUsize,
+    /// Requests answered by [`Fault::Answer`] or [`Fault::AnswerIfBody`].
+    pub answered: std::sync::atomic::AtomicUsize,
+    /// Requests forwarded without their body ([`Fault::DropBody`]).
+    pub dropped_bodies: std::sync::atomic::AtomicUsize,
+    /// Every request as `METHOD path (N bytes)`, in arrival order.
+    pub requests: std::sync::Mutex<Vec<String>>,
+}
+
+impl FaultCounts {
+    /// The requests seen so far whose `METHOD path` line contains `needle`.
+    pub fn seen(&self, needle: &str) -> Vec<String> {
+        self.requests
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|r| r.contains(needle))
+            .cloned()
+            .collect()
+    }
 }
 
 /// A small HTTP/1.1 fault-injecting proxy on 127.0.0.1 in front of a registry: it reads each
@@ -912,6 +961,11 @@ fn proxy_connection(
             parts.next().unwrap_or("").to_string(),
             parts.next().unwrap_or("").to_string(),
         );
+        counts
+            .requests
+            .lock()
+            .unwrap()
+            .push(format!("{method} {path} ({} bytes)", body.len()));
         let fault = {
             let mut rules = rules.lock().unwrap();
             rules
@@ -963,14 +1017,40 @@ fn proxy_connection(
                 );
                 return;
             }
+            Some(Fault::Answer(status, answer)) => {
+                counts.answered.fetch_add(1, SeqCst);
+                answer_with(&mut conn, status, answer);
+                return;
+            }
+            Some(Fault::AnswerIfBody(needle, status, answer))
+                if String::from_utf8_lossy(&body).contains(needle) =>
+            {
+                counts.answered.fetch_add(1, SeqCst);
+                answer_with(&mut conn, status, answer);
+                return;
+            }
             _ => {}
         }
         let Ok(mut up) = TcpStream::connect(upstream) else {
             return;
         };
+        let drop_body = fault == Some(Fault::DropBody) && !body.is_empty();
+        let body = if drop_body {
+            counts.dropped_bodies.fetch_add(1, SeqCst);
+            Vec::new()
+        } else {
+            body
+        };
         let head: String = head
             .split("\r\n")
             .filter(|l| !l.to_ascii_lowercase().starts_with("connection:"))
+            .map(|l| {
+                if drop_body && l.to_ascii_lowercase().starts_with("content-length:") {
+                    "Content-Length: 0"
+                } else {
+                    l
+                }
+            })
             .collect::<Vec<_>>()
             .join("\r\n");
         let head = head.trim_end_matches("\r\n").to_string() + "\r\nConnection: close\r\n\r\n";
@@ -1003,6 +1083,29 @@ fn proxy_connection(
             .write_all(resp_head.as_bytes())
             .and_then(|_| conn.write_all(resp_body));
     }
+}
+
+/// Writes an answer with `status` and `body` (`application/json` when it starts with `{`).
+fn answer_with(conn: &mut TcpStream, status: u16, body: &str) {
+    let reason = match status {
+        400 => "Bad Request",
+        404 => "Not Found",
+        413 => "Payload Too Large",
+        416 => "Range Not Satisfiable",
+        500 => "Internal Server Error",
+        507 => "Insufficient Storage",
+        _ => "Injected",
+    };
+    let content_type = if body.starts_with('{') {
+        "Content-Type: application/json\r\n"
+    } else {
+        ""
+    };
+    let _ = write!(
+        conn,
+        "HTTP/1.1 {status} {reason}\r\n{content_type}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
 }
 
 /// Pushes a tiny OCI base image (made with umoci) to `repo:tag` and returns its digest.
