@@ -294,7 +294,8 @@ async fn up_to_date(
 
 /// Checks that fail in seconds rather than after minutes of Go work: the tag guard of the digest
 /// manifest, a writable `--output`, a base that exists, and (with `--push`) what the registry
-/// serves under the tag now, which the publish stage compares with the new digest.
+/// serves under the tag now, which the publish stage compares with the new digest (its errors,
+/// credential lookups among them, are the publish stage's).
 async fn preflight(plan: &BuildPlan, registry: &dyn Registry) -> Result<Option<String>, Error> {
     let platforms = plan.platform_names();
     digest_manifest::check_tag(
@@ -323,9 +324,10 @@ async fn preflight(plan: &BuildPlan, registry: &dyn Registry) -> Result<Option<S
         }
     }
     if plan.push {
-        Ok(registry
+        registry
             .manifest_digest(&plan.repository_name, &plan.tag)
-            .await?)
+            .await
+            .map_err(Error::Publish)
     } else {
         Ok(None)
     }
