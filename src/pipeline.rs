@@ -141,12 +141,14 @@ pub async fn build_many(
     Ok(results)
 }
 
-/// [`build`] under a run lock the caller holds.
+/// [`build`] under a run lock the caller holds. Scratch left by runs that were killed is
+/// removed first, also when the minor turns out to be up to date.
 async fn build_locked(
     plan: &BuildPlan,
     registry: &dyn Registry,
     reporter: &dyn Reporter,
 ) -> Result<BuildOutcome, Error> {
+    crate::util::sweep_scratch(&plan.cache_dir);
     crate::stage::unless_interrupted(steps(plan, registry, reporter).await)
 }
 
@@ -257,11 +259,10 @@ async fn patched_tree(
 
 /// Where a build works: its scratch directory (binaries; removed when dropped) and its work tree
 /// — `<cache>/trees/<minor>`, reused across builds, with its lock — or `<scratch>/src` when
-/// another run holds that. Scratch left by runs that were killed is removed first.
+/// another run holds that.
 fn workspace(
     plan: &BuildPlan,
 ) -> Result<(crate::util::Scratch, PathBuf, Option<std::fs::File>), Error> {
-    crate::util::sweep_scratch(&plan.cache_dir);
     let scratch =
         scratch_dir(&plan.cache_dir, &format!("build-{}-", plan.minor)).map_err(Error::Io)?;
     Ok(

@@ -318,3 +318,79 @@ fn after_sigkill_the_next_run_stops_leftover_go_processes_and_removes_scratch_an
     );
     assert!(!stray.exists(), "the stray temporary file is still there");
 }
+
+/// Sets `path`'s modification time `secs` seconds back.
+fn age(path: &Path, secs: u64) {
+    let t = std::time::SystemTime::now() - Duration::from_secs(secs);
+    std::fs::File::open(path).unwrap().set_modified(t).unwrap();
+}
+
+/// Leftovers of killed runs go at the next run, a no-op one included: a scratch directory whose
+/// sweep was killed after its `.lock` was deleted, one whose sweep was killed after it was
+/// renamed away, and a temporary copy of the digest manifest a killed write left a second ago.
+/// What another run may still be using stays: a scratch directory whose lock is held, and a
+/// temporary file of another file's write.
+#[test]
+fn leftovers_of_killed_runs_go_at_the_next_run_even_a_no_op() {
+    let f = fixture(&["linux/amd64"]);
+    let cache = f.path().join("cache");
+    let build = |extra: &[&str]| {
+        let o = occm_forge(f.path())
+            .env("OCCM_FORGE_CACHE", &cache)
+            .args(["build", "--k8s", "1.34", "--source"])
+            .arg(&f.upstream)
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", stderr(&o));
+        o
+    };
+    build(&[]);
+    let tmp = cache.join("tmp");
+    // A sweep killed midway through removing a scratch directory: `.lock` gone, the rest there.
+    let half_swept = |name: &str| {
+        let dir = tmp.join(name);
+        std::fs::create_dir_all(dir.join("bin")).unwrap();
+        std::fs::write(dir.join("bin/openstack-cloud-controller-manager"), "x").unwrap();
+        dir
+    };
+    let without_lock = half_swept("build-1.34-KiLLed");
+    let renamed = half_swept(".dead-build-1.34-KiLLed");
+    // A scratch directory in use: its lock is held (here by the test).
+    let live = tmp.join("build-1.34-LiVe00");
+    std::fs::create_dir_all(&live).unwrap();
+    let held = std::fs::File::create(live.join(".lock")).unwrap();
+    held.lock().unwrap();
+    // A killed write of the digest manifest, and another file's write that may be in progress.
+    let stray = f.path().join(".occm-forge-tmp-images.lock.yaml.AbCdEf");
+    std::fs::write(&stray, "partial").unwrap();
+    age(&stray, 1);
+    let other = f.path().join(".occm-forge-tmp-timings.json.AbCdEf");
+    std::fs::write(&other, "partial").unwrap();
+    age(&other, 1);
+
+    let o = build(&[]);
+    assert!(
+        stderr(&o).contains("1.34 is up to date"),
+        "not a no-op: {}",
+        stderr(&o)
+    );
+    assert!(
+        !without_lock.exists(),
+        "a scratch dir without .lock is left"
+    );
+    assert!(!renamed.exists(), "a renamed dead scratch dir is left");
+    assert!(!stray.exists(), "the manifest's temporary file is left");
+    assert!(live.exists(), "a scratch dir in use was removed");
+    assert!(other.exists(), "another file's temporary file was removed");
+
+    // A building run sweeps too (before: only what was older than a day without .lock).
+    let without_lock = half_swept("build-1.34-KiLLd2");
+    build(&["--force"]);
+    assert!(
+        !without_lock.exists(),
+        "a scratch dir without .lock is left"
+    );
+    assert!(live.exists(), "a scratch dir in use was removed");
+    drop(held);
+}
