@@ -93,7 +93,9 @@ pub struct MinorResult {
 
 /// Builds several minors one after another under one run lock, sharing the object store and
 /// the Go caches. A failure does not stop the others unless `fail_fast`; then the remaining
-/// minors are not attempted (and not listed). `plans` may hold a minor's resolution error.
+/// minors are not attempted (and not listed). SIGINT or SIGTERM stops the run the same way: the
+/// interrupted minor's result is [`Error::Interrupted`], and the minors before it keep theirs
+/// (they are recorded). `plans` may hold a minor's resolution error.
 /// `reporter` gives each minor's reporter; `record_to` is the digest manifest (or fragment)
 /// every plan records into.
 pub async fn build_many(
@@ -126,15 +128,13 @@ pub async fn build_many(
             Err(e) => Err(e),
         };
         let failed = result.is_err();
-        if let Err(Error::Interrupted(sig)) = result {
-            return Err(Error::Interrupted(sig));
-        }
+        let interrupted = matches!(result, Err(Error::Interrupted(_)));
         results.push(MinorResult {
             minor,
             result,
             seconds: started.elapsed().as_secs_f64(),
         });
-        if failed && fail_fast {
+        if interrupted || failed && fail_fast {
             break;
         }
     }
@@ -162,7 +162,7 @@ async fn steps(
     if let Freshness::UpToDate(entry) = run.run(stages::InputsStage { plan, registry }).await? {
         return up_to_date(plan, *entry, run).await;
     }
-    let served_before = preflight(plan, registry).await?;
+    let served_before = crate::stage::or_interrupted(preflight(plan, registry)).await?;
     let (scratch, tree_dir, tree_lock) = workspace(plan)?;
     let (tree, applied) = patched_tree(plan, &mut run, &tree_dir, tree_lock.is_some()).await?;
     let epoch = plan.source_date_epoch.unwrap_or(tree.commit_time);
