@@ -322,7 +322,7 @@ mod tests {
             .to_string_lossy()
             .into_owned();
         assert!(name.starts_with("build-1.34-"), "{name}");
-        assert_eq!(names_in(&tmp), [name.clone()]);
+        assert_eq!(names_in(&tmp), [name]);
         assert_eq!(names_in(scratch.path()), [".lock"]);
         // Its lock is held: another sweep leaves it.
         sweep_scratch(cache.path());
