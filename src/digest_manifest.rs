@@ -231,13 +231,17 @@ pub fn lock_run(
         }
         Err(std::fs::TryLockError::Error(e)) => return Err(err(e)),
     }
-    // What a run killed while writing left next to the manifest.
+    // What a run killed while writing left next to the manifest: its temporary copies go at
+    // once (every writer of the manifest holds this lock), other files' after a minute.
     if let Some(dir) = path.parent() {
-        crate::util::remove_stale_temp_files(if dir.as_os_str().is_empty() {
-            Path::new(".")
-        } else {
-            dir
-        });
+        crate::util::remove_temp_files(
+            if dir.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                dir
+            },
+            path,
+        );
     }
     file.set_len(0)
         .and_then(|_| file.rewind())

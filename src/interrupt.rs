@@ -1,16 +1,18 @@
 //! Interruption: SIGINT or SIGTERM sets a process-wide flag and stops every running child
 //! process group (`go test`, `go build` and what they spawn). Stages check the flag at their
 //! boundaries; what they hold (scratch directories, the run lock) is released as they return, and
-//! nothing is recorded.
+//! nothing more is recorded (a run over several minors keeps, and says, what the minors before the
+//! interrupted one recorded).
 
 use std::collections::BTreeSet;
 use std::io;
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command};
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
 
 static SIGNAL: AtomicI32 = AtomicI32::new(0);
+static HANDLERS: AtomicUsize = AtomicUsize::new(0);
 static CHILDREN: Mutex<BTreeSet<u32>> = Mutex::new(BTreeSet::new());
 static NOTIFY: tokio::sync::Notify = tokio::sync::Notify::const_new();
 
@@ -40,6 +42,38 @@ pub async fn interrupted() {
     loop {
         let notified = NOTIFY.notified();
         if signal().is_some() {
+            return;
+        }
+        notified.await;
+    }
+}
+
+/// While a `Handling` lives, the code that made it stops at a signal by itself and reports what
+/// it did before ([`unhandled`] does not resolve): `build` over several minors, whose stages stop
+/// at the signal, prints what the minors before the interrupted one recorded. Dropping it lets
+/// [`unhandled`] resolve.
+#[must_use = "the signal is handled while it lives"]
+pub struct Handling(());
+
+/// Starts a [`Handling`] scope.
+pub fn handle_here() -> Handling {
+    HANDLERS.fetch_add(1, Ordering::SeqCst);
+    Handling(())
+}
+
+impl Drop for Handling {
+    fn drop(&mut self) {
+        HANDLERS.fetch_sub(1, Ordering::SeqCst);
+        NOTIFY.notify_waiters();
+    }
+}
+
+/// Resolves once the process has been interrupted and no [`Handling`] lives: then nothing
+/// reports the interruption but the caller (the binary's `main`, which stops the command).
+pub async fn unhandled() {
+    loop {
+        let notified = NOTIFY.notified();
+        if signal().is_some() && HANDLERS.load(Ordering::SeqCst) == 0 {
             return;
         }
         notified.await;

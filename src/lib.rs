@@ -81,9 +81,14 @@ pub enum Error {
     /// The base could not be pulled or did not verify against its digest.
     #[error("image: {0}")]
     Base(#[from] registry::pull::PullError),
-    /// The push failed (the message names the registry and the operation).
+    /// The push failed, or (before the long stages) asking what the tag serves now did (the
+    /// message names the registry and the operation).
     #[error("publish: {0}")]
     Publish(#[source] registry::RegistryError),
+    /// The inputs stage could not ask the registry whether the tag still serves the recorded
+    /// digest (the no-op check with `--push`).
+    #[error("inputs: {0}")]
+    Inputs(#[source] registry::RegistryError),
     /// The registry refused or could not be reached outside a push (the message names it).
     #[error(transparent)]
     Registry(#[from] registry::RegistryError),
@@ -136,7 +141,7 @@ impl Error {
             Error::Test(_) | Error::Proof(_) => 5,
             Error::Build(_) => 6,
             Error::Image(_) | Error::Base(_) => 7,
-            Error::Publish(_) | Error::Registry(_) => 8,
+            Error::Publish(_) | Error::Inputs(_) | Error::Registry(_) => 8,
             Error::DigestManifest(_) => 9,
             Error::Mismatch(_) => 10,
             Error::Interrupted(sig) => (128 + sig).clamp(0, 255) as u8,

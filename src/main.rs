@@ -54,7 +54,8 @@ fn main() -> ExitCode {
         });
         tokio::select! {
             r = cli::run(&cli) => r,
-            _ = interrupt::interrupted() => {
+            // Unless the command reports the interruption itself (`interrupt::Handling`).
+            _ = interrupt::unhandled() => {
                 Err(Error::Interrupted(interrupt::signal().unwrap_or(libc::SIGINT)))
             }
         }

@@ -94,7 +94,9 @@ pub struct MinorResult {
 
 /// Builds several minors one after another under one run lock, sharing the object store and
 /// the Go caches. A failure does not stop the others unless `fail_fast`; then the remaining
-/// minors are not attempted (and not listed). `plans` may hold a minor's resolution error.
+/// minors are not attempted (and not listed). SIGINT or SIGTERM stops the run the same way: the
+/// interrupted minor's result is [`Error::Interrupted`], and the minors before it keep theirs
+/// (they are recorded). `plans` may hold a minor's resolution error.
 /// `reporter` gives each minor's reporter; `record_to` is the digest manifest (or fragment)
 /// every plan records into.
 pub async fn build_many(
@@ -127,27 +129,27 @@ pub async fn build_many(
             Err(e) => Err(e),
         };
         let failed = result.is_err();
-        if let Err(Error::Interrupted(sig)) = result {
-            return Err(Error::Interrupted(sig));
-        }
+        let interrupted = matches!(result, Err(Error::Interrupted(_)));
         results.push(MinorResult {
             minor,
             result,
             seconds: started.elapsed().as_secs_f64(),
         });
-        if failed && fail_fast {
+        if interrupted || failed && fail_fast {
             break;
         }
     }
     Ok(results)
 }
 
-/// [`build`] under a run lock the caller holds.
+/// [`build`] under a run lock the caller holds. Scratch left by runs that were killed is
+/// removed first, also when the minor turns out to be up to date.
 async fn build_locked(
     plan: &BuildPlan,
     registry: &dyn Registry,
     reporter: &dyn Reporter,
 ) -> Result<BuildOutcome, Error> {
+    crate::util::sweep_scratch(&plan.cache_dir);
     crate::stage::unless_interrupted(steps(plan, registry, reporter).await)
 }
 
@@ -161,7 +163,7 @@ async fn steps(
     if let Freshness::UpToDate(entry) = run.run(stages::InputsStage { plan, registry }).await? {
         return up_to_date(plan, *entry, run).await;
     }
-    let served_before = preflight(plan, registry).await?;
+    let served_before = crate::stage::or_interrupted(preflight(plan, registry)).await?;
     let (scratch, tree_dir, tree_lock) = workspace(plan)?;
     let (tree, applied) = patched_tree(plan, &mut run, &tree_dir, tree_lock.is_some()).await?;
     let epoch = plan.source_date_epoch.unwrap_or(tree.commit_time);
@@ -271,11 +273,10 @@ async fn patched_tree(
 
 /// Where a build works: its scratch directory (binaries; removed when dropped) and its work tree
 /// — `<cache>/trees/<minor>`, reused across builds, with its lock — or `<scratch>/src` when
-/// another run holds that. Scratch left by runs that were killed is removed first.
+/// another run holds that.
 fn workspace(
     plan: &BuildPlan,
 ) -> Result<(crate::util::Scratch, PathBuf, Option<std::fs::File>), Error> {
-    crate::util::sweep_scratch(&plan.cache_dir);
     let scratch =
         scratch_dir(&plan.cache_dir, &format!("build-{}-", plan.minor)).map_err(Error::Io)?;
     Ok(
@@ -308,7 +309,8 @@ async fn up_to_date(
 
 /// Checks that fail in seconds rather than after minutes of Go work: the tag guard of the digest
 /// manifest, a writable `--output`, a base that exists, and (with `--push`) what the registry
-/// serves under the tag now, which the publish stage compares with the new digest.
+/// serves under the tag now, which the publish stage compares with the new digest (its errors,
+/// credential lookups among them, are the publish stage's).
 async fn preflight(plan: &BuildPlan, registry: &dyn Registry) -> Result<Option<String>, Error> {
     digest_manifest::check_tag(
         &plan.digest_manifest,
@@ -336,9 +338,10 @@ async fn preflight(plan: &BuildPlan, registry: &dyn Registry) -> Result<Option<S
         }
     }
     if plan.push {
-        Ok(registry
+        registry
             .manifest_digest(&plan.repository_name, &plan.tag)
-            .await?)
+            .await
+            .map_err(Error::Publish)
     } else {
         Ok(None)
     }

@@ -21,8 +21,8 @@ pub fn build_result(outcome: &BuildOutcome, json: bool) -> String {
     }
 }
 
-/// The summary of a run over several minors: one row per minor (result, digest, seconds), for
-/// stderr.
+/// The summary of a run over several minors: one row per minor (result — built, up to date,
+/// failed, interrupted —, digest or cause, seconds), for stderr.
 pub fn summary(results: &[MinorResult]) -> String {
     let mut t = format!(
         "{:<6} {:<11} {:<71} {:>8}\n",
@@ -32,6 +32,9 @@ pub fn summary(results: &[MinorResult]) -> String {
         let (result, digest) = match &r.result {
             Ok(o) if o.up_to_date => ("up to date", o.entry.digest.clone()),
             Ok(o) => ("built", o.entry.digest.clone()),
+            Err(crate::Error::Interrupted(sig)) => {
+                ("interrupted", format!("signal {sig}; not recorded"))
+            }
             Err(e) => (
                 "failed",
                 format!("exit {}: {}", e.exit_code(), first_words(&e.to_string())),
@@ -43,13 +46,47 @@ pub fn summary(results: &[MinorResult]) -> String {
             r.seconds
         ));
     }
-    let failed = results.iter().filter(|r| r.result.is_err()).count();
+    let interrupted = results
+        .iter()
+        .filter(|r| interrupted_by(r).is_some())
+        .count();
+    let failed = results.iter().filter(|r| r.result.is_err()).count() - interrupted;
     t.push_str(&format!(
-        "{} {}, {failed} failed\n",
+        "{} {}, {failed} failed{}\n",
         results.len(),
-        plural(results.len(), "minor", "s")
+        plural(results.len(), "minor", "s"),
+        if interrupted > 0 {
+            format!(", {interrupted} interrupted")
+        } else {
+            String::new()
+        }
     ));
     t
+}
+
+/// The signal that stopped this minor's build, if one did.
+pub fn interrupted_by(r: &MinorResult) -> Option<i32> {
+    match r.result {
+        Err(crate::Error::Interrupted(sig)) => Some(sig),
+        _ => None,
+    }
+}
+
+/// The last line of a run over several minors that a signal stopped (during `minor`): what is
+/// recorded, and where; `recorded` are the minors built or up to date before it.
+pub fn interrupted_run(sig: i32, minor: Minor, recorded: &[Minor], record_to: &Path) -> String {
+    let what = if recorded.is_empty() {
+        "nothing recorded".to_string()
+    } else {
+        format!(
+            "recorded in {}: {}",
+            crate::util::display_rel(record_to),
+            join(recorded)
+        )
+    };
+    format!(
+        "interrupted by signal {sig} during {minor}: {minor} stopped, not recorded, its tag not moved; {what}"
+    )
 }
 
 /// The first 60 characters of an error line.
@@ -121,6 +158,20 @@ pub fn merged(minors: &[Minor], into: &Path) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_interrupted_run_says_what_is_recorded() {
+        let m = |s: &str| s.parse::<Minor>().unwrap();
+        let p = Path::new("images.lock.yaml");
+        assert_eq!(
+            interrupted_run(15, m("1.33"), &[], p),
+            "interrupted by signal 15 during 1.33: 1.33 stopped, not recorded, its tag not moved; nothing recorded"
+        );
+        assert_eq!(
+            interrupted_run(2, m("1.35"), &[m("1.33"), m("1.34")], p),
+            "interrupted by signal 2 during 1.35: 1.35 stopped, not recorded, its tag not moved; recorded in images.lock.yaml: 1.33, 1.34"
+        );
+    }
 
     #[test]
     fn wording() {

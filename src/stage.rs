@@ -103,9 +103,11 @@ impl<'a> Runner<'a> {
     }
 
     /// Runs `stage`: reports its start, runs it, reports its end and timing, then fails with
-    /// [`Error::Interrupted`] if a signal arrived meanwhile. Must be called on a multi-threaded
-    /// tokio runtime (blocking stages use `block_in_place`).
+    /// [`Error::Interrupted`] if a signal arrived meanwhile (or before: then the stage does not
+    /// start). Must be called on a multi-threaded tokio runtime (blocking stages use
+    /// `block_in_place`).
     pub async fn run<S: Stage>(&mut self, stage: S) -> Result<S::Output, Error> {
+        checkpoint()?;
         let name = stage.name();
         self.reporter.started(name);
         let started = Instant::now();
@@ -116,12 +118,7 @@ impl<'a> Runner<'a> {
             let handle = tokio::runtime::Handle::current();
             tokio::task::block_in_place(|| handle.block_on(stage.run(&cx)))
         } else {
-            tokio::select! {
-                done = stage.run(&cx) => done,
-                _ = crate::interrupt::interrupted() => Err(Error::Interrupted(
-                    crate::interrupt::signal().unwrap_or(libc::SIGINT),
-                )),
-            }
+            or_interrupted(stage.run(&cx)).await
         }?;
         let report = StageReport {
             stage: name,
@@ -150,6 +147,19 @@ pub fn checkpoint() -> Result<(), Error> {
     match crate::interrupt::signal() {
         Some(sig) => Err(Error::Interrupted(sig)),
         None => Ok(()),
+    }
+}
+
+/// `work` (async work outside a stage, e.g. the build's preflight registry checks), dropped as
+/// soon as SIGINT or SIGTERM arrives: then [`Error::Interrupted`].
+pub async fn or_interrupted<T>(
+    work: impl std::future::Future<Output = Result<T, Error>>,
+) -> Result<T, Error> {
+    tokio::select! {
+        done = work => done,
+        _ = crate::interrupt::interrupted() => Err(Error::Interrupted(
+            crate::interrupt::signal().unwrap_or(libc::SIGINT),
+        )),
     }
 }
 

@@ -38,26 +38,50 @@ pub fn is_valid_tag(tag: &str) -> bool {
 }
 
 /// The name prefix of occm-forge's temporary files: a file left by a killed run is recognised
-/// and removed by [`remove_stale_temp_files`].
+/// and removed by [`remove_temp_files`].
 pub const TEMP_PREFIX: &str = ".occm-forge-tmp-";
 
-/// Removes temporary files a killed run left in `dir` (named [`TEMP_PREFIX`]…, older than a
-/// minute: a write in progress elsewhere takes milliseconds). Errors are ignored.
-pub fn remove_stale_temp_files(dir: &Path) {
+/// The name prefix of the temporary files [`write_file_atomically`] writes for `path`:
+/// [`TEMP_PREFIX`], the file's name (its first 200 bytes) and a dot, e.g.
+/// `.occm-forge-tmp-images.lock.yaml.` (six random characters follow).
+pub fn temp_prefix_for(path: &Path) -> String {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let mut end = name.len().min(200);
+    while !name.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{TEMP_PREFIX}{}.", &name[..end])
+}
+
+/// Removes temporary files a killed run left in `dir`: those of writes of `owned` (named
+/// [`temp_prefix_for`] `owned`) whatever their age — the caller holds the lock every writer of
+/// `owned` holds, so none is being written — and any other [`TEMP_PREFIX`] file older than a
+/// minute (another file's write in progress takes milliseconds). Errors are ignored.
+pub fn remove_temp_files(dir: &Path, owned: &Path) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };
+    let own = temp_prefix_for(owned);
     for e in entries.flatten() {
-        let stale = e.file_name().to_string_lossy().starts_with(TEMP_PREFIX)
-            && e.metadata()
-                .and_then(|m| m.modified())
-                .ok()
-                .and_then(|t| t.elapsed().ok())
-                .is_some_and(|age| age > std::time::Duration::from_secs(60));
+        let name = e.file_name().to_string_lossy().into_owned();
+        let stale = name.starts_with(&own)
+            || name.starts_with(TEMP_PREFIX) && older_than(&e, std::time::Duration::from_secs(60));
         if stale {
             let _ = std::fs::remove_file(e.path());
         }
     }
+}
+
+/// Whether the directory entry was last modified more than `age` ago.
+fn older_than(e: &std::fs::DirEntry, age: std::time::Duration) -> bool {
+    e.metadata()
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| t.elapsed().ok())
+        .is_some_and(|a| a > age)
 }
 
 /// Writes `data` to `path` through a temporary file in the same directory, `fsync` and a rename,
@@ -67,7 +91,7 @@ pub fn write_file_atomically(path: &Path, data: &[u8]) -> std::io::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir)?;
     let mut tmp = tempfile::Builder::new()
-        .prefix(TEMP_PREFIX)
+        .prefix(&temp_prefix_for(path))
         .tempfile_in(dir)?;
     tmp.write_all(data)?;
     #[cfg(unix)]
@@ -92,18 +116,34 @@ pub fn rfc3339(epoch: i64) -> String {
 
 /// A scratch directory, removed when dropped. While it lives, the file `.lock` inside it is
 /// locked, which tells [`sweep_scratch`] of another run that it is in use.
+///
+/// Its life, so that a run killed at any point leaves nothing a sweep cannot tell is dead: it is
+/// made as `.new-<name>`, its `.lock` locked, and renamed to `<name>` (a `<name>` directory
+/// always has a locked `.lock` while its run lives); it is removed by renaming it to
+/// `.dead-<name>` and deleting that, the lock held until the end.
 #[derive(Debug)]
 pub struct Scratch {
+    dir: std::path::PathBuf,
     _lock: std::fs::File,
-    dir: tempfile::TempDir,
 }
 
 impl Scratch {
     /// The directory.
     pub fn path(&self) -> &Path {
-        self.dir.path()
+        &self.dir
     }
 }
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        bury(&self.dir);
+    }
+}
+
+/// The name prefix of a scratch directory being made ([`scratch_dir`]).
+const NEW_SCRATCH: &str = ".new-";
+/// The name prefix of a scratch directory being removed.
+const DEAD_SCRATCH: &str = ".dead-";
 
 /// A fresh scratch directory `<cache_dir>/tmp/<prefix>XXXXXX`, removed when dropped.
 ///
@@ -112,40 +152,76 @@ pub fn scratch_dir(cache_dir: &Path, prefix: &str) -> Result<Scratch, String> {
     let tmp_root = cache_dir.join("tmp");
     let err = |e: std::io::Error| format!("{}: {e}", tmp_root.display());
     std::fs::create_dir_all(&tmp_root).map_err(err)?;
-    let dir = tempfile::Builder::new()
-        .prefix(prefix)
+    let new = tempfile::Builder::new()
+        .prefix(&format!("{NEW_SCRATCH}{prefix}"))
         .tempdir_in(&tmp_root)
         .map_err(err)?;
-    let lock = std::fs::File::create(dir.path().join(".lock")).map_err(err)?;
+    let lock = std::fs::File::create(new.path().join(".lock")).map_err(err)?;
     lock.lock().map_err(err)?;
-    Ok(Scratch { _lock: lock, dir })
+    let name = new
+        .path()
+        .file_name()
+        .expect("a temporary directory has a name");
+    let dir = tmp_root.join(
+        name.to_string_lossy()
+            .strip_prefix(NEW_SCRATCH)
+            .expect("made with the prefix"),
+    );
+    std::fs::rename(new.path(), &dir).map_err(err)?;
+    // Renamed: it is no longer the TempDir's to remove.
+    let _ = new.keep();
+    Ok(Scratch { dir, _lock: lock })
 }
 
-/// Removes what runs killed with SIGKILL left under `<cache_dir>/tmp`: scratch directories whose
-/// `.lock` no process holds (first stopping any process still working in them, e.g. a `go`
-/// child that outlived its parent), and directories without a lock older than a day. Errors are
-/// ignored: this only tidies.
+/// Removes what runs killed with SIGKILL (or killed while removing scratch) left under
+/// `<cache_dir>/tmp`, first stopping any process still working there (e.g. a `go` child that
+/// outlived its parent): `.dead-*` directories, scratch directories whose `.lock` no process
+/// holds or that have none, and `.new-*` directories so left for more than a minute (a scratch
+/// directory is made in microseconds). Cheap when there is nothing to remove (one directory
+/// read), so every build calls it, an up-to-date one too. Errors are ignored: this only tidies.
 pub fn sweep_scratch(cache_dir: &Path) {
     let Ok(entries) = std::fs::read_dir(cache_dir.join("tmp")) else {
         return;
     };
     for e in entries.flatten() {
         let path = e.path();
-        if !path.is_dir() {
+        if !e.file_type().is_ok_and(|t| t.is_dir()) {
             continue;
         }
-        let stale = match std::fs::File::open(path.join(".lock")) {
-            Ok(f) => f.try_lock().is_ok(),
-            Err(_) => e
-                .metadata()
-                .and_then(|m| m.modified())
-                .ok()
-                .and_then(|t| t.elapsed().ok())
-                .is_some_and(|age| age > std::time::Duration::from_secs(24 * 3600)),
-        };
-        if stale {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name.starts_with(DEAD_SCRATCH) {
             kill_processes_in(&path);
             let _ = std::fs::remove_dir_all(&path);
+            continue;
+        }
+        // Held while the directory is buried, so that no other sweep takes it meanwhile.
+        let lock = std::fs::File::open(path.join(".lock")).ok();
+        let free = match &lock {
+            Some(f) => f.try_lock().is_ok(),
+            None => true,
+        };
+        let dead = free
+            && (!name.starts_with(NEW_SCRATCH)
+                || older_than(&e, std::time::Duration::from_secs(60)));
+        if dead {
+            kill_processes_in(&path);
+            bury(&path);
+        }
+        drop(lock);
+    }
+}
+
+/// Renames `dir` to `.dead-<name>` beside it (one atomic step: from then on any sweep removes
+/// it) and deletes that; where the rename fails, deletes `dir` in place.
+fn bury(dir: &Path) {
+    let name = dir.file_name().unwrap_or_default().to_string_lossy();
+    let dead = dir.with_file_name(format!("{DEAD_SCRATCH}{name}"));
+    match std::fs::rename(dir, &dead) {
+        Ok(()) => {
+            let _ = std::fs::remove_dir_all(&dead);
+        }
+        Err(_) => {
+            let _ = std::fs::remove_dir_all(dir);
         }
     }
 }
@@ -218,5 +294,114 @@ mod tests {
         assert_eq!(plural(1, "mismatch", "es"), "mismatch");
         assert_eq!(plural(2, "mismatch", "es"), "mismatches");
         assert_eq!(join(["1.33", "1.34"]), "1.33, 1.34");
+    }
+
+    fn names_in(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    }
+
+    fn backdate(path: &Path, secs: u64) {
+        let t = std::time::SystemTime::now() - std::time::Duration::from_secs(secs);
+        std::fs::File::open(path).unwrap().set_modified(t).unwrap();
+    }
+
+    #[test]
+    fn scratch_is_made_and_removed_without_a_state_a_sweep_cannot_judge() {
+        let cache = tempfile::tempdir().unwrap();
+        let tmp = cache.path().join("tmp");
+        let scratch = scratch_dir(cache.path(), "build-1.34-").unwrap();
+        let name = scratch
+            .path()
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
+        assert!(name.starts_with("build-1.34-"), "{name}");
+        assert_eq!(names_in(&tmp), [name]);
+        assert_eq!(names_in(scratch.path()), [".lock"]);
+        // Its lock is held: another sweep leaves it.
+        sweep_scratch(cache.path());
+        assert!(scratch.path().exists());
+        std::fs::write(scratch.path().join("file"), "x").unwrap();
+        drop(scratch);
+        assert_eq!(names_in(&tmp), Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_sweep_removes_what_killed_runs_and_killed_sweeps_left_and_nothing_in_use() {
+        let cache = tempfile::tempdir().unwrap();
+        let tmp = cache.path().join("tmp");
+        let dir = |name: &str, lock: bool| {
+            let d = tmp.join(name);
+            std::fs::create_dir_all(d.join("src")).unwrap();
+            std::fs::write(d.join("src/main.go"), "package main").unwrap();
+            if lock {
+                std::fs::write(d.join(".lock"), "").unwrap();
+            }
+            d
+        };
+        let live = scratch_dir(cache.path(), "build-1.33-").unwrap();
+        dir("build-1.34-killed", true); // its run was killed: the lock is free
+        dir("build-1.35-halfgone", false); // a removal killed after `.lock` went
+        dir(".dead-build-1.35-renamed", false); // a removal killed after the rename
+        dir(".new-build-1.36-making", false); // being made by another run, just now
+        let old_new = dir(".new-build-1.36-killed", true); // made by a run killed a while ago
+        backdate(&old_new, 120);
+        let held = dir("accept-control-held", true);
+        let holder = std::fs::File::open(held.join(".lock")).unwrap();
+        holder.lock().unwrap();
+        std::fs::write(tmp.join("a-file"), "x").unwrap();
+        sweep_scratch(cache.path());
+        let live_name = live
+            .path()
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
+        let mut kept = vec![
+            ".new-build-1.36-making".to_string(),
+            "a-file".into(),
+            "accept-control-held".into(),
+            live_name,
+        ];
+        kept.sort();
+        assert_eq!(names_in(&tmp), kept);
+    }
+
+    #[test]
+    fn temporary_files_of_the_locked_file_go_at_once_others_after_a_minute() {
+        let d = tempfile::tempdir().unwrap();
+        let manifest = d.path().join("images.lock.yaml");
+        write_file_atomically(&manifest, b"x").unwrap();
+        assert_eq!(
+            temp_prefix_for(&manifest),
+            ".occm-forge-tmp-images.lock.yaml."
+        );
+        let file = |name: &str, age: u64| {
+            let p = d.path().join(name);
+            std::fs::write(&p, "partial").unwrap();
+            backdate(&p, age);
+        };
+        file(".occm-forge-tmp-images.lock.yaml.AbCdEf", 1);
+        file(".occm-forge-tmp-timings.json.AbCdEf", 1);
+        file(".occm-forge-tmp-XyZ123", 120);
+        file("images.toml", 120);
+        remove_temp_files(d.path(), &manifest);
+        assert_eq!(
+            names_in(d.path()),
+            [
+                ".occm-forge-tmp-timings.json.AbCdEf",
+                "images.lock.yaml",
+                "images.toml"
+            ]
+        );
+        let long = d.path().join("é".repeat(120)); // 240 bytes: a valid name
+        write_file_atomically(&long, b"x").unwrap();
+        assert!(temp_prefix_for(&long).len() <= TEMP_PREFIX.len() + 201);
     }
 }

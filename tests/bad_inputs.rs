@@ -321,7 +321,7 @@ fn unreachable_registry_fails_without_recording() {
         stderr(&o)
     );
     assert!(
-        line.starts_with(&format!("occm-forge: error: registry {addr}: ")),
+        line.starts_with(&format!("occm-forge: error: publish: registry {addr}: ")),
         "{line}"
     );
     assert!(line.contains("unreachable"), "{line}");

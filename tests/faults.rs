@@ -615,7 +615,7 @@ fn a_registry_that_never_answers_fails_within_the_operation_timeout() {
     assert!(
         // (How many attempts fit in the bound depends on the machine's load; that it is
         // bounded, and the cause, do not.)
-        last.starts_with(&format!("occm-forge: error: registry {addr}: "))
+        last.starts_with(&format!("occm-forge: error: publish: registry {addr}: "))
             && last.contains("no answer within 2 s"),
         "{last}"
     );

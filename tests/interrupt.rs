@@ -318,3 +318,215 @@ fn after_sigkill_the_next_run_stops_leftover_go_processes_and_removes_scratch_an
     );
     assert!(!stray.exists(), "the stray temporary file is still there");
 }
+
+/// `build --all` interrupted in its third minor: the two minors built before are recorded and
+/// their results printed (stdout), the summary table marks the third interrupted, and the last
+/// line names what is recorded where; exit 130 as for any SIGINT.
+#[test]
+fn sigint_in_the_third_minor_of_all_prints_and_names_the_two_recorded() {
+    let f = fixture(&["linux/amd64"]);
+    f.add_patch(
+        "1.35",
+        "0003-a-test-that-can-be-slow.patch",
+        SLOW_TEST_PATCH,
+    );
+    let pidfile = f.path().join("slow.pid");
+    let mut child = occm_forge(f.path())
+        .args(["build", "--all", "--source"])
+        .arg(&f.upstream)
+        .env("OCCM_FORGE_TEST_PIDFILE", &pidfile)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for_slow_test(&pidfile, &mut child);
+    signal(&child, "INT");
+    let out = child.wait_with_output().unwrap();
+    let (out_text, err) = (stdout(&out), stderr(&out));
+    assert_eq!(out.status.code(), Some(130), "{err}");
+    assert_eq!(
+        out_text, "oci:out:v1.33.1-occmforge.1\noci:out:v1.34.1-occmforge.1\n",
+        "{err}"
+    );
+    let summary: Vec<&str> = err
+        .lines()
+        .skip_while(|l| !l.starts_with("occm-forge: minor "))
+        .collect();
+    assert!(summary.len() >= 5, "no summary table: {err}");
+    assert!(
+        summary[1].starts_with("occm-forge: 1.33   built       sha256:"),
+        "{summary:?}"
+    );
+    assert!(
+        summary[2].starts_with("occm-forge: 1.34   built       sha256:"),
+        "{summary:?}"
+    );
+    assert!(
+        summary[3].starts_with("occm-forge: 1.35   interrupted signal 2"),
+        "{summary:?}"
+    );
+    assert_eq!(summary[4], "occm-forge: 3 minors, 0 failed, 1 interrupted");
+    assert_eq!(
+        err.lines().last().unwrap(),
+        "occm-forge: error: interrupted by signal 2 during 1.35: 1.35 stopped, not recorded, its tag not moved; recorded in images.lock.yaml: 1.33, 1.34",
+        "{err}"
+    );
+    let lock = read_lock(&f.lock);
+    let minors: Vec<&str> = lock["images"]
+        .as_mapping()
+        .unwrap()
+        .keys()
+        .map(|k| k.as_str().unwrap())
+        .collect();
+    assert_eq!(minors, ["1.33", "1.34"]);
+}
+
+/// Sets `path`'s modification time `secs` seconds back.
+fn age(path: &Path, secs: u64) {
+    let t = std::time::SystemTime::now() - Duration::from_secs(secs);
+    std::fs::File::open(path).unwrap().set_modified(t).unwrap();
+}
+
+/// Leftovers of killed runs go at the next run, a no-op one included: a scratch directory whose
+/// sweep was killed after its `.lock` was deleted, one whose sweep was killed after it was
+/// renamed away, and a temporary copy of the digest manifest a killed write left a second ago.
+/// What another run may still be using stays: a scratch directory whose lock is held, and a
+/// temporary file of another file's write.
+#[test]
+fn leftovers_of_killed_runs_go_at_the_next_run_even_a_no_op() {
+    let f = fixture(&["linux/amd64"]);
+    let cache = f.path().join("cache");
+    let build = |extra: &[&str]| {
+        let o = occm_forge(f.path())
+            .env("OCCM_FORGE_CACHE", &cache)
+            .args(["build", "--k8s", "1.34", "--source"])
+            .arg(&f.upstream)
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", stderr(&o));
+        o
+    };
+    build(&[]);
+    let tmp = cache.join("tmp");
+    // A sweep killed midway through removing a scratch directory: `.lock` gone, the rest there.
+    let half_swept = |name: &str| {
+        let dir = tmp.join(name);
+        std::fs::create_dir_all(dir.join("bin")).unwrap();
+        std::fs::write(dir.join("bin/openstack-cloud-controller-manager"), "x").unwrap();
+        dir
+    };
+    let without_lock = half_swept("build-1.34-KiLLed");
+    let renamed = half_swept(".dead-build-1.34-KiLLed");
+    // A scratch directory in use: its lock is held (here by the test).
+    let live = tmp.join("build-1.34-LiVe00");
+    std::fs::create_dir_all(&live).unwrap();
+    let held = std::fs::File::create(live.join(".lock")).unwrap();
+    held.lock().unwrap();
+    // A killed write of the digest manifest, and another file's write that may be in progress.
+    let stray = f.path().join(".occm-forge-tmp-images.lock.yaml.AbCdEf");
+    std::fs::write(&stray, "partial").unwrap();
+    age(&stray, 1);
+    let other = f.path().join(".occm-forge-tmp-timings.json.AbCdEf");
+    std::fs::write(&other, "partial").unwrap();
+    age(&other, 1);
+
+    let o = build(&[]);
+    assert!(
+        stderr(&o).contains("1.34 is up to date"),
+        "not a no-op: {}",
+        stderr(&o)
+    );
+    assert!(
+        !without_lock.exists(),
+        "a scratch dir without .lock is left"
+    );
+    assert!(!renamed.exists(), "a renamed dead scratch dir is left");
+    assert!(!stray.exists(), "the manifest's temporary file is left");
+    assert!(live.exists(), "a scratch dir in use was removed");
+    assert!(other.exists(), "another file's temporary file was removed");
+
+    // A building run sweeps too (before: only what was older than a day without .lock).
+    let without_lock = half_swept("build-1.34-KiLLd2");
+    build(&["--force"]);
+    assert!(
+        !without_lock.exists(),
+        "a scratch dir without .lock is left"
+    );
+    assert!(live.exists(), "a scratch dir in use was removed");
+    drop(held);
+}
+
+/// The same while the third minor waits for the registry (an async step, which the signal
+/// drops at once): the two minors pushed before are printed and named as recorded, exit 143.
+#[test]
+fn sigterm_while_the_third_minor_waits_for_the_registry_prints_the_two_pushed() {
+    let reg = TestRegistry::start();
+    let f = fixture(&["linux/amd64"]);
+    // The check of what 1.35's tag serves now, before its long stages, hangs.
+    let proxy = FaultProxy::start(
+        &reg.addr,
+        vec![FaultRule {
+            method: "HEAD",
+            path_contains: "/manifests/v1.35.0-occmforge.1",
+            fault: Fault::Delay(Duration::from_secs(60)),
+            times: 1,
+            after: 0,
+        }],
+    );
+    let repo = proxy.repo("occm/openstack-cloud-controller-manager");
+    let mut child = occm_forge(f.path())
+        .args(["build", "--all", "--push", "--repository", &repo])
+        .args(["--insecure-registry", &proxy.addr, "--source"])
+        .arg(&f.upstream)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(240);
+    while proxy
+        .counts
+        .delayed
+        .load(std::sync::atomic::Ordering::SeqCst)
+        == 0
+    {
+        assert!(Instant::now() < deadline, "1.35 never asked the registry");
+        if let Ok(Some(s)) = child.try_wait() {
+            panic!("occm-forge ended early: {s}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let signalled = Instant::now();
+    signal(&child, "TERM");
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        signalled.elapsed() < Duration::from_secs(20),
+        "took {:?} to stop",
+        signalled.elapsed()
+    );
+    let (out_text, err) = (stdout(&out), stderr(&out));
+    assert_eq!(out.status.code(), Some(143), "{err}");
+    let lines: Vec<&str> = out_text.lines().collect();
+    assert_eq!(lines.len(), 2, "{out_text}\n{err}");
+    assert!(
+        lines[0].starts_with(&format!("{repo}:v1.33.1-occmforge.1@sha256:"))
+            && lines[1].starts_with(&format!("{repo}:v1.34.1-occmforge.1@sha256:")),
+        "{out_text}"
+    );
+    assert!(
+        err.contains("occm-forge: 1.35   interrupted signal 15; not recorded"),
+        "{err}"
+    );
+    assert_eq!(
+        err.lines().last().unwrap(),
+        "occm-forge: error: interrupted by signal 15 during 1.35: 1.35 stopped, not recorded, its tag not moved; recorded in images.lock.yaml: 1.33, 1.34",
+        "{err}"
+    );
+    let lock = read_lock(&f.lock);
+    assert!(lock["images"]["1.34"]["published"].as_bool().unwrap());
+    assert!(lock["images"]["1.35"].is_null(), "1.35 recorded");
+    assert_eq!(
+        reg.get_status("/v2/occm/openstack-cloud-controller-manager/manifests/v1.35.0-occmforge.1"),
+        Some(404)
+    );
+}

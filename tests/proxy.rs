@@ -68,11 +68,12 @@ fn an_unreachable_proxy_is_named_in_the_error() {
     let last = stderr(&o).lines().last().unwrap_or_default().to_string();
     eprintln!("{last}");
     assert!(
-        last.starts_with(&format!("occm-forge: error: registry {}: ", front.addr))
-            && last.contains(&format!(
-                "cannot reach the proxy http://127.0.0.1:{dead_port} (from HTTP_PROXY): "
-            ))
-            && last.contains(&format!("NO_PROXY does not list {}", front.addr)),
+        last.starts_with(&format!(
+            "occm-forge: error: publish: registry {}: ",
+            front.addr
+        )) && last.contains(&format!(
+            "cannot reach the proxy http://127.0.0.1:{dead_port} (from HTTP_PROXY): "
+        )) && last.contains(&format!("NO_PROXY does not list {}", front.addr)),
         "{last}"
     );
     assert_eq!(std::fs::read(&f.lock).unwrap(), lock_before);
@@ -90,7 +91,7 @@ fn a_malformed_proxy_variable_is_an_error() {
     eprintln!("{last}");
     assert!(
         last.starts_with(&format!(
-            "occm-forge: error: registry {}: set up the client: ",
+            "occm-forge: error: publish: registry {}: set up the client: ",
             front.addr
         )) && last.ends_with("(check HTTPS_PROXY, HTTP_PROXY and NO_PROXY)"),
         "{last}"

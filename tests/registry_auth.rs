@@ -119,7 +119,10 @@ fn credentials_tls_and_refusals() {
     assert_eq!(o.status.code(), Some(8), "{}", stderr(&o));
     let line = last_line(&o);
     assert!(
-        line.starts_with(&format!("occm-forge: error: registry {}: ", s.reg.addr)),
+        line.starts_with(&format!(
+            "occm-forge: error: publish: registry {}: ",
+            s.reg.addr
+        )),
         "{line}"
     );
     assert!(
@@ -271,4 +274,73 @@ fn a_plain_http_registry_needs_an_explicit_opt_in() {
     );
     let o = push(&f, &repo, &["--insecure-registry", &reg.addr], &[]);
     assert!(o.status.success(), "{}", stderr(&o));
+}
+
+/// A credential helper that fails says so on stdout (docker-credential-helpers' `Serve` prints
+/// the error there and exits 1): the error is one line naming the helper and the registry, from
+/// the stage that looked the credentials up (publish's check of the tag on a first push, the
+/// inputs stage's no-op check once the minor is recorded). Nothing is pushed anonymously.
+#[test]
+fn a_failing_credential_helper_is_one_line_naming_it_and_the_registry() {
+    let reg = TestRegistry::start();
+    let f = fixture(&["linux/amd64"]);
+    let repo = reg.repo("occm/openstack-cloud-controller-manager");
+    let dir = tempfile::tempdir().unwrap();
+    let bin = dir.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let helper = bin.join("docker-credential-occmforge-broken");
+    std::fs::write(
+        &helper,
+        "#!/bin/sh\nread -r server\necho 'error getting credentials - err: exit status 1, out: `password store is empty`'\nexit 1\n",
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&helper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let config = dir.path().join("helper.json");
+    std::fs::write(
+        &config,
+        format!(r#"{{"credHelpers":{{"{}":"occmforge-broken"}}}}"#, reg.addr),
+    )
+    .unwrap();
+    let path = PathBuf::from(format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    ));
+    let with_helper = [
+        "--insecure-registry",
+        &reg.addr,
+        "--registry-config",
+        config.to_str().unwrap(),
+    ];
+    let expected = |stage: &str| {
+        format!(
+            "occm-forge: error: {stage}: credentials for {} from {}: credential helper `docker-credential-occmforge-broken` failed: error getting credentials - err: exit status 1, out: `password store is empty`",
+            reg.addr,
+            config.display()
+        )
+    };
+    let errors = |o: &Output| -> Vec<String> {
+        stderr(o)
+            .lines()
+            .filter(|l| l.contains("error"))
+            .map(str::to_string)
+            .collect()
+    };
+
+    let o = push(&f, &repo, &with_helper, &[("PATH", path.as_path())]);
+    assert_eq!(o.status.code(), Some(8), "{}", stderr(&o));
+    assert_eq!(errors(&o), [expected("publish")], "{}", stderr(&o));
+    assert_eq!(
+        reg.get_status("/v2/occm/openstack-cloud-controller-manager/manifests/v1.34.1-occmforge.1"),
+        Some(404),
+        "pushed without the helper's credentials"
+    );
+
+    // Recorded (anonymously, the registry needs no credentials), then the no-op check.
+    let o = push(&f, &repo, &["--insecure-registry", &reg.addr], &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = push(&f, &repo, &with_helper, &[("PATH", path.as_path())]);
+    assert_eq!(o.status.code(), Some(8), "{}", stderr(&o));
+    assert_eq!(errors(&o), [expected("inputs")], "{}", stderr(&o));
 }

@@ -521,3 +521,59 @@ fn the_tag_guard_and_the_inputs_stage_name_a_change_in_the_same_words() {
         "{line}"
     );
 }
+
+/// The no-op check with `--push` asks the registry what the tag serves. When nobody listens on
+/// the registry's port, that is one line of the inputs stage naming the registry and the cause,
+/// without the HTTP client's nested error chain; nothing is written.
+#[test]
+fn an_unreachable_registry_in_the_no_op_check_is_one_line_of_the_inputs_stage() {
+    let mut reg = TestRegistry::start();
+    let f = fixture(&["linux/amd64"]);
+    let repo = reg.repo("occm/openstack-cloud-controller-manager");
+    f.write_config(&repo, &["linux/amd64"], "static", &[]);
+    let addr = reg.addr.clone();
+    let push = |f: &Fixture| {
+        forge(
+            f,
+            &[
+                "--k8s",
+                "1.34",
+                "--push",
+                "--insecure-registry",
+                &addr,
+                "--retries",
+                "0",
+            ],
+        )
+        .output()
+        .unwrap()
+    };
+    ok(&push(&f));
+    let lock = std::fs::read(&f.lock).unwrap();
+    reg.kill();
+    let o = push(&f);
+    assert_eq!(o.status.code(), Some(8), "{}", stderr(&o));
+    let errors: Vec<String> = stderr(&o)
+        .lines()
+        .filter(|l| l.contains("error"))
+        .map(str::to_string)
+        .collect();
+    assert_eq!(errors.len(), 1, "{}", stderr(&o));
+    let line = &errors[0];
+    assert!(
+        line.starts_with(&format!(
+            "occm-forge: error: inputs: registry {addr}: check manifest occm/openstack-cloud-controller-manager:v1.34.1-occmforge.1: "
+        )),
+        "{line}"
+    );
+    assert!(line.contains("connection refused"), "{line}");
+    for chain in [
+        "error sending request",
+        "client error",
+        "tcp connect error",
+        "os error",
+    ] {
+        assert!(!line.contains(chain), "{chain} in {line}");
+    }
+    assert_eq!(std::fs::read(&f.lock).unwrap(), lock, "nothing written");
+}

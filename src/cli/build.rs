@@ -127,6 +127,8 @@ pub async fn run(cli: &Cli, args: &BuildArgs) -> Result<u8, Error> {
         .clone()
         .unwrap_or_else(|| config.digest_manifest.clone());
     let quiet = cli.quiet;
+    // A signal stops the minor in progress; what the others did is still printed.
+    let _handling = occm_forge::interrupt::handle_here();
     let results = pipeline::build_many(
         plans,
         &record_to,
@@ -136,13 +138,19 @@ pub async fn run(cli: &Cli, args: &BuildArgs) -> Result<u8, Error> {
         args.fail_fast,
     )
     .await?;
-    finish_many(cli, args, &results)
+    finish_many(cli, args, &results, &record_to)
 }
 
 /// Prints what several minors gave: each error as it is, one result per built minor on stdout
-/// (or a JSON array), the summary table on stderr. Exit status: 0 when every minor is built or
-/// up to date, else the status of the first minor that failed.
-fn finish_many(cli: &Cli, args: &BuildArgs, results: &[MinorResult]) -> Result<u8, Error> {
+/// (or a JSON array), the summary table on stderr, and after a signal a last line saying what is
+/// recorded in `record_to`. Exit status: 0 when every minor is built or up to date, 128 + the
+/// signal after one, else the status of the first minor that failed.
+fn finish_many(
+    cli: &Cli,
+    args: &BuildArgs,
+    results: &[MinorResult],
+    record_to: &Path,
+) -> Result<u8, Error> {
     let outcomes: Vec<&BuildOutcome> = results
         .iter()
         .filter_map(|r| r.result.as_ref().ok())
@@ -164,12 +172,24 @@ fn finish_many(cli: &Cli, args: &BuildArgs, results: &[MinorResult]) -> Result<u
         print_stdout(&text)?;
     }
     for r in results {
-        if let Err(e) = &r.result {
+        if let (Err(e), None) = (&r.result, report::interrupted_by(r)) {
             print_error_of(&format!("{}: ", r.minor), e);
         }
     }
     for line in report::summary(results).lines() {
         note(cli.quiet, line);
+    }
+    if let Some((r, sig)) = results
+        .iter()
+        .find_map(|r| report::interrupted_by(r).map(|s| (r, s)))
+    {
+        let recorded: Vec<_> = outcomes.iter().map(|o| o.minor).collect();
+        let e = Error::Interrupted(sig);
+        eprintln!(
+            "occm-forge: error: {}",
+            report::interrupted_run(sig, r.minor, &recorded, record_to)
+        );
+        return Ok(e.exit_code());
     }
     Ok(results
         .iter()

@@ -34,6 +34,15 @@ pub struct AuthError {
     pub message: String,
 }
 
+/// Whether `message` is an [`AuthError`]'s line for `registry` (it then names the registry and
+/// the file, and needs no `registry <host>:` before it).
+pub(crate) fn names_registry(message: &str, registry: &str) -> bool {
+    message
+        .strip_prefix("credentials for ")
+        .and_then(|m| m.strip_prefix(registry))
+        .is_some_and(|m| m.starts_with(" from "))
+}
+
 impl AuthFiles {
     /// The search list: `explicit` alone, or the standard locations from the environment.
     pub fn discover(explicit: Option<&Path>) -> Self {
@@ -73,10 +82,11 @@ impl AuthFiles {
             };
             let conf: Value =
                 serde_json::from_slice(&text).map_err(|e| err(format!("not valid JSON: {e}")))?;
-            let helper = conf["credHelpers"][registry]
+            let own_helper = conf["credHelpers"][registry]
                 .as_str()
-                .filter(|h| !h.is_empty())
-                .or_else(|| conf["credsStore"].as_str().filter(|h| !h.is_empty()));
+                .filter(|h| !h.is_empty());
+            let helper =
+                own_helper.or_else(|| conf["credsStore"].as_str().filter(|h| !h.is_empty()));
             let has_entry = conf["auths"]
                 .as_object()
                 .is_some_and(|a| a.keys().any(|k| key_matches(k, registry)));
@@ -100,18 +110,51 @@ impl AuthFiles {
                 }
                 // A store without an entry for this registry: keep looking.
                 Err(CredentialRetrievalError::NoCredentialConfigured) => continue,
-                Err(CredentialRetrievalError::HelperFailure { helper, stderr, .. }) => {
-                    let first = stderr.lines().next().unwrap_or("").trim().to_string();
-                    if first.contains("not found") || first.is_empty() {
-                        continue;
-                    }
-                    return Err(err(format!("credential helper `{helper}` failed: {first}")));
+                Err(CredentialRetrievalError::HelperFailure {
+                    helper,
+                    stdout,
+                    stderr,
+                }) => {
+                    // docker-credential-helpers' `Serve` prints its error on stdout and exits 1
+                    // (`credentials not found in native keychain` when it has no entry); other
+                    // helpers use stderr.
+                    let said = first_line(&stdout).or_else(|| first_line(&stderr));
+                    let message = match said {
+                        Some(m) if m.contains("not found") => continue,
+                        // A store for every registry that says nothing: no entry here.
+                        None if own_helper.is_none() => continue,
+                        Some(m) => format!("credential helper `{helper}` failed: {m}"),
+                        None => format!("credential helper `{helper}` failed without saying why"),
+                    };
+                    return Err(err(message));
                 }
-                Err(e) => return Err(err(e.to_string())),
+                Err(e) => {
+                    let helper = helper.map_or("the credential helper".to_string(), |h| {
+                        format!("credential helper `docker-credential-{h}`")
+                    });
+                    return Err(err(match e {
+                        CredentialRetrievalError::HelperCommunicationError => {
+                            format!("{helper} could not be run or be given the registry's name")
+                        }
+                        CredentialRetrievalError::MalformedHelperResponse => format!(
+                            "{helper} answered something else than credentials (JSON with Username and Secret)"
+                        ),
+                        e => e.to_string(),
+                    }));
+                }
             }
         }
         Ok((RegistryAuth::Anonymous, None))
     }
+}
+
+/// The first non-empty line of a helper's output, trimmed and cut to 160 characters.
+fn first_line(output: &str) -> Option<String> {
+    let line = output.lines().map(str::trim).find(|l| !l.is_empty())?;
+    Some(match line.char_indices().nth(160) {
+        Some((i, _)) => format!("{}…", &line[..i]),
+        None => line.to_string(),
+    })
 }
 
 /// Whether a config `auths` key (`host`, `https://host`, `https://host/v1/`) names `registry`.
@@ -181,6 +224,29 @@ mod tests {
             f.credential("other.example").unwrap().0,
             RegistryAuth::Anonymous
         ));
+    }
+
+    #[test]
+    fn a_lookup_error_is_said_once_with_its_registry_and_file() {
+        let e = AuthError {
+            registry: "reg.example:5000".into(),
+            file: "/home/u/.docker/config.json".into(),
+            message: "credential helper `docker-credential-pass` failed: pass store is empty"
+                .into(),
+        };
+        let line = e.to_string();
+        let r = crate::registry::RegistryError {
+            registry: e.registry.clone(),
+            operation: "look up credentials".into(),
+            message: line.clone(),
+            kind: crate::registry::ErrorKind::Auth,
+        };
+        assert_eq!(r.to_string(), line);
+        assert_eq!(
+            line,
+            "credentials for reg.example:5000 from /home/u/.docker/config.json: credential helper `docker-credential-pass` failed: pass store is empty"
+        );
+        assert!(!names_registry(&line, "reg.example"));
     }
 
     #[test]

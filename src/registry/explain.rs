@@ -1,4 +1,5 @@
-//! One-line explanations of a registry's error answers, instead of its raw body.
+//! One-line explanations of a registry's error answers, instead of its raw body, and of the HTTP
+//! client's failures, instead of its nested error chain.
 //!
 //! The distribution-spec error envelope is `{"errors":[{"code","message","detail"}]}`
 //! (distribution-spec v1.1 "Error Codes"). For a storage failure, distribution (`docker-registry`,
@@ -144,6 +145,52 @@ fn storage_full(body: &str) -> String {
     )
 }
 
+/// Whether a part of an error chain is one of the HTTP client's (reqwest, hyper-util) layers,
+/// which say how a request failed, not why: `error sending request for url (…)`,
+/// `client error (Connect)`, `tcp connect error`, `error trying to connect`.
+fn is_client_layer(part: &str) -> bool {
+    part.starts_with("error sending request")
+        || part.starts_with("client error (")
+        || part == "tcp connect error"
+        || part == "error trying to connect"
+        || part == "failed to lookup address information"
+}
+
+/// `Connection refused (os error 111)` → `connection refused`; other text as it is.
+fn os_error(part: &str) -> String {
+    let Some(at) = part.find(" (os error ") else {
+        return part.to_string();
+    };
+    let end = part[at..].find(')').map_or(part.len(), |e| at + e + 1);
+    let text = format!("{}{}", &part[..at], &part[end..]);
+    let mut chars = text.chars();
+    match chars.next() {
+        Some(c) => c.to_lowercase().chain(chars).collect(),
+        None => text,
+    }
+}
+
+/// A message built from an HTTP client error chain (`a: b: c`), with the client's own layers
+/// left out and the cause said plainly: `unreachable: error sending request for url (http://…):
+/// client error (Connect): tcp connect error: Connection refused (os error 111)` →
+/// `unreachable: connection refused`; `dns error` → `cannot resolve the host name`; a rustls
+/// `invalid peer certificate` → `TLS: invalid peer certificate`. The occm-forge parts (what was
+/// done, hints in parentheses) stay; a message without such a chain is returned as it is.
+pub(crate) fn without_client_chain(message: &str) -> String {
+    let parts: Vec<&str> = message.split(": ").collect();
+    let kept: Vec<String> = parts
+        .iter()
+        .enumerate()
+        .filter(|(i, p)| !is_client_layer(p) || *i + 1 == parts.len())
+        .map(|(_, p)| match *p {
+            "dns error" => "cannot resolve the host name".to_string(),
+            p if p.starts_with("invalid peer certificate") => format!("TLS: {p}"),
+            p => os_error(p),
+        })
+        .collect();
+    kept.join(": ")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -197,5 +244,40 @@ mod tests {
             r#"{"errors":[{"code":"UNKNOWN","message":"unknown error","detail":null}]}"#,
         );
         assert_eq!(m, "HTTP 500: UNKNOWN: unknown error");
+    }
+
+    #[test]
+    fn the_http_clients_chain_is_left_out() {
+        assert_eq!(
+            without_client_chain(
+                "unreachable: error sending request for url (http://127.0.0.1:5000/v2/occm/manifests/v1): client error (Connect): tcp connect error: Connection refused (os error 111)"
+            ),
+            "unreachable: connection refused"
+        );
+        assert_eq!(
+            without_client_chain(
+                "error sending request for url (https://reg.example/v2/): client error (Connect): invalid peer certificate: UnknownIssuer (trust its CA with --ca-file or [registry] ca_files)"
+            ),
+            "TLS: invalid peer certificate: UnknownIssuer (trust its CA with --ca-file or [registry] ca_files)"
+        );
+        assert_eq!(
+            without_client_chain(
+                "unreachable: error sending request for url (https://nosuch.example/v2/): client error (Connect): dns error: failed to lookup address information: Name or service not known"
+            ),
+            "unreachable: cannot resolve the host name: Name or service not known"
+        );
+        assert_eq!(
+            without_client_chain(
+                "cannot reach the proxy http://127.0.0.1:9 (from HTTP_PROXY): error sending request for url (http://r:1/v2/): client error (Connect): tcp connect error: Connection refused (os error 111) (NO_PROXY does not list r:1)"
+            ),
+            "cannot reach the proxy http://127.0.0.1:9 (from HTTP_PROXY): connection refused (NO_PROXY does not list r:1)"
+        );
+        for plain in [
+            "HTTP 401 unauthorized (check the credentials for r:1 in your docker/podman auth file or --registry-config)",
+            "MANIFEST_INVALID: manifest invalid",
+            "error sending request for url (http://r:1/v2/)",
+        ] {
+            assert_eq!(without_client_chain(plain), plain);
+        }
     }
 }

@@ -42,9 +42,12 @@ pub enum ErrorKind {
     Other,
 }
 
-/// A registry failure: one line naming the registry and the operation.
-#[derive(Debug, Clone, thiserror::Error)]
-#[error("registry {registry}: {operation}: {message}")]
+/// A registry failure: one line naming the registry and the operation,
+/// `registry <host>: <operation>: <message>`, the message without the HTTP client's nested error
+/// chain (`explain::without_client_chain`). A credential lookup's message
+/// ([`auth::AuthError`], `credentials for <host> from <file>: …`) names the registry itself and
+/// is the whole line.
+#[derive(Debug, Clone)]
 pub struct RegistryError {
     /// `host[:port]`.
     pub registry: String,
@@ -55,6 +58,22 @@ pub struct RegistryError {
     /// Classification.
     pub kind: ErrorKind,
 }
+
+impl std::fmt::Display for RegistryError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let message = explain::without_client_chain(&self.message);
+        if auth::names_registry(&message, &self.registry) {
+            return write!(f, "{message}");
+        }
+        write!(
+            f,
+            "registry {}: {}: {message}",
+            self.registry, self.operation
+        )
+    }
+}
+
+impl std::error::Error for RegistryError {}
 
 /// The operations occm-forge needs from a registry. References are tags or `sha256:` digests.
 #[async_trait]

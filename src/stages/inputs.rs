@@ -100,7 +100,8 @@ async fn freshness(plan: &BuildPlan, registry: &dyn Registry) -> Result<Freshnes
         }
         let served = registry
             .manifest_digest(&plan.repository_name, &entry.tag)
-            .await?;
+            .await
+            .map_err(Error::Inputs)?;
         if served.as_deref() != Some(entry.digest.as_str()) {
             return stale(format!(
                 "{}:{} serves {}, not the recorded {}",
