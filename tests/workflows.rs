@@ -410,7 +410,10 @@ fn build_fans_out_per_minor_without_racing() {
     for job in [prepare, build] {
         let with_key = steps(job)
             .into_iter()
-            .filter(|s| s.contains("path: ~/.cache/occm-forge/accept"))
+            .filter(|s| {
+                s.contains("path: ~/.cache/occm-forge/accept")
+                    && s.contains("actions/cache/restore")
+            })
             .collect::<Vec<_>>();
         assert!(
             !with_key.is_empty() && with_key.iter().all(|s| s.contains("outputs.key")),
