@@ -108,6 +108,48 @@ fn pin_set_to_an_annotated_tag_object_names_the_commit_to_pin() {
     );
 }
 
+/// A pin set to the tag object next to a recorded entry for the same tag: the cause is the pin
+/// (the source's check), not the tag guard's "bump revision" about another upstream commit.
+#[test]
+fn tag_object_pin_next_to_a_recorded_entry_names_the_pin_before_the_tag_guard() {
+    let f = fixture(&["linux/amd64"]);
+    run(git(&f.upstream).args([
+        "tag",
+        "-f",
+        "-a",
+        "-m",
+        "fixture v1.34.1",
+        "v1.34.1",
+        &f.commits.v1_34,
+    ]));
+    let tag_object = run(git(&f.upstream).args(["rev-parse", "v1.34.1"]))
+        .trim()
+        .to_string();
+    // An earlier build of v1.34.1-occmforge.1, from the commit.
+    let seeded = String::from_utf8(f.seed_lock()).unwrap();
+    let entry_1_34 = seeded
+        .split_once("images:\n")
+        .unwrap()
+        .1
+        .replace("'1.33'", "'1.34'")
+        .replace("v1.33.1", "v1.34.1")
+        .replace(&f.commits.v1_33, &f.commits.v1_34);
+    let lock = format!("{seeded}{entry_1_34}");
+    std::fs::write(&f.lock, &lock).unwrap();
+    let cfg = std::fs::read_to_string(&f.config).unwrap();
+    std::fs::write(&f.config, cfg.replace(&f.commits.v1_34, &tag_object)).unwrap();
+    let o = build(&f, "1.34", &[]);
+    let line = assert_failed(&f, &o, 3, lock.as_bytes());
+    assert_eq!(
+        line,
+        format!(
+            "occm-forge: error: source: images.toml pins {tag_object} for v1.34.1, which is the annotated tag object in {}, not a commit; pin the commit it points at: {}",
+            f.upstream.display(),
+            f.commits.v1_34
+        )
+    );
+}
+
 #[test]
 fn patch_that_does_not_apply_names_patch_file_and_hunk() {
     let f = fixture(&["linux/amd64"]);
