@@ -203,10 +203,20 @@ pub fn fetch_tag(url: &str, tag: &str, cache_dir: &Path) -> Result<FetchedTag, S
         return Err(fetch_err("no such directory".into()));
     }
     let mut tag_object = None;
+    if let Some(advice) = unreadable_partial_clone(&normalised, tag) {
+        return Err(fetch_err(advice));
+    }
     match local_repository(&normalised) {
         Some(src) => {
-            tag_object = copy_tag(&src, &store, tag, &local_ref)
-                .map_err(|e| fetch_err(e.message().to_string()))?
+            tag_object = copy_tag(&src, &store, tag, &local_ref).map_err(|e| {
+                fetch_err(
+                    (e.code() == git2::ErrorCode::NotFound)
+                        .then(|| src.config().ok())
+                        .flatten()
+                        .and_then(|c| partial_clone_advice(&c, local_path(&normalised), tag))
+                        .unwrap_or_else(|| e.message().to_string()),
+                )
+            })?
         }
         None => {
             let refspec = format!("+refs/tags/{tag}:{local_ref}");
@@ -304,13 +314,87 @@ fn is_local_path(url: &str) -> bool {
     !url.contains("://") && !url.starts_with("git@")
 }
 
+/// The path of a local source (a path or a `file://` URL).
+fn local_path(url: &str) -> &str {
+    url.strip_prefix("file://").unwrap_or(url)
+}
+
 /// The source as a repository on this machine, if it is one (a path or a `file://` URL).
 fn local_repository(url: &str) -> Option<Repository> {
-    let path = url.strip_prefix("file://").unwrap_or(url);
+    let path = local_path(url);
     if path.contains("://") || path.starts_with("git@") {
         return None;
     }
     Repository::open(path).ok()
+}
+
+/// When a local source is a partial clone that libgit2 cannot open at all (the older marker
+/// `extensions.partialclone`, which libgit2 1.9 refuses as an unknown extension), what to do.
+fn unreadable_partial_clone(url: &str, tag: &str) -> Option<String> {
+    let path = Path::new(local_path(url));
+    if url.contains("://") && !url.starts_with("file://") || local_repository(url).is_some() {
+        return None;
+    }
+    let config = [path.join("config"), path.join(".git/config")]
+        .into_iter()
+        .find(|c| c.is_file())?;
+    let config = git2::Config::open(&config).ok()?;
+    partial_clone_advice(&config, local_path(url), tag)
+}
+
+/// When `config` (of the repository at `path`) is a partial clone's — `remote.<name>.promisor`
+/// true, or `extensions.partialclone = <name>` (git before 2.26) — the one-line explanation of
+/// why objects of `tag` are missing and the command that fetches them (git's
+/// partial-clone documentation: a promisor remote serves missing objects on demand, and
+/// occm-forge, reading the repository with libgit2, does not ask it). `None` otherwise.
+fn partial_clone_advice(config: &git2::Config, path: &str, tag: &str) -> Option<String> {
+    let from_remote = config
+        .entries(Some(r"remote\..*\.promisor"))
+        .ok()
+        .and_then(|entries| {
+            let mut found = None;
+            entries
+                .for_each(|e| {
+                    if found.is_none()
+                        && git2::Config::parse_bool(e.value().unwrap_or("")).unwrap_or(false)
+                        && let Ok(name) = e.name()
+                    {
+                        found = Some(name.to_string());
+                    }
+                })
+                .ok()?;
+            found
+        });
+    let (marker, remote) = match from_remote {
+        Some(key) => {
+            let remote = key["remote.".len()..key.len() - ".promisor".len()].to_string();
+            (key, remote)
+        }
+        None => (
+            "extensions.partialclone".to_string(),
+            config.get_string("extensions.partialclone").ok()?,
+        ),
+    };
+    let filter = config
+        .get_string(&format!("remote.{remote}.partialclonefilter"))
+        .map(|f| format!(", filter {f}"))
+        .unwrap_or_default();
+    let quoted = shell_quote(path);
+    Some(format!(
+        "it is a partial clone ({marker}{filter}) without the objects of {tag}, and occm-forge reads no promisor remote: fetch them with `git -C {quoted} -c remote.{remote}.partialclonefilter= fetch --refetch {remote} tag {tag}`, or clone without --filter (a shallow clone works)"
+    ))
+}
+
+/// `s` as one shell word: as it is when it needs no quoting, otherwise in single quotes.
+fn shell_quote(s: &str) -> String {
+    if !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"/._-+:@%=,".contains(&b))
+    {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', r"'\''"))
+    }
 }
 
 /// Copies the history of `tag` from a local repository into the store and points `local_ref` at
