@@ -11,6 +11,8 @@ use std::fs::{self, File};
 use std::path::{Path, PathBuf};
 
 use git2::{FetchOptions, Oid, Repository};
+
+use crate::registry::proxy::{Proxy, ProxyEnv};
 use sha2::{Digest, Sha256};
 
 /// What the source stage needs.
@@ -223,11 +225,13 @@ pub fn fetch_tag(url: &str, tag: &str, cache_dir: &Path) -> Result<FetchedTag, S
             let mut remote = store
                 .remote_anonymous(&normalised)
                 .map_err(|e| fetch_err(e.message().to_string()))?;
+            let (proxy_opts, proxy) = git_proxy(&normalised);
             let mut opts = FetchOptions::new();
             opts.download_tags(git2::AutotagOption::None);
+            opts.proxy_options(proxy_opts);
             remote
                 .fetch(&[&refspec], Some(&mut opts), None)
-                .map_err(|e| fetch_err(e.message().to_string()))?;
+                .map_err(|e| fetch_err(remote_message(&e, proxy.as_ref(), &normalised)))?;
         }
     }
     let reference = store
@@ -287,10 +291,14 @@ pub fn list_tags(url: &str) -> Result<Vec<(String, String)>, SourceError> {
         let mut remote = repo
             .remote_anonymous(&normalised)
             .map_err(|e| err(e.message().to_string()))?;
-        remote
-            .connect(git2::Direction::Fetch)
-            .map_err(|e| err(e.message().to_string()))?;
-        for head in remote.list().map_err(|e| err(e.message().to_string()))? {
+        let (proxy_opts, proxy) = git_proxy(&normalised);
+        let connection = remote
+            .connect_auth(git2::Direction::Fetch, None, Some(proxy_opts))
+            .map_err(|e| err(remote_message(&e, proxy.as_ref(), &normalised)))?;
+        let heads = connection
+            .list()
+            .map_err(|e| err(remote_message(&e, proxy.as_ref(), &normalised)))?;
+        for head in heads {
             let Some(name) = head.name().strip_prefix("refs/tags/") else {
                 continue;
             };
@@ -307,6 +315,62 @@ pub fn list_tags(url: &str) -> Result<Vec<(String, String)>, SourceError> {
         }
     }
     Ok(tags.into_iter().collect())
+}
+
+/// The proxy the rule for registries (`registry::proxy::ProxyEnv`: `HTTPS_PROXY`/`HTTP_PROXY` by
+/// scheme, Go's `NO_PROXY` with `host:port` entries, never loopback) gives a remote git URL, and
+/// libgit2's options for it. libgit2 tunnels an `https://` remote through the proxy with
+/// `CONNECT` and answers a 407 with the (percent-decoded) user and password of the proxy URL.
+/// A plain `http://` remote it cannot proxy (it sends the absolute-form request to the server
+/// itself: libgit2/libgit2#5650), so that one is reached directly and its errors say so (see
+/// [`remote_message`]). Anything else (ssh, `git@…`) and a URL no proxy applies to are reached
+/// directly; libgit2's own proxy detection is off.
+fn git_proxy(url: &str) -> (git2::ProxyOptions<'static>, Option<Proxy>) {
+    let mut opts = git2::ProxyOptions::new();
+    let parsed = reqwest::Url::parse(url).ok();
+    let proxy = parsed
+        .as_ref()
+        .and_then(|u| ProxyEnv::from_env().proxy_for(u).cloned());
+    if let (Some(p), Some("https")) = (&proxy, parsed.as_ref().map(reqwest::Url::scheme)) {
+        opts.url(&p.url);
+    }
+    (opts, proxy)
+}
+
+/// libgit2's message for a failed fetch or listing of `url`, naming the proxy when it went
+/// through one: a 407 (libgit2: "proxy authentication required") says whether the proxy URL
+/// had credentials; other failures add the proxy and that `NO_PROXY` does not list the host.
+/// The proxy's password never appears.
+fn remote_message(e: &git2::Error, proxy: Option<&Proxy>, url: &str) -> String {
+    let Some(proxy) = proxy else {
+        return e.message().to_string();
+    };
+    let message = proxy.redact(e.message());
+    if e.code() == git2::ErrorCode::Auth && message.starts_with("proxy ") {
+        let what = if proxy.has_credentials() {
+            format!("it refused the user and password in {}", proxy.variable)
+        } else {
+            format!(
+                "{} has no user and password (http://user:password@host:port, percent-encoded)",
+                proxy.variable
+            )
+        };
+        return format!("the {proxy} answered 407 Proxy Authentication Required: {what}");
+    }
+    let parsed = reqwest::Url::parse(url).ok();
+    let host = parsed
+        .as_ref()
+        .and_then(|u| Some(format!("{}:{}", u.host_str()?, u.port_or_known_default()?)))
+        .unwrap_or_else(|| url.to_string());
+    if parsed.as_ref().map(reqwest::Url::scheme) == Some("http") {
+        return format!(
+            "{message} ({} names a proxy for {host}, but libgit2 cannot fetch plain http:// through a proxy (libgit2/libgit2#5650), so it went directly: use an https:// URL)",
+            proxy.variable
+        );
+    }
+    format!(
+        "{message} (through the {proxy}; NO_PROXY does not list {host}; add it there if it is reachable directly)"
+    )
 }
 
 /// Whether `url` names a path on this machine rather than a remote.
