@@ -5,15 +5,17 @@
 //! run; a work tree is a tiny repository whose `objects/info/alternates` points at that store, so
 //! a checkout copies no objects. Fetched tags live under
 //! `refs/occm-forge/<sha256(url)[..16]>/tags/<tag>` so that two sources never overwrite each
-//! other's refs. Access to the store is serialised with a file lock.
+//! other's refs. Access to the store is serialised with a file lock. Remotes are reached through
+//! the proxy the registry client would use (`registry::proxy::ProxyEnv`); local repositories are
+//! read directly, and a partial clone without the tag's objects is named as such.
 
 use std::fs::{self, File};
 use std::path::{Path, PathBuf};
 
 use git2::{FetchOptions, Oid, Repository};
+use sha2::{Digest, Sha256};
 
 use crate::registry::proxy::{Proxy, ProxyEnv};
-use sha2::{Digest, Sha256};
 
 /// What the source stage needs.
 #[derive(Debug, Clone)]
