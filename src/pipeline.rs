@@ -17,7 +17,7 @@ use crate::plan::{BaseSpec, BuildPlan};
 use crate::registry::Registry;
 use crate::registry::publish::{Published, ReferrersPushed};
 use crate::registry::pull::PullError;
-use crate::source::SourceTree;
+use crate::source::{SourceError, SourceTree};
 use crate::stage::{Reporter, Runner, StageReport};
 use crate::stages::test::Judge;
 use crate::stages::{self, Described, Freshness, image::Imaged};
@@ -311,14 +311,29 @@ async fn up_to_date(
 /// manifest, a writable `--output`, a base that exists, and (with `--push`) what the registry
 /// serves under the tag now, which the publish stage compares with the new digest (its errors,
 /// credential lookups among them, are the publish stage's).
+///
+/// When the tag guard refuses, the pin is checked first (`source::check_pin`, as the source
+/// stage would): a pin that is the annotated tag object or a tag that moved is the cause, and
+/// "bump `revision`" would be the wrong advice.
 async fn preflight(plan: &BuildPlan, registry: &dyn Registry) -> Result<Option<String>, Error> {
-    digest_manifest::check_tag(
+    if let Err(guard) = digest_manifest::check_tag(
         &plan.digest_manifest,
         &plan.config_name,
         plan.minor,
         &plan.tag,
         &plan.build_inputs(),
-    )?;
+    ) {
+        // check_pin fetches into the object store and checks out nothing.
+        let req = stages::SourceStage::of(plan, Path::new("")).request();
+        return Err(
+            match tokio::task::block_in_place(|| crate::source::check_pin(&req)) {
+                Err(pin @ (SourceError::PinIsTagObject(_) | SourceError::TagMoved(_))) => {
+                    pin.into()
+                }
+                _ => guard.into(),
+            },
+        );
+    }
     preflight_output(&plan.output)?;
     if let BaseSpec::Image(r) = &plan.base {
         let reference = r

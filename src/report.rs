@@ -6,7 +6,7 @@ use std::path::Path;
 use crate::audit::Finding;
 use crate::config::Minor;
 use crate::pipeline::{BuildOutcome, MinorResult};
-use crate::upstream::UpstreamReport;
+use crate::upstream::{MinorStatus, UpstreamReport};
 use crate::util::{join, plural};
 
 /// `build`'s stdout line: the JSON object with `json`, else the pushed reference, else
@@ -135,8 +135,8 @@ pub fn upstream(report: &UpstreamReport) -> String {
         };
         if let Some(c) = &m.moved_to {
             state.push_str(&format!(
-                "; WARNING: {} now points at {c}, not the pinned commit",
-                m.pinned
+                "; MOVED: {} now points at {c}, not the pinned {}",
+                m.pinned, m.commit
             ));
         }
         t.push_str(&format!("{}  {}  {state}\n", m.minor, m.pinned));
@@ -148,6 +148,15 @@ pub fn upstream(report: &UpstreamReport) -> String {
         ));
     }
     t
+}
+
+/// `upstream check`'s line for a pinned tag upstream moved (`moved_to` set), naming the tag, the
+/// commit it points at now and the pinned one; `config` is the images.toml as given.
+pub fn moved_tag(m: &MinorStatus, moved_to: &str, config: &str) -> String {
+    format!(
+        "upstream moved tag {} ({}): it points at {moved_to}, {config} pins {}; find out why before re-pinning it (`occm-forge pin --k8s {} --tag {}`)",
+        m.pinned, m.minor, m.commit, m.minor, m.pinned
+    )
 }
 
 /// `manifest merge`'s note.

@@ -5,13 +5,17 @@
 //! run; a work tree is a tiny repository whose `objects/info/alternates` points at that store, so
 //! a checkout copies no objects. Fetched tags live under
 //! `refs/occm-forge/<sha256(url)[..16]>/tags/<tag>` so that two sources never overwrite each
-//! other's refs. Access to the store is serialised with a file lock.
+//! other's refs. Access to the store is serialised with a file lock. Remotes are reached through
+//! the proxy the registry client would use (`registry::proxy::ProxyEnv`); local repositories are
+//! read directly, and a partial clone without the tag's objects is named as such.
 
 use std::fs::{self, File};
 use std::path::{Path, PathBuf};
 
 use git2::{FetchOptions, Oid, Repository};
 use sha2::{Digest, Sha256};
+
+use crate::registry::proxy::{Proxy, ProxyEnv};
 
 /// What the source stage needs.
 #[derive(Debug, Clone)]
@@ -203,21 +207,33 @@ pub fn fetch_tag(url: &str, tag: &str, cache_dir: &Path) -> Result<FetchedTag, S
         return Err(fetch_err("no such directory".into()));
     }
     let mut tag_object = None;
+    if let Some(advice) = unreadable_partial_clone(&normalised, tag) {
+        return Err(fetch_err(advice));
+    }
     match local_repository(&normalised) {
         Some(src) => {
-            tag_object = copy_tag(&src, &store, tag, &local_ref)
-                .map_err(|e| fetch_err(e.message().to_string()))?
+            tag_object = copy_tag(&src, &store, tag, &local_ref).map_err(|e| {
+                fetch_err(
+                    (e.code() == git2::ErrorCode::NotFound)
+                        .then(|| src.config().ok())
+                        .flatten()
+                        .and_then(|c| partial_clone_advice(&c, local_path(&normalised), tag))
+                        .unwrap_or_else(|| e.message().to_string()),
+                )
+            })?
         }
         None => {
             let refspec = format!("+refs/tags/{tag}:{local_ref}");
             let mut remote = store
                 .remote_anonymous(&normalised)
                 .map_err(|e| fetch_err(e.message().to_string()))?;
+            let (proxy_opts, proxy) = git_proxy(&normalised);
             let mut opts = FetchOptions::new();
             opts.download_tags(git2::AutotagOption::None);
+            opts.proxy_options(proxy_opts);
             remote
                 .fetch(&[&refspec], Some(&mut opts), None)
-                .map_err(|e| fetch_err(e.message().to_string()))?;
+                .map_err(|e| fetch_err(remote_message(&e, proxy.as_ref(), &normalised)))?;
         }
     }
     let reference = store
@@ -277,10 +293,14 @@ pub fn list_tags(url: &str) -> Result<Vec<(String, String)>, SourceError> {
         let mut remote = repo
             .remote_anonymous(&normalised)
             .map_err(|e| err(e.message().to_string()))?;
-        remote
-            .connect(git2::Direction::Fetch)
-            .map_err(|e| err(e.message().to_string()))?;
-        for head in remote.list().map_err(|e| err(e.message().to_string()))? {
+        let (proxy_opts, proxy) = git_proxy(&normalised);
+        let connection = remote
+            .connect_auth(git2::Direction::Fetch, None, Some(proxy_opts))
+            .map_err(|e| err(remote_message(&e, proxy.as_ref(), &normalised)))?;
+        let heads = connection
+            .list()
+            .map_err(|e| err(remote_message(&e, proxy.as_ref(), &normalised)))?;
+        for head in heads {
             let Some(name) = head.name().strip_prefix("refs/tags/") else {
                 continue;
             };
@@ -299,18 +319,148 @@ pub fn list_tags(url: &str) -> Result<Vec<(String, String)>, SourceError> {
     Ok(tags.into_iter().collect())
 }
 
+/// The proxy the rule for registries (`registry::proxy::ProxyEnv`: `HTTPS_PROXY`/`HTTP_PROXY` by
+/// scheme, Go's `NO_PROXY` with `host:port` entries, never loopback) gives a remote git URL, and
+/// libgit2's options for it. libgit2 tunnels an `https://` remote through the proxy with
+/// `CONNECT` and answers a 407 with the (percent-decoded) user and password of the proxy URL.
+/// A plain `http://` remote it cannot proxy (it sends the absolute-form request to the server
+/// itself: libgit2/libgit2#5650), so that one is reached directly and its errors say so (see
+/// [`remote_message`]). Anything else (ssh, `git@…`) and a URL no proxy applies to are reached
+/// directly; libgit2's own proxy detection is off.
+fn git_proxy(url: &str) -> (git2::ProxyOptions<'static>, Option<Proxy>) {
+    let mut opts = git2::ProxyOptions::new();
+    let parsed = reqwest::Url::parse(url).ok();
+    let proxy = parsed
+        .as_ref()
+        .and_then(|u| ProxyEnv::from_env().proxy_for(u).cloned());
+    if let (Some(p), Some("https")) = (&proxy, parsed.as_ref().map(reqwest::Url::scheme)) {
+        opts.url(&p.url);
+    }
+    (opts, proxy)
+}
+
+/// libgit2's message for a failed fetch or listing of `url`, naming the proxy when it went
+/// through one: a 407 (libgit2: "proxy authentication required") says whether the proxy URL
+/// had credentials; other failures add the proxy and that `NO_PROXY` does not list the host.
+/// The proxy's password never appears.
+fn remote_message(e: &git2::Error, proxy: Option<&Proxy>, url: &str) -> String {
+    let Some(proxy) = proxy else {
+        return e.message().to_string();
+    };
+    let message = proxy.redact(e.message());
+    if e.code() == git2::ErrorCode::Auth && message.starts_with("proxy ") {
+        let what = if proxy.has_credentials() {
+            format!("it refused the user and password in {}", proxy.variable)
+        } else {
+            format!(
+                "{} has no user and password (http://user:password@host:port, percent-encoded)",
+                proxy.variable
+            )
+        };
+        return format!("the {proxy} answered 407 Proxy Authentication Required: {what}");
+    }
+    let parsed = reqwest::Url::parse(url).ok();
+    let host = parsed
+        .as_ref()
+        .and_then(|u| Some(format!("{}:{}", u.host_str()?, u.port_or_known_default()?)))
+        .unwrap_or_else(|| url.to_string());
+    if parsed.as_ref().map(reqwest::Url::scheme) == Some("http") {
+        return format!(
+            "{message} ({} names a proxy for {host}, but libgit2 cannot fetch plain http:// through a proxy (libgit2/libgit2#5650), so it went directly: use an https:// URL)",
+            proxy.variable
+        );
+    }
+    format!(
+        "{message} (through the {proxy}; NO_PROXY does not list {host}; add it there if it is reachable directly)"
+    )
+}
+
 /// Whether `url` names a path on this machine rather than a remote.
 fn is_local_path(url: &str) -> bool {
     !url.contains("://") && !url.starts_with("git@")
 }
 
+/// The path of a local source (a path or a `file://` URL).
+fn local_path(url: &str) -> &str {
+    url.strip_prefix("file://").unwrap_or(url)
+}
+
 /// The source as a repository on this machine, if it is one (a path or a `file://` URL).
 fn local_repository(url: &str) -> Option<Repository> {
-    let path = url.strip_prefix("file://").unwrap_or(url);
+    let path = local_path(url);
     if path.contains("://") || path.starts_with("git@") {
         return None;
     }
     Repository::open(path).ok()
+}
+
+/// When a local source is a partial clone that libgit2 cannot open at all (the older marker
+/// `extensions.partialclone`, which libgit2 1.9 refuses as an unknown extension), what to do.
+fn unreadable_partial_clone(url: &str, tag: &str) -> Option<String> {
+    let path = Path::new(local_path(url));
+    if url.contains("://") && !url.starts_with("file://") || local_repository(url).is_some() {
+        return None;
+    }
+    let config = [path.join("config"), path.join(".git/config")]
+        .into_iter()
+        .find(|c| c.is_file())?;
+    let config = git2::Config::open(&config).ok()?;
+    partial_clone_advice(&config, local_path(url), tag)
+}
+
+/// When `config` (of the repository at `path`) is a partial clone's — `remote.<name>.promisor`
+/// true, or `extensions.partialclone = <name>` (git before 2.26) — the one-line explanation of
+/// why objects of `tag` are missing and the command that fetches them (git's
+/// partial-clone documentation: a promisor remote serves missing objects on demand, and
+/// occm-forge, reading the repository with libgit2, does not ask it). `None` otherwise.
+fn partial_clone_advice(config: &git2::Config, path: &str, tag: &str) -> Option<String> {
+    let from_remote = config
+        .entries(Some(r"remote\..*\.promisor"))
+        .ok()
+        .and_then(|entries| {
+            let mut found = None;
+            entries
+                .for_each(|e| {
+                    if found.is_none()
+                        && git2::Config::parse_bool(e.value().unwrap_or("")).unwrap_or(false)
+                        && let Ok(name) = e.name()
+                    {
+                        found = Some(name.to_string());
+                    }
+                })
+                .ok()?;
+            found
+        });
+    let (marker, remote) = match from_remote {
+        Some(key) => {
+            let remote = key["remote.".len()..key.len() - ".promisor".len()].to_string();
+            (key, remote)
+        }
+        None => (
+            "extensions.partialclone".to_string(),
+            config.get_string("extensions.partialclone").ok()?,
+        ),
+    };
+    let filter = config
+        .get_string(&format!("remote.{remote}.partialclonefilter"))
+        .map(|f| format!(", filter {f}"))
+        .unwrap_or_default();
+    let quoted = shell_quote(path);
+    Some(format!(
+        "it is a partial clone ({marker}{filter}) without the objects of {tag}, and occm-forge reads no promisor remote: fetch them with `git -C {quoted} -c remote.{remote}.partialclonefilter= fetch --refetch {remote} tag {tag}`, or clone without --filter (a shallow clone works)"
+    ))
+}
+
+/// `s` as one shell word: as it is when it needs no quoting, otherwise in single quotes.
+fn shell_quote(s: &str) -> String {
+    if !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"/._-+:@%=,".contains(&b))
+    {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', r"'\''"))
+    }
 }
 
 /// Copies the history of `tag` from a local repository into the store and points `local_ref` at

@@ -2,8 +2,9 @@
 //!
 //! From the upstream tag list (see `source::list_tags`; no GitHub API): per minor in images.toml,
 //! the newest `vX.Y.Z` release tag of that minor and whether it is newer than the pinned tag; and
-//! every minor above the newest tracked one that has a release. Pre-release tags (`-rc.1`) and
-//! other tag families (`openstack-cinder-csi-…`) are ignored.
+//! every minor above the newest tracked one that has a release; and every pinned tag that
+//! upstream moved to another commit (an event of its own: `upstream check` exits 13). Pre-release
+//! tags (`-rc.1`) and other tag families (`openstack-cinder-csi-…`) are ignored.
 
 use serde::Serialize;
 
@@ -16,6 +17,8 @@ pub struct MinorStatus {
     pub minor: Minor,
     /// The tag images.toml pins.
     pub pinned: String,
+    /// The commit images.toml pins for it (40 hex).
+    pub commit: String,
     /// The newest release tag of that minor upstream (the pinned one when none is newer).
     pub latest: String,
     /// Whether `latest` is newer than `pinned`.
@@ -39,6 +42,8 @@ pub struct Untracked {
 pub struct UpstreamReport {
     /// Whether anything is new (a newer patch tag or an untracked newer minor).
     pub new: bool,
+    /// Whether a pinned tag points at another commit than its pin (see `MinorStatus::moved_to`).
+    pub moved: bool,
     /// Per tracked minor.
     pub minors: Vec<MinorStatus>,
     /// Newer minors not in images.toml.
@@ -84,6 +89,7 @@ pub fn check(config: &Config, tags: &[(String, String)]) -> UpstreamReport {
         minors.push(MinorStatus {
             minor: *minor,
             pinned: m.upstream_tag.clone(),
+            commit: m.commit.clone(),
             latest,
             newer,
             moved_to,
@@ -105,6 +111,7 @@ pub fn check(config: &Config, tags: &[(String, String)]) -> UpstreamReport {
     let new = minors.iter().any(|m| m.newer) || !untracked.is_empty();
     UpstreamReport {
         new,
+        moved: minors.iter().any(|m| m.moved_to.is_some()),
         minors,
         untracked,
     }
@@ -180,7 +187,7 @@ test_packages = ["./pkg/openstack/"]
                 pinned("v1.35.0", "a031201ff26f3df433192b91df2be0e7d50acb70"),
             ],
         );
-        assert!(!r.new);
+        assert!(!r.new && !r.moved);
         assert_eq!(r.minors[0].moved_to, None);
         let r = check(
             &cfg,
@@ -193,5 +200,6 @@ test_packages = ["./pkg/openstack/"]
             r.minors[0].moved_to.as_deref(),
             Some("1111111111111111111111111111111111111111")
         );
+        assert!(r.moved && !r.new);
     }
 }

@@ -3,7 +3,7 @@
 
 mod common;
 
-use std::process::Output;
+use std::process::{Command, Output};
 
 use common::*;
 
@@ -105,6 +105,145 @@ fn pin_set_to_an_annotated_tag_object_names_the_commit_to_pin() {
             f.upstream.display(),
             f.commits.v1_34
         )
+    );
+}
+
+/// A pin set to the tag object next to a recorded entry for the same tag: the cause is the pin
+/// (the source's check), not the tag guard's "bump revision" about another upstream commit.
+#[test]
+fn tag_object_pin_next_to_a_recorded_entry_names_the_pin_before_the_tag_guard() {
+    let f = fixture(&["linux/amd64"]);
+    run(git(&f.upstream).args([
+        "tag",
+        "-f",
+        "-a",
+        "-m",
+        "fixture v1.34.1",
+        "v1.34.1",
+        &f.commits.v1_34,
+    ]));
+    let tag_object = run(git(&f.upstream).args(["rev-parse", "v1.34.1"]))
+        .trim()
+        .to_string();
+    // An earlier build of v1.34.1-occmforge.1, from the commit.
+    let seeded = String::from_utf8(f.seed_lock()).unwrap();
+    let entry_1_34 = seeded
+        .split_once("images:\n")
+        .unwrap()
+        .1
+        .replace("'1.33'", "'1.34'")
+        .replace("v1.33.1", "v1.34.1")
+        .replace(&f.commits.v1_33, &f.commits.v1_34);
+    let lock = format!("{seeded}{entry_1_34}");
+    std::fs::write(&f.lock, &lock).unwrap();
+    let cfg = std::fs::read_to_string(&f.config).unwrap();
+    std::fs::write(&f.config, cfg.replace(&f.commits.v1_34, &tag_object)).unwrap();
+    let o = build(&f, "1.34", &[]);
+    let line = assert_failed(&f, &o, 3, lock.as_bytes());
+    assert_eq!(
+        line,
+        format!(
+            "occm-forge: error: source: images.toml pins {tag_object} for v1.34.1, which is the annotated tag object in {}, not a commit; pin the commit it points at: {}",
+            f.upstream.display(),
+            f.commits.v1_34
+        )
+    );
+}
+
+/// A partial clone (`git clone --filter=blob:none`) as `--source`: libgit2 reads no promisor
+/// remote, so the blobs of the tag are missing. The error says so and gives the command that
+/// fetches them; after it, the same repository (still a partial clone, its other tags still
+/// without blobs) works, as the upstream mirror does.
+#[test]
+fn a_partial_clone_as_source_is_named_with_the_command_that_completes_it() {
+    let f = fixture(&["linux/amd64"]);
+    let lock = f.seed_lock();
+    let go = local_go_version();
+    let commit = f.release(
+        "v1.34.2",
+        &go,
+        "127.0.0.1:1/build-image/go-runner:v2.4.0-go1.25.3-bookworm.0",
+    );
+    // A tag off the release line, whose blob stays absent from the partial clone.
+    run(git(&f.upstream).args(["checkout", "-q", "-b", "side", "v1.33.1"]));
+    std::fs::write(f.upstream.join("SIDE"), "not on the release line\n").unwrap();
+    run(git(&f.upstream).args(["add", "SIDE"]));
+    run(git(&f.upstream).args(["commit", "-q", "-m", "side"]));
+    run(git(&f.upstream).args(["tag", "-a", "-m", "side", "openstack-side-1.0.0"]));
+    run(git(&f.upstream).args(["checkout", "-q", "master"]));
+    run(git(&f.upstream).args(["config", "uploadpack.allowFilter", "true"]));
+    let partial = f.path().join("partial.git");
+    run(git(f.path())
+        .args(["clone", "-q", "--bare", "--filter=blob:none"])
+        .arg(format!("file://{}", f.upstream.display()))
+        .arg(&partial));
+    let partial = std::fs::canonicalize(&partial).unwrap();
+    // An object store of its own: the shared one already holds the fixture's commits.
+    let cache = f.path().join("cache");
+    let forge = |args: &[&str]| {
+        occm_forge(f.path())
+            .env("OCCM_FORGE_CACHE", &cache)
+            .args(args)
+            .arg("--source")
+            .arg(&partial)
+            .output()
+            .unwrap()
+    };
+    let advice = |tag: &str| {
+        format!(
+            "cannot fetch tag {tag} from {p}: it is a partial clone (remote.origin.promisor, filter blob:none) without the objects of {tag}, and occm-forge reads no promisor remote: fetch them with `git -C {p} -c remote.origin.partialclonefilter= fetch --refetch origin tag {tag}`, or clone without --filter (a shallow clone works)",
+            p = partial.display()
+        )
+    };
+
+    let o = forge(&["build", "--k8s", "1.34", "--output", "out"]);
+    let line = assert_failed(&f, &o, 3, &lock);
+    assert_eq!(
+        line,
+        format!("occm-forge: error: source: {}", advice("v1.34.1"))
+    );
+
+    let before = std::fs::read_to_string(&f.config).unwrap();
+    let o = forge(&["pin", "--k8s", "1.34", "--tag", "v1.34.2"]);
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    assert_eq!(
+        error_line(&o),
+        format!("occm-forge: error: source: {}", advice("v1.34.2"))
+    );
+    assert_eq!(std::fs::read_to_string(&f.config).unwrap(), before);
+
+    // The command the message gives, as a user would paste it.
+    let command = advice("v1.34.2").split('`').nth(1).unwrap().to_string();
+    run(Command::new("sh")
+        .args(["-c", &command])
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_CONFIG_NOSYSTEM", "1"));
+    let missing = run(git(&partial).args(["rev-list", "--objects", "--missing=print", "--all"]));
+    assert!(
+        missing.lines().any(|l| l.starts_with('?')),
+        "the side tag's blob should still be absent: {missing}"
+    );
+    let o = forge(&["pin", "--k8s", "1.34", "--tag", "v1.34.2"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let toml: toml::Table = std::fs::read_to_string(&f.config).unwrap().parse().unwrap();
+    let m = &toml["minors"]["1.34"];
+    assert_eq!(m["commit"].as_str(), Some(commit.as_str()));
+    assert_eq!(
+        m["go"].as_str(),
+        Some(go.as_str()),
+        "read from the Dockerfile blob"
+    );
+
+    // Git before 2.26 marked a partial clone with `extensions.partialclone`, which libgit2
+    // cannot open at all: the same explanation, not "unsupported extension name".
+    run(git(&partial).args(["config", "--unset", "remote.origin.promisor"]));
+    run(git(&partial).args(["config", "extensions.partialclone", "origin"]));
+    let o = forge(&["pin", "--k8s", "1.33", "--tag", "v1.33.1"]);
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    assert_eq!(
+        error_line(&o),
+        format!("occm-forge: error: source: {}", advice("v1.33.1"))
+            .replace("remote.origin.promisor", "extensions.partialclone")
     );
 }
 

@@ -312,3 +312,167 @@ fn helm_renders(f: &Fixture, values: &str, image: &str) {
         "{out}"
     );
 }
+
+/// Upstream moves a pinned tag (a re-release, or worse): `upstream check` reports it with its own
+/// exit status, 13, and one line naming the tag, the pinned commit and the new one, also when
+/// another minor has a newer release (which alone is 11).
+#[test]
+fn upstream_check_reports_a_moved_pinned_tag_with_its_own_exit_status() {
+    let f = fixture(&["linux/amd64"]);
+    let source = f.upstream.to_str().unwrap().to_string();
+    run(git(&f.upstream).args(["tag", "-f", "v1.34.1", &f.commits.v1_35]));
+    let o = forge(&f, &["upstream", "check", "--source", &source]);
+    assert_eq!(o.status.code(), Some(13), "{}", stderr(&o));
+    let (tag, pinned, now) = ("v1.34.1", &f.commits.v1_34, &f.commits.v1_35);
+    let named =
+        |l: &&str| l.contains(tag) && l.contains(pinned.as_str()) && l.contains(now.as_str());
+    let line = stderr(&o)
+        .lines()
+        .filter(named)
+        .map(str::to_string)
+        .collect::<Vec<_>>();
+    assert_eq!(
+        line,
+        [format!(
+            "occm-forge: warning: upstream moved tag {tag} (1.34): it points at {now}, images.toml pins {pinned}; find out why before re-pinning it (`occm-forge pin --k8s 1.34 --tag {tag}`)"
+        )],
+        "{}",
+        stderr(&o)
+    );
+    assert!(
+        stdout(&o)
+            .lines()
+            .any(|l| l.starts_with("1.34  v1.34.1  ") && named(&l)),
+        "{}",
+        stdout(&o)
+    );
+
+    // With a newer release of another minor too, the moved tag still decides the status.
+    tag_upstream(&f, "v1.33.2");
+    let o = forge(&f, &["upstream", "check", "--json", "--source", &source]);
+    assert_eq!(o.status.code(), Some(13), "{}", stderr(&o));
+    let j: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(
+        (&j["new"], &j["moved"]),
+        (&serde_json::json!(true), &serde_json::json!(true))
+    );
+    let m34 = j["minors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["minor"] == "1.34")
+        .unwrap();
+    assert_eq!(m34["commit"].as_str(), Some(pinned.as_str()));
+    assert_eq!(m34["moved_to"].as_str(), Some(now.as_str()));
+    assert_eq!(
+        stderr(&o).lines().filter(named).count(),
+        1,
+        "{}",
+        stderr(&o)
+    );
+
+    // Put back, nothing moved: 11 for the newer release alone.
+    run(git(&f.upstream).args(["tag", "-f", "v1.34.1", pinned]));
+    let o = forge(&f, &["upstream", "check", "--json", "--source", &source]);
+    assert_eq!(o.status.code(), Some(11), "{}", stderr(&o));
+}
+
+/// The `run:` script of the step named `step` of `job` in pipelines/watch.yml (`None`: the job's
+/// only step), and the job's `if:`.
+fn watch_script(job: &str, step: Option<&str>) -> (String, String) {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("pipelines/watch.yml");
+    let wf: serde_norway::Value =
+        serde_norway::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let job = &wf["jobs"][job];
+    let steps = job["steps"].as_sequence().unwrap();
+    let s = match step {
+        Some(name) => steps
+            .iter()
+            .find(|s| s["name"].as_str() == Some(name))
+            .unwrap(),
+        None => &steps[0],
+    };
+    (
+        s["run"].as_str().unwrap().to_string(),
+        job["if"].as_str().unwrap_or_default().to_string(),
+    )
+}
+
+/// Runs a workflow script as GitHub does (`bash --noprofile --norc -eo pipefail`), in `dir`, with
+/// the real binary on PATH and the runner's files in `runner`.
+fn run_step(
+    script: &str,
+    dir: &std::path::Path,
+    runner: &std::path::Path,
+    env: &[(&str, &str)],
+) -> Output {
+    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_occm-forge"))
+        .parent()
+        .unwrap();
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap());
+    // The environment occm_forge() sets (offline, the shared cache).
+    let forge = occm_forge(dir);
+    let mut cmd = Command::new("bash");
+    cmd.args(["--noprofile", "--norc", "-eo", "pipefail", "-c", script])
+        .current_dir(dir)
+        .envs(
+            forge
+                .get_envs()
+                .filter_map(|(k, v)| Some((k.to_owned(), v?.to_owned()))),
+        )
+        .env("PATH", path)
+        .env("RUNNER_TEMP", runner)
+        .env("GITHUB_OUTPUT", runner.join("output"))
+        .env("GITHUB_STEP_SUMMARY", runner.join("summary"))
+        .envs(env.iter().copied());
+    cmd.output().unwrap()
+}
+
+/// watch.yml on a moved tag: the check step records it (exit 13 is not a failed check), and the
+/// moved-tag job fails the run with an error annotation naming the tag and both commits.
+#[test]
+fn the_watch_workflow_fails_the_run_naming_a_moved_tag() {
+    let f = fixture(&["linux/amd64"]);
+    let cfg = std::fs::read_to_string(&f.config).unwrap();
+    let cfg = cfg.replace(
+        "https://github.com/kubernetes/cloud-provider-openstack",
+        f.upstream.to_str().unwrap(),
+    );
+    std::fs::write(&f.config, cfg).unwrap();
+    let runner = f.path().join("runner");
+    std::fs::create_dir_all(&runner).unwrap();
+    let (check, _) = watch_script("check", Some("Upstream check"));
+    let (report, condition) = watch_script("moved-tag", None);
+    assert!(
+        condition.contains("needs.check.outputs.moved"),
+        "{condition}"
+    );
+
+    // Nothing moved: no `moved` output, so the job does not run.
+    let o = run_step(&check, f.path(), &runner, &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let outputs = std::fs::read_to_string(runner.join("output")).unwrap();
+    assert!(!outputs.contains("moved="), "{outputs}");
+
+    run(git(&f.upstream).args(["tag", "-f", "v1.34.1", &f.commits.v1_35]));
+    std::fs::remove_file(runner.join("output")).unwrap();
+    let o = run_step(&check, f.path(), &runner, &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let outputs = std::fs::read_to_string(runner.join("output")).unwrap();
+    assert!(outputs.contains("new=false\n"), "{outputs}");
+    let moved = outputs
+        .lines()
+        .find_map(|l| l.strip_prefix("moved="))
+        .expect("a moved output")
+        .to_string();
+
+    let o = run_step(&report, f.path(), &runner, &[("MOVED", &moved)]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let (pinned, now) = (&f.commits.v1_34, &f.commits.v1_35);
+    assert_eq!(
+        stdout(&o).trim_end(),
+        format!(
+            "::error title=upstream moved tag v1.34.1::1.34: upstream moved tag v1.34.1 to {now}; images.toml pins {pinned}. Find out why (a re-release, or a compromised tag) before re-pinning with occm-forge pin --k8s 1.34 --tag v1.34.1"
+        )
+    );
+}

@@ -172,7 +172,8 @@ impl Cli {
     }
 }
 
-/// Runs the command; the exit status on success (0, or 11 for `upstream check` with news).
+/// Runs the command; the exit status on success (0, or 11/13 for `upstream check` with news or a
+/// moved tag).
 pub async fn run(cli: &Cli) -> Result<u8, Error> {
     match &cli.command {
         Command::Build(args) => build::run(cli, args).await,

@@ -3,13 +3,13 @@
 use clap::{Args, Subcommand};
 use occm_forge::{Error, report, source, upstream};
 
-use super::output::{note, print_stdout};
+use super::output::{note, print_stdout, warn};
 use super::{Cli, Inputs};
 
 #[derive(Subcommand)]
 pub enum UpstreamCommand {
     /// Newer patch tags per tracked minor, and newer minors not tracked yet. Exit status: 0 nothing
-    /// new, 11 something new.
+    /// new, 11 something new, 13 a pinned tag moved upstream (whatever else is new).
     Check(UpstreamArgs),
 }
 
@@ -22,7 +22,8 @@ pub struct UpstreamArgs {
     json: bool,
 }
 
-/// Exit 0 when nothing is new, 11 when something is.
+/// Exit 0 when nothing is new, 11 when something is, 13 when a pinned tag points at another
+/// commit than its pin (one warning line per moved tag on stderr, also with `--quiet`).
 pub fn run(cli: &Cli, cmd: &UpstreamCommand) -> Result<u8, Error> {
     let UpstreamCommand::Check(args) = cmd;
     let config = args.inputs.load()?;
@@ -35,8 +36,23 @@ pub fn run(cli: &Cli, cmd: &UpstreamCommand) -> Result<u8, Error> {
         report::upstream(&report)
     };
     print_stdout(&text)?;
+    for m in &report.minors {
+        if let Some(to) = &m.moved_to {
+            warn(&report::moved_tag(
+                m,
+                to,
+                &args.inputs.config.display().to_string(),
+            ));
+        }
+    }
     if report.new {
         note(cli.quiet, "upstream has new releases");
     }
-    Ok(if report.new { 11 } else { 0 })
+    Ok(if report.moved {
+        13
+    } else if report.new {
+        11
+    } else {
+        0
+    })
 }

@@ -34,6 +34,22 @@ pub struct Proxy {
 }
 
 impl Proxy {
+    /// Whether the proxy URL carries a user (and password) for `Proxy-Authorization: Basic`;
+    /// reqwest and libgit2 both percent-decode them (`us%40r` is `us@r`).
+    pub fn has_credentials(&self) -> bool {
+        Url::parse(&self.url).is_ok_and(|u| !u.username().is_empty() || u.password().is_some())
+    }
+
+    /// `text` with the proxy URL as configured (credentials included) replaced by
+    /// [`Proxy::display`], for messages of clients that may quote it.
+    pub fn redact(&self, text: &str) -> String {
+        let mut text = text.to_string();
+        if let Ok(u) = Url::parse(&self.url) {
+            text = text.replace(u.as_str().trim_end_matches('/'), &self.display());
+        }
+        text.replace(&self.url, &self.display())
+    }
+
     /// The proxy URL without user and password, for messages.
     pub fn display(&self) -> String {
         match Url::parse(&self.url) {
@@ -272,6 +288,22 @@ mod tests {
         assert_eq!(
             p.to_string(),
             "proxy http://proxy.corp:3128 (from HTTPS_PROXY)"
+        );
+        assert!(p.has_credentials());
+        let encoded = Proxy {
+            url: "http://us%40r:p%3Ass@127.0.0.1:3128".into(),
+            variable: "HTTP_PROXY",
+        };
+        assert_eq!(
+            encoded.redact("invalid URL: 'http://us%40r:p%3Ass@127.0.0.1:3128'"),
+            "invalid URL: 'http://127.0.0.1:3128'"
+        );
+        assert!(
+            !Proxy {
+                url: "http://127.0.0.1:3128".into(),
+                variable: "HTTP_PROXY"
+            }
+            .has_credentials()
         );
     }
 

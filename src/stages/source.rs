@@ -40,6 +40,18 @@ impl<'a> SourceStage<'a> {
             prepared: None,
         }
     }
+
+    /// What the source module is asked: this stage's URL, tag, pin and directories.
+    pub fn request(&self) -> source::SourceRequest<'a> {
+        source::SourceRequest {
+            url: self.url,
+            tag: self.tag,
+            pinned_commit: self.commit,
+            config: self.config,
+            cache_dir: self.cache_dir,
+            tree_dir: self.tree_dir,
+        }
+    }
 }
 
 #[async_trait]
@@ -51,14 +63,7 @@ impl Stage for SourceStage<'_> {
     }
 
     async fn run(self, _: &StageContext<'_>) -> Result<Done<SourceTree>, Error> {
-        let req = source::SourceRequest {
-            url: self.url,
-            tag: self.tag,
-            pinned_commit: self.commit,
-            config: self.config,
-            cache_dir: self.cache_dir,
-            tree_dir: self.tree_dir,
-        };
+        let req = self.request();
         if let Some(tree) = self.prepared {
             source::check_pin(&req)?;
             let detail = format!(
