@@ -651,12 +651,13 @@ fn proxy_credentials_in_the_url_reach_the_proxy_decoded_for_the_registry() {
     let o = push_with_proxy(&f, &front, &refusing.url_with_credentials(), "");
     assert_eq!(o.status.code(), Some(8), "{}", stderr(&o));
     assert_no_password(&o);
-    // The registry's line (src/registry/oci.rs, explain.rs) says `HTTP 407` without naming the
-    // proxy for a plain-HTTP registry; it must not carry the password either way.
+    // One line naming the registry and the proxy (without its password), and what it wants.
     let last = stderr(&o).lines().last().unwrap_or_default().to_string();
     assert!(
-        last.starts_with(&format!("occm-forge: error: registry {}: ", front.addr))
-            && last.contains("HTTP 407"),
+        last.starts_with("occm-forge: error: ")
+            && last.contains(&format!("registry {}: ", front.addr))
+            && last.contains(&format!("through the proxy http://{}", refusing.addr))
+            && last.contains("407 Proxy Authentication Required"),
         "{last}"
     );
     assert_eq!(std::fs::read(&f.lock).unwrap(), lock_before);

@@ -75,6 +75,13 @@ pub(crate) fn status(code: u16, body: &str) -> (String, Option<ErrorKind>) {
     if code == 507 {
         return (storage_full(body), Some(ErrorKind::Other));
     }
+    if code == 407 {
+        // RFC 9110 §15.5.8: the proxy between us and the registry wants credentials.
+        return (
+            "the proxy answered 407 Proxy Authentication Required: give it a user and password in the proxy URL (percent-encoded)".to_string(),
+            Some(ErrorKind::Other),
+        );
+    }
     if body.is_empty() {
         return (format!("HTTP {code}"), None);
     }
