@@ -549,16 +549,10 @@ mod tests {
         let (f, reg) = published().await;
         let minor = "1.34".parse().unwrap();
         let other = testing::image("v9.9.9-other.1");
-        publish::publish(
-            &reg,
-            &f.repo,
-            &other.image,
-            &[],
-            publish::ReferrersMode::Fallback,
-            &|_, _| {},
-        )
-        .await
-        .unwrap();
+        other
+            .publish_as(&reg, &f.repo, &[], publish::ReferrersMode::Fallback)
+            .await
+            .unwrap();
         reg.set_tag(
             &f.repo,
             "v1.34.1-occmforge.1",
@@ -593,16 +587,10 @@ mod tests {
         let f = testing::image("v1.34.1-occmforge.1");
         let reg = crate::registry::memory::MemoryRegistry::new();
         reg.fail_when(|op| op.carries_subject().then_some(ErrorKind::Refused));
-        let p = publish::publish(
-            &reg,
-            &f.repo,
-            &f.image,
-            &f.attachments,
-            publish::ReferrersMode::Fallback,
-            &|_, _| {},
-        )
-        .await
-        .unwrap();
+        let p = f
+            .publish_to(&reg, publish::ReferrersMode::Fallback)
+            .await
+            .unwrap();
         reg.heal();
         let minor = "1.34".parse().unwrap();
         let mut entry = f.entry.clone();

@@ -695,16 +695,10 @@ mod tests {
 
         let other = testing::image("v9.9.9-other.1");
         let taken = repo("mirror.example/taken/openstack-cloud-controller-manager");
-        publish::publish(
-            &reg,
-            &taken,
-            &other.image,
-            &[],
-            publish::ReferrersMode::Fallback,
-            &|_, _| {},
-        )
-        .await
-        .unwrap();
+        other
+            .publish_as(&reg, &taken, &[], publish::ReferrersMode::Fallback)
+            .await
+            .unwrap();
         reg.set_tag(
             &taken,
             "v1.34.1-occmforge.1",
@@ -725,16 +719,9 @@ mod tests {
     {
         let f = testing::image("v1.34.1-occmforge.1");
         let reg = crate::registry::memory::MemoryRegistry::new();
-        publish::publish(
-            &reg,
-            &f.repo,
-            &f.image,
-            &f.attachments,
-            publish::ReferrersMode::Skip,
-            &|_, _| {},
-        )
-        .await
-        .unwrap();
+        f.publish_to(&reg, publish::ReferrersMode::Skip)
+            .await
+            .unwrap();
         let mut entry = f.entry.clone();
         entry.referrers = Some(ReferrersPushed::Skipped);
         let to = repo("mirror.example/magnum/openstack-cloud-controller-manager");

@@ -25,6 +25,34 @@ pub struct FixtureImage {
     pub entry: Entry,
 }
 
+impl FixtureImage {
+    /// Publishes this image with its referrers to `reg` under its repository, in `mode`.
+    ///
+    /// Errors: as [`crate::registry::publish::publish`].
+    pub async fn publish_to(
+        &self,
+        reg: &crate::registry::memory::MemoryRegistry,
+        mode: crate::registry::publish::ReferrersMode,
+    ) -> Result<crate::registry::publish::Published, crate::registry::RegistryError> {
+        self.publish_as(reg, &self.repo, &self.attachments, mode)
+            .await
+    }
+
+    /// Publishes this image with `attachments` to `reg` under `repo`, in `mode`.
+    ///
+    /// Errors: as [`crate::registry::publish::publish`].
+    pub async fn publish_as(
+        &self,
+        reg: &crate::registry::memory::MemoryRegistry,
+        repo: &RepositoryName,
+        attachments: &[Attachment],
+        mode: crate::registry::publish::ReferrersMode,
+    ) -> Result<crate::registry::publish::Published, crate::registry::RegistryError> {
+        crate::registry::publish::publish(reg, repo, &self.image, attachments, mode, &|_, _| {})
+            .await
+    }
+}
+
 /// The fixture image for `tag` (a different `tag` gives a different digest).
 pub fn image(tag: &str) -> FixtureImage {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -149,15 +177,8 @@ pub async fn published() -> (FixtureImage, crate::registry::memory::MemoryRegist
     use crate::registry::publish;
     let f = image("v1.34.1-occmforge.1");
     let reg = crate::registry::memory::MemoryRegistry::new();
-    publish::publish(
-        &reg,
-        &f.repo,
-        &f.image,
-        &f.attachments,
-        publish::ReferrersMode::Fallback,
-        &|_, _| {},
-    )
-    .await
-    .expect("publish");
+    f.publish_to(&reg, publish::ReferrersMode::Fallback)
+        .await
+        .expect("publish");
     (f, reg)
 }

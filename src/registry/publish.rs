@@ -451,16 +451,7 @@ mod tests {
     async fn blobs_manifests_the_index_and_referrers_by_digest_then_the_tag_then_a_check() {
         let f = testing::image("v1.34.1-occmforge.1");
         let reg = MemoryRegistry::new();
-        let published = publish(
-            &reg,
-            &f.repo,
-            &f.image,
-            &f.attachments,
-            ReferrersMode::Fallback,
-            &|_, _| {},
-        )
-        .await
-        .unwrap();
+        let published = f.publish_to(&reg, ReferrersMode::Fallback).await.unwrap();
         assert_eq!(published.digest, f.image.index.digest);
         assert_eq!(published.referrers, ReferrersPushed::Subject);
         let ops = manifest_pushes(&reg);
@@ -491,16 +482,7 @@ mod tests {
         assert_eq!(rest[7], "manifest_digest v1.34.1-occmforge.1");
 
         // A second push finds every blob and uploads nothing.
-        let again = publish(
-            &reg,
-            &f.repo,
-            &f.image,
-            &f.attachments,
-            ReferrersMode::Fallback,
-            &|_, _| {},
-        )
-        .await
-        .unwrap();
+        let again = f.publish_to(&reg, ReferrersMode::Fallback).await.unwrap();
         assert_eq!((again.uploaded, again.skipped), (0, blobs));
     }
 
@@ -512,16 +494,7 @@ mod tests {
         reg.fail_when(move |op| {
             (op.kind == "push_manifest" && op.reference == second).then_some(ErrorKind::Other)
         });
-        let push = || {
-            publish(
-                &reg,
-                &f.repo,
-                &f.image,
-                &f.attachments,
-                ReferrersMode::Fallback,
-                &|_, _| {},
-            )
-        };
+        let push = || f.publish_to(&reg, ReferrersMode::Fallback);
         assert!(push().await.is_err());
         assert!(
             reg.repository(&f.repo).tags.is_empty(),
@@ -556,28 +529,17 @@ mod tests {
             0,
         )
         .unwrap();
-        publish(
+        f.publish_as(
             &reg,
             &f.repo,
-            &f.image,
             std::slice::from_ref(&signature),
             ReferrersMode::Fallback,
-            &|_, _| {},
         )
         .await
         .unwrap();
         // Ours, pushed twice: listed once each, the signature kept.
         for _ in 0..2 {
-            let p = publish(
-                &reg,
-                &f.repo,
-                &f.image,
-                &f.attachments,
-                ReferrersMode::Fallback,
-                &|_, _| {},
-            )
-            .await
-            .unwrap();
+            let p = f.publish_to(&reg, ReferrersMode::Fallback).await.unwrap();
             assert_eq!(p.attachments.len(), 3);
         }
         let provenance = &f.attachments[2].manifest.digest;
@@ -604,16 +566,7 @@ mod tests {
     async fn a_registry_refusing_subject_gets_the_referrers_in_the_tag_schema_without_it() {
         let f = testing::image("v1.34.1-occmforge.1");
         let reg = refusing_subject();
-        let p = publish(
-            &reg,
-            &f.repo,
-            &f.image,
-            &f.attachments,
-            ReferrersMode::Fallback,
-            &|_, _| {},
-        )
-        .await
-        .unwrap();
+        let p = f.publish_to(&reg, ReferrersMode::Fallback).await.unwrap();
         assert_eq!(p.referrers, ReferrersPushed::TagSchema);
         assert!(p.refused.as_deref().unwrap().contains("injected fault"));
         let repo = reg.repository(&f.repo);
@@ -638,16 +591,10 @@ mod tests {
     async fn require_fails_before_the_tag_and_skip_pushes_no_referrer() {
         let f = testing::image("v1.34.1-occmforge.1");
         let reg = refusing_subject();
-        let e = publish(
-            &reg,
-            &f.repo,
-            &f.image,
-            &f.attachments,
-            ReferrersMode::Require,
-            &|_, _| {},
-        )
-        .await
-        .unwrap_err();
+        let e = f
+            .publish_to(&reg, ReferrersMode::Require)
+            .await
+            .unwrap_err();
         assert!(
             e.to_string()
                 .contains("refused a manifest carrying `subject`")
@@ -657,16 +604,7 @@ mod tests {
         assert!(reg.repository(&f.repo).tags.is_empty(), "the tag moved");
 
         let reg = refusing_subject();
-        let p = publish(
-            &reg,
-            &f.repo,
-            &f.image,
-            &f.attachments,
-            ReferrersMode::Skip,
-            &|_, _| {},
-        )
-        .await
-        .unwrap();
+        let p = f.publish_to(&reg, ReferrersMode::Skip).await.unwrap();
         assert_eq!(p.referrers, ReferrersPushed::Skipped);
         assert!(p.attachments.is_empty());
         let repo = reg.repository(&f.repo);

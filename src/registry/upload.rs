@@ -283,25 +283,16 @@ impl Uploader {
         data: Bytes,
     ) -> Result<(), UploadError> {
         let progress = Progress::new();
-        let (mut put_url, _) = self.start(target, repository, &progress).await?;
-        put_url.query_pairs_mut().append_pair("digest", digest);
-        let res = self
-            .send(
-                target,
-                Outgoing {
-                    method: Method::PUT,
-                    url: put_url,
-                    headers: vec![(CONTENT_TYPE, OCTET_STREAM.to_string())],
-                    body: data,
-                    step: "sending the blob or waiting for the answer to its PUT",
-                },
-                &progress,
-            )
-            .await?;
-        match res.status() {
-            StatusCode::CREATED => Ok(()),
-            _ => Err(self.failure(res, &progress).await),
-        }
+        let (put_url, _) = self.start(target, repository, &progress).await?;
+        self.close(
+            target,
+            put_url,
+            digest,
+            (vec![(CONTENT_TYPE, OCTET_STREAM.to_string())], data),
+            "sending the blob or waiting for the answer to its PUT",
+            &progress,
+        )
+        .await
     }
 
     /// `POST`, a `PATCH` per chunk (resuming after a `416` from the upload's status), then an
@@ -363,6 +354,29 @@ impl Uploader {
                 _ => return Err(self.failure(res, &progress).await),
             }
         }
+        self.close(
+            target,
+            url,
+            digest,
+            (vec![], Bytes::new()),
+            "waiting for the answer to the PUT closing the upload",
+            &progress,
+        )
+        .await
+    }
+
+    /// The `PUT <upload URL>?digest=<digest>` that ends an upload (distribution-spec "Pushing a
+    /// blob monolithically" and "Closing a chunked upload"), with `headers` and `body` (the whole
+    /// blob, or nothing after the chunks); the registry answers 201.
+    async fn close(
+        &self,
+        target: &Target<'_>,
+        mut url: Url,
+        digest: &str,
+        (headers, body): (Vec<(HeaderName, String)>, Bytes),
+        step: &str,
+        progress: &Progress,
+    ) -> Result<(), UploadError> {
         url.query_pairs_mut().append_pair("digest", digest);
         let res = self
             .send(
@@ -370,16 +384,16 @@ impl Uploader {
                 Outgoing {
                     method: Method::PUT,
                     url,
-                    headers: vec![],
-                    body: Bytes::new(),
-                    step: "waiting for the answer to the PUT closing the upload",
+                    headers,
+                    body,
+                    step,
                 },
-                &progress,
+                progress,
             )
             .await?;
         match res.status() {
             StatusCode::CREATED => Ok(()),
-            _ => Err(self.failure(res, &progress).await),
+            _ => Err(self.failure(res, progress).await),
         }
     }
 

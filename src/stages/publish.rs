@@ -156,16 +156,9 @@ mod tests {
         let cx = StageContext { reporter: &Silent };
         // The tag serves an older image; this build replaces it on purpose.
         let old = testing::image("v1.34.1-occmforge.0");
-        publish::publish(
-            &reg,
-            &f.repo,
-            &old.image,
-            &old.attachments,
-            ReferrersMode::Fallback,
-            &|_, _| {},
-        )
-        .await
-        .unwrap();
+        old.publish_as(&reg, &f.repo, &old.attachments, ReferrersMode::Fallback)
+            .await
+            .unwrap();
         reg.set_tag(
             &f.repo,
             "v1.34.1-occmforge.1",
