@@ -7,7 +7,7 @@ mod common;
 use std::process::Command;
 
 use common::*;
-use occm_forge::accept::cloud::{self, CloudState, Server, SimulatedCloud};
+use occm_forge::accept::sim::cloud::{self, CloudState, Server, SimulatedCloud};
 use serde_json::{Value, json};
 
 fn client() -> reqwest::Client {
@@ -363,7 +363,7 @@ async fn start_stand_in(
     script: &str,
     timeout_secs: u64,
 ) -> (String, std::path::PathBuf, tempfile::TempDir) {
-    use occm_forge::accept::control_plane::{Binaries, ControlPlane};
+    use occm_forge::accept::sim::control_plane::{Binaries, ControlPlane};
     let dir = tempfile::tempdir().unwrap();
     let stand_in = dir.path().join("etcd");
     executable(&stand_in, script);
@@ -418,8 +418,8 @@ async fn a_control_plane_part_that_exits_is_named_with_its_last_log_line() {
 
 /// The control plane of v1.34.1, built through the Go module proxy into `cache` (the gated
 /// cache: [`gated_cache`]).
-fn real_control_plane(cache: &std::path::Path) -> occm_forge::accept::control_plane::Binaries {
-    use occm_forge::accept::control_plane::{self, Versions};
+fn real_control_plane(cache: &std::path::Path) -> occm_forge::accept::sim::control_plane::Binaries {
+    use occm_forge::accept::sim::control_plane::{self, Versions};
     let toolchain = occm_forge::go::Toolchain::new("1.25.1", cache);
     control_plane::build(
         &Versions {
@@ -435,7 +435,7 @@ fn real_control_plane(cache: &std::path::Path) -> occm_forge::accept::control_pl
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "needs the Go module proxy to build etcd and kube-apiserver v1.34.1 (run with OCCM_FORGE_UPSTREAM_MIRROR set and -- --ignored)"]
 async fn real_control_plane_faults_a_port_in_use_and_an_apiserver_never_ready() {
-    use occm_forge::accept::control_plane::{Binaries, ControlPlane, Ports};
+    use occm_forge::accept::sim::control_plane::{Binaries, ControlPlane, Ports};
     let cache = gated_cache();
     let bins = tokio::task::block_in_place(|| real_control_plane(cache.path()));
     let dir = tempfile::tempdir().unwrap();

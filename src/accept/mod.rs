@@ -11,12 +11,11 @@
 //! the control as needed); [`matrix`] does it for several minors.
 
 pub mod binary;
-pub mod cloud;
-pub mod control_plane;
-pub mod kube;
-mod process;
 pub mod report;
 pub mod scenarios;
+pub mod sim;
+
+use sim::{cloud, control_plane, kube, process};
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use serde::Serialize;
 
 use super::binary::Extracted;
-use super::control_plane::Versions;
 use super::scenarios::{RunResult, Scenario};
+use super::sim::control_plane::Versions;
 use crate::config::Minor;
 use crate::stage::StageReport;
 

@@ -21,9 +21,9 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use super::AcceptError;
-use super::cloud::{CloudState, Server, SimulatedCloud};
-use super::kube::{Kube, NodeInit};
-use super::process::{Process, free_port, klog_message, last_error, shorten};
+use super::sim::cloud::{CloudState, Server, SimulatedCloud};
+use super::sim::kube::{Kube, NodeInit};
+use super::sim::process::{Process, free_port, klog_message, last_error, shorten};
 
 /// How long a scenario's own check may take (S1 deletion, S2 exit, S3 initialisation, S4
 /// failover), counted from its start.

@@ -15,8 +15,9 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use super::AcceptError;
+use super::helper::{go_build, helper_failure, lock_entry, run_go};
 use super::process::{Process, free_port, last_error};
+use crate::accept::AcceptError;
 use crate::go::Toolchain;
 
 /// The Kubernetes and etcd versions an upstream tag builds against.
@@ -194,15 +195,6 @@ const KUBE_APISERVER: &str = "k8s.io/kubernetes/cmd/kube-apiserver";
 /// etcd's server command (the module root is `package main`).
 const ETCD_SERVER: &str = "go.etcd.io/etcd/server/v3";
 
-/// Takes `<dir>/.lock` (`flock`, released by the kernel when the process dies), creating `dir`.
-fn lock_entry(dir: &Path) -> Result<std::fs::File, AcceptError> {
-    let io = |e: std::io::Error| AcceptError::Io(format!("{}: {e}", dir.display()));
-    std::fs::create_dir_all(dir).map_err(io)?;
-    let f = std::fs::File::create(dir.join(".lock")).map_err(io)?;
-    f.lock().map_err(io)?;
-    Ok(f)
-}
-
 /// Writes the helper module's go.mod: `k8s.io/kubernetes` and etcd's server required at
 /// `versions`, every staging module of `k8s_go_mod` replaced by its published version; removes
 /// any go.sum (it is resolved next).
@@ -320,83 +312,6 @@ fn probe_kubernetes(
         part: "kube-apiserver".into(),
         message: format!("go.mod of {k8s} ({gomod_path}): {e}"),
     })
-}
-
-fn run_go(cmd: &mut Command, part: &str) -> Result<std::process::Output, AcceptError> {
-    crate::interrupt::output(cmd).map_err(|e| AcceptError::Build {
-        part: part.into(),
-        message: format!("cannot run go: {e}"),
-    })
-}
-
-/// What a failed `go` command in the helper module `module` means: the modules the proxy
-/// refuses ([`AcceptError::NotVerified`]), else [`AcceptError::Build`] with Go's cause; an
-/// incomplete go.mod/go.sum names the helper module as occm-forge's own.
-fn helper_failure(part: &str, module: &Path, stderr: &str) -> AcceptError {
-    use crate::go::ModuleOwner;
-    let summary = crate::go::summarize_stderr_of(stderr, 6, ModuleOwner::Helper);
-    if let Some(modules) = summary.strip_prefix("module downloads failed: ") {
-        return AcceptError::NotVerified(format!(
-            "the Go module proxy refuses {modules}, needed to build {part}"
-        ));
-    }
-    // `go mod download -json` puts the cause in the JSON: "k8s.io/kubernetes@v1.31.11: reading https://…: 403 Forbidden".
-    if let Some((module, rest)) = stderr.split_once(": reading ") {
-        let status = rest.rsplit(": ").next().unwrap_or("").trim();
-        return AcceptError::NotVerified(format!(
-            "the Go module proxy refuses {} ({status}), needed to build {part}",
-            module.trim()
-        ));
-    }
-    let message = if crate::go::module_graph_line(stderr).is_some() {
-        // Go says the module graph is incomplete: the helper is ours to resolve, not upstream's.
-        format!(
-            "{summary}: the go.sum of occm-forge's helper module {} did not cover it after resolving (a bug in occm-forge; remove that directory to resolve it again)",
-            module.display()
-        )
-    } else {
-        summary
-    };
-    AcceptError::Build {
-        part: part.into(),
-        message,
-    }
-}
-
-fn go_build(
-    toolchain: &Toolchain,
-    module: &Path,
-    part: &str,
-    package: &str,
-    ldflags: &str,
-    dest: &Path,
-) -> Result<(), AcceptError> {
-    if dest.is_file() {
-        return Ok(());
-    }
-    let tmp = dest.with_extension(format!("tmp{}", std::process::id()));
-    let mut cmd = toolchain.command(module);
-    cmd.args([
-        "build",
-        "-trimpath",
-        "-buildvcs=false",
-        "-ldflags",
-        ldflags,
-        "-o",
-    ])
-    .arg(&tmp)
-    .arg(package);
-    tracing::info!("building {part} ({package}) with go{}", toolchain.version);
-    let out = run_go(&mut cmd, part)?;
-    if !out.status.success() {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(helper_failure(
-            part,
-            module,
-            &String::from_utf8_lossy(&out.stderr),
-        ));
-    }
-    std::fs::rename(&tmp, dest).map_err(|e| AcceptError::Io(format!("{}: {e}", dest.display())))
 }
 
 /// Generated credentials of one control plane.
@@ -833,34 +748,5 @@ mod tests {
         );
         assert_eq!(staging_version("v1.34.1"), "v0.34.1");
         assert_eq!(staging_version("v1.36.0-rc.1"), "v0.36.0-rc.1");
-    }
-
-    #[test]
-    fn a_refused_module_is_not_verified() {
-        let e = helper_failure(
-            "kube-apiserver",
-            Path::new("/cache/accept/v1.31.11/module"),
-            "k8s.io/kubernetes@v1.31.11: reading https://proxy.golang.org/k8s.io/kubernetes/@v/v1.31.11.zip: 403 Forbidden",
-        );
-        assert_eq!(
-            e.to_string(),
-            "NOT VERIFIED: the Go module proxy refuses k8s.io/kubernetes@v1.31.11 (403 Forbidden), needed to build kube-apiserver"
-        );
-    }
-
-    #[test]
-    fn an_incomplete_helper_go_sum_names_the_helper_never_the_patch_series() {
-        let e = helper_failure(
-            "kube-apiserver",
-            Path::new("/cache/accept/v1.34.1/module"),
-            "go: k8s.io/kubernetes/cmd/kube-apiserver: missing go.sum entry for module providing package k8s.io/kubernetes/cmd/kube-apiserver; to add:\n\tgo mod download k8s.io/kubernetes\n",
-        )
-        .to_string();
-        assert!(
-            e.starts_with("building kube-apiserver: go: k8s.io/kubernetes/cmd/kube-apiserver: missing go.sum entry")
-                && e.contains("occm-forge's helper module /cache/accept/v1.34.1/module")
-                && !e.contains("patch series"),
-            "{e}"
-        );
     }
 }

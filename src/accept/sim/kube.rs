@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::AcceptError;
+use crate::accept::AcceptError;
 
 /// The taint a kubelet started with `--cloud-provider=external` puts on its Node until the cloud
 /// node controller has initialised it (k8s.io/cloud-provider/api `TaintExternalCloudProvider`).
