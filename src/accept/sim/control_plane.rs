@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use super::helper::{go_build, helper_failure, lock_entry, run_go};
-use super::process::{Process, free_port, last_error};
+use super::process::{Process, free_port, last_error, wait_ready};
 use crate::accept::AcceptError;
 use crate::go::Toolchain;
 
@@ -676,44 +676,6 @@ fn write_kubeconfig(dir: &Path, url: &str, token: &str) -> Result<PathBuf, Accep
     )
     .map_err(|e| AcceptError::Io(format!("{}: {e}", dir.display())))?;
     Ok(kubeconfig)
-}
-
-/// Polls `probe` every 250 ms until it is true, the process exits, or `limit` passes.
-async fn wait_ready<F, Fut>(p: &mut Process, limit: Duration, probe: F) -> Result<(), AcceptError>
-where
-    F: Fn() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let start = Instant::now();
-    loop {
-        if let Some(status) = p.exited() {
-            return Err(AcceptError::ControlPlane {
-                part: p.name.clone(),
-                message: format!(
-                    "exited ({status}) before it was ready: {} (log {})",
-                    last_error(&p.log_text()),
-                    p.log.display()
-                ),
-            });
-        }
-        if probe().await {
-            return Ok(());
-        }
-        if start.elapsed() >= limit {
-            let message = format!(
-                "not ready after {} s: {} (log {})",
-                limit.as_secs(),
-                last_error(&p.log_text()),
-                p.log.display()
-            );
-            let _ = p.stop(Duration::from_secs(5)).await;
-            return Err(AcceptError::ControlPlane {
-                part: p.name.clone(),
-                message,
-            });
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
 }
 
 #[cfg(test)]

@@ -91,6 +91,37 @@ impl Kube {
         }
     }
 
+    /// Server-side apply of `object` at `path` (the object's own URL, e.g.
+    /// `/apis/apiextensions.k8s.io/v1/customresourcedefinitions/<name>`): `PATCH` with
+    /// `application/apply-patch+yaml` (JSON is YAML), field manager `occm-forge`, conflicts
+    /// forced. Returns the object as stored.
+    ///
+    /// Errors: [`AcceptError::ControlPlane`] with the apiserver's status and message.
+    pub async fn apply(&self, path: &str, object: Value) -> Result<Value, AcceptError> {
+        self.expect(
+            reqwest::Method::PATCH,
+            &format!("{path}?fieldManager=occm-forge&force=true"),
+            Some(("application/apply-patch+yaml", object)),
+            &[],
+        )
+        .await
+    }
+
+    /// The object at `path`, or `None` when it does not exist (404).
+    ///
+    /// Errors: [`AcceptError::ControlPlane`] for any other status than 200.
+    pub async fn get(&self, path: &str) -> Result<Option<Value>, AcceptError> {
+        let (status, v) = self.call(reqwest::Method::GET, path, None).await?;
+        match status {
+            404 => Ok(None),
+            200 => Ok(Some(v)),
+            s => Err(api(format!(
+                "GET {path}: {s} {}",
+                v["message"].as_str().unwrap_or("")
+            ))),
+        }
+    }
+
     /// Creates a Node the way a kubelet registers one: no provider ID, and with
     /// `uninitialized` the cloud provider's `NoSchedule` taint.
     pub async fn create_node(&self, name: &str, uninitialized: bool) -> Result<(), AcceptError> {

@@ -1,8 +1,10 @@
 //! The simulated environment the scenarios run in, below them and knowing nothing of them: a real
 //! control plane ([`control_plane`]: etcd and kube-apiserver built through the Go module proxy),
 //! the API calls made to it ([`kube`]), a simulated OpenStack ([`cloud`]), the processes they
-//! run as ([`process`]) and occm-forge's own Go helper modules that build them ([`helper`]).
+//! run as ([`process`]), Cluster API's manager ([`capi`]) and occm-forge's own Go helper modules
+//! that build them ([`helper`]).
 
+pub mod capi;
 pub mod cloud;
 pub mod control_plane;
 pub(crate) mod helper;

@@ -11,6 +11,7 @@ use std::sync::mpsc;
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use crate::accept::AcceptError;
 use crate::interrupt;
 
 type SpawnReply = mpsc::Sender<io::Result<(Child, interrupt::Guard)>>;
@@ -203,6 +204,51 @@ pub(crate) fn free_port() -> io::Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port())
+}
+
+/// Polls `probe` every 250 ms until it is true, the process exits, or `limit` passes.
+///
+/// Errors: [`AcceptError::ControlPlane`] naming the process: it exited before it was ready, or
+/// was not ready in time (then it is stopped); with the last error line of its log.
+pub(crate) async fn wait_ready<F, Fut>(
+    p: &mut Process,
+    limit: Duration,
+    probe: F,
+) -> Result<(), AcceptError>
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let start = Instant::now();
+    loop {
+        if let Some(status) = p.exited() {
+            return Err(AcceptError::ControlPlane {
+                part: p.name.clone(),
+                message: format!(
+                    "exited ({status}) before it was ready: {} (log {})",
+                    last_error(&p.log_text()),
+                    p.log.display()
+                ),
+            });
+        }
+        if probe().await {
+            return Ok(());
+        }
+        if start.elapsed() >= limit {
+            let message = format!(
+                "not ready after {} s: {} (log {})",
+                limit.as_secs(),
+                last_error(&p.log_text()),
+                p.log.display()
+            );
+            let _ = p.stop(Duration::from_secs(5)).await;
+            return Err(AcceptError::ControlPlane {
+                part: p.name.clone(),
+                message,
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
 }
 
 #[cfg(test)]
