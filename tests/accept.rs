@@ -67,10 +67,20 @@ async fn keystone_issues_a_token_with_a_catalog_with_and_without_compute() {
 
     c.set_state(CloudState {
         compute_in_catalog: false,
-        servers: vec![],
+        ..CloudState::default()
     });
     let body: Value = token(&c, cloud::PASSWORD).await.json().await.unwrap();
     assert_eq!(catalog_types(&body), ["identity", "network"]);
+
+    // The transient fault: only the first token lacks compute.
+    c.set_state(CloudState {
+        tokens_without_compute: 1,
+        ..CloudState::default()
+    });
+    let first: Value = token(&c, cloud::PASSWORD).await.json().await.unwrap();
+    let second: Value = token(&c, cloud::PASSWORD).await.json().await.unwrap();
+    assert_eq!(catalog_types(&first), ["identity", "network"]);
+    assert_eq!(catalog_types(&second), ["identity", "network", "compute"]);
 
     assert_eq!(token(&c, "wrong").await.status().as_u16(), 401);
     // The cloud.conf OCCM gets names this Keystone and these credentials.
@@ -91,8 +101,8 @@ async fn nova_finds_servers_by_name_filter_and_by_id_and_neutron_their_ports() {
     let c = SimulatedCloud::start().await.unwrap();
     let srv = Server::active("11111111-2222-4333-8444-555555555555", "new-1", "10.0.0.11");
     c.set_state(CloudState {
-        compute_in_catalog: true,
         servers: vec![srv.clone(), Server::active("other", "new-10", "10.0.0.12")],
+        ..CloudState::default()
     });
     // What gophercloud sends for `getServerByName("new-1")`: an anchored regular expression.
     let (s, body) = get(&c, "/compute/v2.1/servers/detail?name=%5Enew-1%24").await;

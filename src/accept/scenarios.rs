@@ -332,6 +332,7 @@ fn cloud_state(s: Scenario) -> (CloudState, Vec<Server>) {
     (
         CloudState {
             compute_in_catalog: s != Scenario::S2,
+            tokens_without_compute: 0,
             servers: servers.clone(),
         },
         servers,

@@ -86,6 +86,11 @@ pub struct CloudState {
     /// `InstancesV2()` cannot build its compute client (the production failure of
     /// vexxhost/atmosphere#4240).
     pub compute_in_catalog: bool,
+    /// How many of the next tokens are issued without the `compute` service even when
+    /// `compute_in_catalog` is true: the transient fault of the bug report (the first token
+    /// after a Keystone restart, or a catalog being updated, lacks the endpoint). Counts down
+    /// with each token issued.
+    pub tokens_without_compute: u32,
     /// The servers Nova knows.
     pub servers: Vec<Server>,
 }
@@ -94,6 +99,7 @@ impl Default for CloudState {
     fn default() -> Self {
         CloudState {
             compute_in_catalog: true,
+            tokens_without_compute: 0,
             servers: Vec::new(),
         }
     }
@@ -216,6 +222,34 @@ impl SimulatedCloud {
             .clear();
     }
 
+    /// Adds `server` to Nova (a server an infrastructure provider created).
+    pub fn add_server(&self, server: Server) {
+        self.shared
+            .state
+            .lock()
+            .expect("cloud state lock")
+            .servers
+            .push(server);
+    }
+
+    /// Removes the server `id` from Nova (it was deleted); true when it was there.
+    pub fn remove_server(&self, id: &str) -> bool {
+        let mut st = self.shared.state.lock().expect("cloud state lock");
+        let before = st.servers.len();
+        st.servers.retain(|s| s.id != id);
+        st.servers.len() != before
+    }
+
+    /// The servers Nova knows now.
+    pub fn servers(&self) -> Vec<Server> {
+        self.shared
+            .state
+            .lock()
+            .expect("cloud state lock")
+            .servers
+            .clone()
+    }
+
     /// Every request received since the last [`SimulatedCloud::set_state`], in order.
     pub fn requests(&self) -> Vec<RecordedRequest> {
         self.shared
@@ -316,7 +350,15 @@ async fn issue_token(State(s): State<Arc<Shared>>, body: axum::body::Bytes) -> R
         )
             .into_response();
     }
-    let st = state(&s);
+    let with_compute = {
+        let mut st = s.state.lock().expect("cloud state lock");
+        if st.tokens_without_compute > 0 {
+            st.tokens_without_compute -= 1;
+            false
+        } else {
+            st.compute_in_catalog
+        }
+    };
     let base = &s.base;
     let endpoint = |id: &str, url: String| json!({"id": id, "interface": "public", "region": REGION, "region_id": REGION, "url": url});
     let mut catalog = vec![
@@ -325,7 +367,7 @@ async fn issue_token(State(s): State<Arc<Shared>>, body: axum::body::Bytes) -> R
         json!({"id": "svc-network", "type": "network", "name": "neutron",
                "endpoints": [endpoint("ep-network", format!("{base}/network"))]}),
     ];
-    if st.compute_in_catalog {
+    if with_compute {
         catalog.push(
             json!({"id": "svc-compute", "type": "compute", "name": "nova",
             "endpoints": [endpoint("ep-compute", format!("{base}/compute/v2.1"))]}),

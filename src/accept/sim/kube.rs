@@ -122,6 +122,54 @@ impl Kube {
         }
     }
 
+    /// Creates `object` in the collection at `path` (`POST`); an object that exists already
+    /// (409) is left as it is.
+    ///
+    /// Errors: [`AcceptError::ControlPlane`] with the apiserver's status and message.
+    pub async fn create(&self, path: &str, object: Value) -> Result<(), AcceptError> {
+        self.expect(
+            reqwest::Method::POST,
+            path,
+            Some(("application/json", object)),
+            &[409],
+        )
+        .await
+        .map(drop)
+    }
+
+    /// A JSON merge patch (RFC 7386) of the object at `path` (its `/status` for the status
+    /// subresource); a missing object (404) is not an error.
+    ///
+    /// Errors: [`AcceptError::ControlPlane`] with the apiserver's status and message.
+    pub async fn merge_patch(&self, path: &str, patch: Value) -> Result<(), AcceptError> {
+        self.expect(
+            reqwest::Method::PATCH,
+            path,
+            Some(("application/merge-patch+json", patch)),
+            &[404],
+        )
+        .await
+        .map(drop)
+    }
+
+    /// The `items` of the list at `path` (empty when the list has none).
+    ///
+    /// Errors: [`AcceptError::ControlPlane`] when the list cannot be read.
+    pub async fn list(&self, path: &str) -> Result<Vec<Value>, AcceptError> {
+        let v = self.expect(reqwest::Method::GET, path, None, &[]).await?;
+        Ok(v["items"].as_array().cloned().unwrap_or_default())
+    }
+
+    /// Deletes the object (or, for a collection, every object) at `path`; a missing one (404)
+    /// is not an error.
+    ///
+    /// Errors: [`AcceptError::ControlPlane`] with the apiserver's status and message.
+    pub async fn delete(&self, path: &str) -> Result<(), AcceptError> {
+        self.expect(reqwest::Method::DELETE, path, None, &[404])
+            .await
+            .map(drop)
+    }
+
     /// Creates a Node the way a kubelet registers one: no provider ID, and with
     /// `uninitialized` the cloud provider's `NoSchedule` taint.
     pub async fn create_node(&self, name: &str, uninitialized: bool) -> Result<(), AcceptError> {
