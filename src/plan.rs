@@ -136,6 +136,8 @@ pub struct BuildPlan {
     pub minor: Minor,
     /// The images.toml the plan comes from, as given (`--config`), for messages.
     pub config_name: String,
+    /// The Cluster API release `--accept` runs S5 with (`[accept]`).
+    pub cluster_api: crate::config::ClusterApi,
     /// images.toml `upstream`: the `org.opencontainers.image.source` label and provenance URL.
     pub upstream: String,
     /// Where upstream is fetched from (`--source` or `upstream`).
@@ -230,6 +232,7 @@ impl BuildPlan {
         Ok(BuildPlan {
             minor,
             config_name: config.path.display().to_string(),
+            cluster_api: config.cluster_api.clone(),
             upstream: config.upstream.clone(),
             fetch_from: config.fetch_url(o.source.as_deref()),
             upstream_tag: m.upstream_tag.clone(),

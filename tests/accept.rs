@@ -538,6 +538,7 @@ async fn an_occm_that_crashes_fails_the_scenario_and_nothing_is_left_running() {
             cache_dir: cache,
             work_dir: &work,
             scenarios: &[Scenario::S1],
+            cluster_api: &Default::default(),
             keep_logs: false,
         },
         &occm_forge::stage::Silent,

@@ -104,6 +104,8 @@ pub struct AcceptRequest<'a> {
     pub work_dir: &'a Path,
     /// Scenarios to run, in order.
     pub scenarios: &'a [Scenario],
+    /// The Cluster API release S5 runs (built into the cache when a scenario needs it).
+    pub cluster_api: &'a crate::config::ClusterApi,
     /// Keep the work directory (logs, request logs) even when accepted.
     pub keep_logs: bool,
 }
@@ -129,7 +131,7 @@ impl Stages<'_> {
     }
 }
 
-fn check_interrupt() -> Result<(), AcceptError> {
+pub(crate) fn check_interrupt() -> Result<(), AcceptError> {
     match crate::interrupt::signal() {
         Some(_) => Err(AcceptError::Interrupted),
         None => Ok(()),
@@ -208,6 +210,12 @@ async fn run(
 
     let bins = build_control_plane(req, &versions, stages)?;
     check_interrupt()?;
+    let manager = if req.scenarios.iter().any(|s| s.needs_cluster_api()) {
+        Some(build_cluster_api(req.cluster_api, req.cache_dir, stages)?)
+    } else {
+        None
+    };
+    check_interrupt()?;
 
     let ours = take_binaries(req, &platform, report, stages)?;
     let (cloud, mut cp) = start_bench(req, &bins, report, stages).await?;
@@ -217,6 +225,14 @@ async fn run(
         cloud: &cloud,
         kube: &kube,
         kubeconfig: &kubeconfig,
+        capi: manager
+            .as_ref()
+            .map(|manager| scenarios::remediation::CapiBench {
+                binaries: &bins,
+                manager,
+                cloud: &cloud,
+                kubernetes: &versions.kubernetes,
+            }),
     };
     let outcome = run_scenarios(req, &bench, &mut cp, &ours.path, report, stages).await;
     cp.stop().await;
@@ -249,6 +265,29 @@ fn build_control_plane(
         );
     }
     Ok(bins)
+}
+
+/// The `cluster-api` stage: builds (or takes from `<cache>/accept/cluster-api-<version>/`)
+/// Cluster API's manager and CRDs ([`sim::capi::build`]). Reported finished only when built.
+fn build_cluster_api(
+    release: &crate::config::ClusterApi,
+    cache_dir: &Path,
+    stages: &mut Stages<'_>,
+) -> Result<sim::capi::Manager, AcceptError> {
+    let t = stages.start("cluster-api");
+    let m = tokio::task::block_in_place(|| sim::capi::build(release, cache_dir))?;
+    if !m.cached {
+        stages.done(
+            "cluster-api",
+            t,
+            format!(
+                "Cluster API {} manager, {} CRDs",
+                m.release.version,
+                m.crds.len()
+            ),
+        );
+    }
+    Ok(m)
 }
 
 /// Empties the work directory (creating it), then the `binaries` stage: takes ours for
@@ -436,6 +475,8 @@ pub struct Subject {
     pub fetch_from: String,
     /// The images.toml that pins it, for messages.
     pub config_name: String,
+    /// The Cluster API release of S5 (`[accept] cluster_api`).
+    pub cluster_api: crate::config::ClusterApi,
 }
 
 impl Subject {
@@ -468,6 +509,7 @@ impl Subject {
             tag: plan.tag.clone(),
             fetch_from: plan.fetch_from.clone(),
             config_name: plan.config_name.clone(),
+            cluster_api: plan.cluster_api.clone(),
         }
     }
 
@@ -534,6 +576,7 @@ async fn accept_subject_inner(
             cache_dir: run.cache_dir,
             work_dir,
             scenarios: run.scenarios,
+            cluster_api: &subject.cluster_api,
             keep_logs: run.keep_logs,
         },
         reporter,
@@ -596,6 +639,7 @@ struct Parts {
     go_mod: Vec<u8>,
     versions: control_plane::Versions,
     apiserver: Option<control_plane::Binaries>,
+    cluster_api: Option<sim::capi::Manager>,
     outcome: PartsOutcome,
 }
 
@@ -647,6 +691,7 @@ async fn prepare_parts(
                     go_mod,
                     versions,
                     apiserver: None,
+                    cluster_api: None,
                     outcome: PartsOutcome::NotVerified(reason),
                 });
             }
@@ -659,6 +704,29 @@ async fn prepare_parts(
     );
     timed("apiserver", t, detail);
     let t = std::time::Instant::now();
+    reporter.started("cluster-api");
+    let release = &subject.cluster_api;
+    let cluster_api = match tokio::task::block_in_place(|| sim::capi::build(release, cache_dir)) {
+        Ok(m) => m,
+        Err(AcceptError::NotVerified(reason)) => {
+            return Ok(Parts {
+                go_mod,
+                versions,
+                apiserver: Some(apiserver),
+                cluster_api: None,
+                outcome: PartsOutcome::NotVerified(reason),
+            });
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let cached = if cluster_api.cached { " (cached)" } else { "" };
+    let detail = format!(
+        "Cluster API {} manager, {} CRDs{cached}",
+        release.version,
+        cluster_api.crds.len()
+    );
+    timed("cluster-api", t, detail);
+    let t = std::time::Instant::now();
     reporter.started("control");
     let control =
         match tokio::task::block_in_place(|| control(subject, cache_dir, toolchain, platform)) {
@@ -668,6 +736,7 @@ async fn prepare_parts(
                     go_mod,
                     versions,
                     apiserver: Some(apiserver),
+                    cluster_api: Some(cluster_api),
                     outcome: PartsOutcome::NotVerified(reason),
                 });
             }
@@ -683,13 +752,14 @@ async fn prepare_parts(
         go_mod,
         versions,
         apiserver: Some(apiserver),
+        cluster_api: Some(cluster_api),
         outcome: PartsOutcome::Ready(control),
     })
 }
 
 /// Version of how `<cache>/accept/` entries are built (the helper module, ldflags, the control's
 /// build): part of [`cache_key`]; bump it when that changes.
-pub const PREPARED_FORMAT: u32 = 1;
+pub const PREPARED_FORMAT: u32 = 2;
 
 /// What `accept --prepare` built or found for one minor.
 #[derive(Debug, Clone, Serialize)]
@@ -708,6 +778,10 @@ pub struct PrepareReport {
     pub kube_apiserver: Option<PathBuf>,
     /// `<cache>/accept/<kubernetes>/etcd-<etcd>`, when built or cached.
     pub etcd: Option<PathBuf>,
+    /// The Cluster API release, e.g. `v1.13.2`.
+    pub cluster_api_version: String,
+    /// `<cache>/accept/cluster-api-<version>/manager`, when built or cached.
+    pub cluster_api: Option<PathBuf>,
     /// The unpatched control, when built or cached.
     pub control: Option<PathBuf>,
     /// Whether everything came from the cache.
@@ -732,10 +806,11 @@ impl PrepareReport {
             .map(|d| d.display().to_string())
             .unwrap_or_default();
         format!(
-            "{}: kube-apiserver {}, etcd {}, control {} go{} in {dir} ({}); cache key {}",
+            "{}: kube-apiserver {}, etcd {}, Cluster API {}, control {} go{} in {dir} ({}); cache key {}",
             self.minor,
             self.versions.kubernetes,
             self.versions.etcd,
+            self.cluster_api_version,
             self.upstream_tag,
             self.go,
             if self.cached { "cached" } else { "built" },
@@ -746,13 +821,15 @@ impl PrepareReport {
 
 /// The key of what [`prepare_subject`] builds for `subject` on `platform`: `accept-<minor>-`
 /// and 16 hex digits of the sha256 of [`PREPARED_FORMAT`], the upstream tag and commit (which
-/// fix the go.mod, so the Kubernetes and etcd versions), the Go version and the platform. Equal
+/// fix the go.mod, so the Kubernetes and etcd versions), the Go version, the platform and the
+/// Cluster API release (`[accept] cluster_api`) with its Go version. Equal
 /// keys mean equal `<cache>/accept/` entries; it needs no network and no build, so CI can look
 /// a cache up by it before preparing.
 pub fn cache_key(subject: &Subject, platform: &crate::config::Platform) -> String {
+    let capi = &subject.cluster_api;
     let text = format!(
-        "prepared-format {PREPARED_FORMAT}\nupstream {} {}\ngo {}\nplatform {platform}\n",
-        subject.upstream_tag, subject.commit, subject.go
+        "prepared-format {PREPARED_FORMAT}\nupstream {} {}\ngo {}\nplatform {platform}\ncluster-api {} go{}\n",
+        subject.upstream_tag, subject.commit, subject.go, capi.version, capi.go
     );
     let digest = crate::util::sha256_digest(text.as_bytes());
     let hex = digest.trim_start_matches("sha256:");
@@ -786,7 +863,11 @@ pub async fn prepare_subject(
             go: subject.go.clone(),
             cache_key: cache_key(subject, &platform),
             versions: parts.versions,
-            cached: control_cached && parts.apiserver.as_ref().is_some_and(|b| b.cached),
+            cached: control_cached
+                && parts.apiserver.as_ref().is_some_and(|b| b.cached)
+                && parts.cluster_api.as_ref().is_some_and(|m| m.cached),
+            cluster_api_version: subject.cluster_api.version.clone(),
+            cluster_api: parts.cluster_api.as_ref().map(|m| m.binary.clone()),
             kube_apiserver: parts.apiserver.as_ref().map(|b| b.kube_apiserver.clone()),
             etcd: parts.apiserver.map(|b| b.etcd),
             control,

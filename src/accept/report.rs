@@ -53,8 +53,11 @@ impl ScenarioRow {
         let expected = self.scenario.control_expected_to_pass();
         match (&self.ours, &self.control) {
             (Some(o), _) if !o.passed => "FAILED: ours fails".into(),
-            (Some(_), Some(c)) if !c.passed && !expected => {
+            (Some(_), Some(c)) if !c.passed && !expected && c.bug_shown => {
                 "the fix: upstream fails, ours passes".into()
+            }
+            (Some(_), Some(c)) if !c.passed && !expected => {
+                "ours passes; upstream fails without showing the bug (inconclusive)".into()
             }
             (Some(_), Some(c)) if c.passed && !expected => {
                 "ours passes; upstream passes too (the bug is absent in this release)".into()
@@ -168,14 +171,16 @@ impl AcceptReport {
     }
 
     /// Decides the verdict from the rows: accepted when ours passed every scenario run and the
-    /// control (unpatched upstream) failed every scenario that shows a fix (S1, S2) — a control
-    /// that passes one means the run does not show the fix (a cached control that is not
+    /// control (unpatched upstream) showed the bug in every scenario that shows a fix (S1, S2,
+    /// S5; [`RunResult::bug_shown`]) — a control that passes one, or fails it without showing
+    /// the bug (S5: no remediation loop), means the run does not show the fix (a cached control that is not
     /// upstream's, or the bug fixed upstream: `patches prove` says which patch is then already
     /// upstream). A run of some scenarios only says so in its reason.
     pub fn decide(&mut self) {
         let ours_failed = self.scenarios_where(&|r| r.ours.as_ref().is_none_or(|o| !o.passed));
         let control_passed = self.scenarios_where(&|r| {
-            !r.scenario.control_expected_to_pass() && r.control.as_ref().is_some_and(|c| c.passed)
+            !r.scenario.control_expected_to_pass()
+                && r.control.as_ref().is_some_and(|c| c.passed || !c.bug_shown)
         });
         let run = self.scenarios_where(&|_| true);
         if self.rows.is_empty() {
@@ -187,7 +192,7 @@ impl AcceptReport {
         } else if !control_passed.is_empty() {
             self.verdict = Verdict::Failed;
             self.reason = Some(format!(
-                "the control (unpatched upstream) passes {} too, so this run does not show the fix; check the control binary ({}) and whether the bug is fixed upstream (`occm-forge patches prove`)",
+                "the control (unpatched upstream) does not show the bug in {}, so this run does not show the fix; check the control binary ({}) and whether the bug is fixed upstream (`occm-forge patches prove`)",
                 control_passed.join(", "),
                 self.control
                     .as_ref()
@@ -360,6 +365,7 @@ mod tests {
     fn run(passed: bool, seconds: f64, evidence: &str) -> Option<RunResult> {
         Some(RunResult {
             passed,
+            bug_shown: !passed,
             seconds,
             leader_seconds: Some(0.4),
             evidence: evidence.into(),
@@ -418,10 +424,44 @@ mod tests {
         assert_eq!(
             r.reason.as_deref(),
             Some(
-                "the control (unpatched upstream) passes S1 too, so this run does not show the fix; check the control binary (/cache/control) and whether the bug is fixed upstream (`occm-forge patches prove`)"
+                "the control (unpatched upstream) does not show the bug in S1, so this run does not show the fix; check the control binary (/cache/control) and whether the bug is fixed upstream (`occm-forge patches prove`)"
             )
         );
+        // A control that fails S5 without the remediation loop does not show it either.
         r.rows[0].control.as_mut().unwrap().passed = false;
+        r.rows.push(ScenarioRow {
+            scenario: Scenario::S5,
+            title: Scenario::S5.title(),
+            ours: run(true, 28.0, "Machine workers-a Running"),
+            control: Some(RunResult {
+                bug_shown: false,
+                ..run(
+                    false,
+                    150.0,
+                    "no Machine got a nodeRef in 150 s; 1 remediation",
+                )
+                .unwrap()
+            }),
+        });
+        r.decide();
+        assert_eq!(r.verdict, Verdict::Failed);
+        assert!(
+            r.reason
+                .as_deref()
+                .unwrap()
+                .starts_with("the control (unpatched upstream) does not show the bug in S5,"),
+            "{:?}",
+            r.reason
+        );
+        assert_eq!(
+            r.rows[2].shows(),
+            "ours passes; upstream fails without showing the bug (inconclusive)"
+        );
+        r.rows[2].control.as_mut().unwrap().bug_shown = true;
+        r.decide();
+        assert_eq!(r.verdict, Verdict::Accepted);
+        assert_eq!(r.rows[2].shows(), "the fix: upstream fails, ours passes");
+        r.rows.pop();
         r.rows[1].ours.as_mut().unwrap().passed = false;
         r.decide();
         assert_eq!(r.verdict, Verdict::Failed);

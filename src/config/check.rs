@@ -142,6 +142,7 @@ pub(super) fn parse_checked(
             ));
         }
     }
+    let cluster_api = check_accept(&s, raw.accept)?;
     Ok(Config {
         path: path.to_path_buf(),
         upstream: raw.upstream,
@@ -152,8 +153,40 @@ pub(super) fn parse_checked(
         insecure_registries: raw.registry.insecure,
         ca_files: raw.registry.ca_files.iter().map(|p| resolve(p)).collect(),
         patches: raw.patches,
+        cluster_api,
         minors,
     })
+}
+
+/// `[accept]`: a Cluster API release `vX.Y.Z` and a Go version `X.Y.Z`, each defaulting to
+/// [`super::DEFAULT_CLUSTER_API`].
+fn check_accept(
+    s: &Spans<'_>,
+    raw: super::raw::RawAccept,
+) -> Result<super::ClusterApi, ConfigError> {
+    let d = super::ClusterApi::default();
+    let version = raw.cluster_api.unwrap_or(d.version);
+    let go = raw.cluster_api_go.unwrap_or(d.go);
+    let numbers = |v: &str| {
+        let parts: Vec<&str> = v.split('.').collect();
+        parts.len() == 3
+            && parts
+                .iter()
+                .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+    };
+    if !version.strip_prefix('v').is_some_and(numbers) {
+        return Err(s.err(
+            s.of(&["accept", "cluster_api"]),
+            format!("accept.cluster_api `{version}` must be a Cluster API release vX.Y.Z"),
+        ));
+    }
+    if !numbers(&go) {
+        return Err(s.err(
+            s.of(&["accept", "cluster_api_go"]),
+            format!("accept.cluster_api_go `{go}` must be a Go version X.Y.Z"),
+        ));
+    }
+    Ok(super::ClusterApi { version, go })
 }
 
 /// `repository`: `registry/path`, no tag, no digest.

@@ -224,8 +224,34 @@ pub struct Config {
     pub ca_files: Vec<PathBuf>,
     /// Patch catalogue: file name → what it fixes and which tests guard it.
     pub patches: BTreeMap<String, PatchInfo>,
+    /// What `accept` builds besides upstream (`[accept]`).
+    pub cluster_api: ClusterApi,
     /// One entry per Kubernetes minor.
     pub minors: BTreeMap<Minor, MinorConfig>,
+}
+
+/// The Cluster API release `accept` runs its remediation scenario with (`[accept] cluster_api`,
+/// `cluster_api_go`): built through the Go module proxy into the cache, once for every minor.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ClusterApi {
+    /// Release of `sigs.k8s.io/cluster-api`, e.g. `v1.13.2`.
+    pub version: String,
+    /// Go version it is built with (`GOTOOLCHAIN=go<go>`), e.g. `1.25.0`: the `go` directive of
+    /// its go.mod.
+    pub go: String,
+}
+
+/// The Cluster API release magnum-cluster-api 0.38.1 pins (`hack/setup-capo.sh`,
+/// `devstack/plugin.sh`; Atmosphere's main branch too) and the `go` directive of its go.mod.
+pub const DEFAULT_CLUSTER_API: (&str, &str) = ("v1.13.2", "1.25.0");
+
+impl Default for ClusterApi {
+    fn default() -> Self {
+        ClusterApi {
+            version: DEFAULT_CLUSTER_API.0.into(),
+            go: DEFAULT_CLUSTER_API.1.into(),
+        }
+    }
 }
 
 /// `[patches."<file>"]`: what a fix patch fixes and which regression tests guard it.

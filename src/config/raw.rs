@@ -24,6 +24,8 @@ pub(super) struct RawConfig {
     #[serde(default)]
     pub registry: RawRegistry,
     #[serde(default)]
+    pub accept: RawAccept,
+    #[serde(default)]
     pub patches: BTreeMap<String, PatchInfo>,
     #[serde(default)]
     pub defaults: RawDefaults,
@@ -38,6 +40,14 @@ pub(super) struct RawRegistry {
     pub insecure: Vec<String>,
     #[serde(default)]
     pub ca_files: Vec<String>,
+}
+
+/// `[accept]`.
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawAccept {
+    pub cluster_api: Option<String>,
+    pub cluster_api_go: Option<String>,
 }
 
 /// `[defaults]`: the keys a minor may inherit. Per-minor facts (upstream tag, commit, Go,

@@ -37,7 +37,7 @@ impl Stage for AcceptStage<'_> {
             layout_dir: &self.plan.output,
             cache_dir: &self.plan.cache_dir,
             work_dir: None,
-            scenarios: &Scenario::ALL,
+            scenarios: Scenario::ALL,
             keep_logs: false,
         };
         let report = accept::accept_subject(&subject, &run, cx.reporter).await?;

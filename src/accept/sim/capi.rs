@@ -3,9 +3,9 @@
 //! module zip, and the manager started against the accept control plane without webhooks or
 //! cert-manager (see ../shared/notes/capi.md).
 //!
-//! Pinned to the Cluster API magnum-cluster-api pins ([`CLUSTER_API`]: magnum-cluster-api 0.38.1's
-//! `hack/setup-capo.sh`), which supports management clusters v1.32–v1.36, so one build serves
-//! every minor. Nothing defaults or validates without the webhooks: the objects the scenarios
+//! The release is images.toml's `[accept] cluster_api` ([`ClusterApi`]; by default the one
+//! magnum-cluster-api 0.38.1 pins, v1.13.2, which supports management clusters v1.32–v1.36), so
+//! one build serves every minor. Nothing defaults or validates without the webhooks: the objects the scenarios
 //! write carry every field a webhook would add.
 
 use std::path::{Path, PathBuf};
@@ -19,26 +19,11 @@ use super::helper::{go_build, helper_failure, lock_entry, run_go};
 use super::kube::Kube;
 use super::process::{Process, free_port, last_error, wait_ready};
 use crate::accept::AcceptError;
+use crate::config::ClusterApi;
 use crate::go::Toolchain;
 
 /// The module path of Cluster API's core.
 pub const MODULE: &str = "sigs.k8s.io/cluster-api";
-
-/// A Cluster API release and the Go version it is built with.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct Release {
-    /// `v1.13.2`.
-    pub version: &'static str,
-    /// The `go` directive of its go.mod (`1.25.0`): `GOTOOLCHAIN` of the build.
-    pub go: &'static str,
-}
-
-/// The release magnum-cluster-api 0.38.1 pins (`hack/setup-capo.sh`, `devstack/plugin.sh`) and
-/// Atmosphere's main branch too (`roles/defaults/vars/main.yml`).
-pub const CLUSTER_API: Release = Release {
-    version: "v1.13.2",
-    go: "1.25.0",
-};
 
 /// How long the manager may take to answer `/readyz`.
 pub const READY_TIMEOUT: Duration = Duration::from_secs(60);
@@ -49,7 +34,7 @@ pub const ESTABLISHED_TIMEOUT: Duration = Duration::from_secs(60);
 #[derive(Debug, Clone, Serialize)]
 pub struct Manager {
     /// The release.
-    pub release: Release,
+    pub release: ClusterApi,
     /// `<cache>/accept/cluster-api-<version>/manager`.
     pub binary: PathBuf,
     /// `<cache>/accept/cluster-api-<version>/crds/<name>.json`, sorted: each CRD of the module's
@@ -69,7 +54,7 @@ pub struct Manager {
 /// Errors: [`AcceptError::NotVerified`] when the Go module proxy refuses a module;
 /// [`AcceptError::Build`] naming `cluster-api` (the helper module when its go.sum is at fault, a
 /// CRD file that cannot be read or converted); [`AcceptError::Io`].
-pub fn build(release: Release, cache_dir: &Path) -> Result<Manager, AcceptError> {
+pub fn build(release: &ClusterApi, cache_dir: &Path) -> Result<Manager, AcceptError> {
     let dir = cache_dir
         .join("accept")
         .join(format!("cluster-api-{}", release.version));
@@ -77,7 +62,7 @@ pub fn build(release: Release, cache_dir: &Path) -> Result<Manager, AcceptError>
     let crds_dir = dir.join("crds");
     let found = |cached| -> Result<Manager, AcceptError> {
         Ok(Manager {
-            release,
+            release: release.clone(),
             binary: binary.clone(),
             crds: list_crds(&crds_dir)?,
             cached,
@@ -90,7 +75,7 @@ pub fn build(release: Release, cache_dir: &Path) -> Result<Manager, AcceptError>
     if binary.is_file() {
         return found(true);
     }
-    let toolchain = Toolchain::new(release.go, cache_dir);
+    let toolchain = Toolchain::new(&release.go, cache_dir);
     let module = dir.join("module");
     let io = |e: std::io::Error| AcceptError::Io(format!("{}: {e}", module.display()));
     std::fs::create_dir_all(&module).map_err(io)?;
@@ -141,7 +126,7 @@ pub fn build(release: Release, cache_dir: &Path) -> Result<Manager, AcceptError>
 fn download(
     toolchain: &Toolchain,
     module: &Path,
-    release: Release,
+    release: &ClusterApi,
 ) -> Result<PathBuf, AcceptError> {
     let m = format!("{MODULE}@{}", release.version);
     let mut cmd = toolchain.command(module);

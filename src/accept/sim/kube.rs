@@ -49,28 +49,38 @@ impl Kube {
         })
     }
 
+    /// One request; a `429 Too Many Requests` (the apiserver says so while a new CRD's
+    /// storage is still initialising, or under its max-in-flight limit) is retried every 200 ms
+    /// for up to 15 s, as client-go retries it.
     async fn call(
         &self,
         method: reqwest::Method,
         path: &str,
         body: Option<(&str, Value)>,
     ) -> Result<(u16, Value), AcceptError> {
-        let mut req = self
-            .http
-            .request(method.clone(), format!("{}{path}", self.base))
-            .bearer_auth(&self.token);
-        if let Some((content_type, body)) = body {
-            req = req
-                .header("Content-Type", content_type)
-                .body(serde_json::to_vec(&body).expect("JSON serialises"));
+        let started = std::time::Instant::now();
+        loop {
+            let mut req = self
+                .http
+                .request(method.clone(), format!("{}{path}", self.base))
+                .bearer_auth(&self.token);
+            if let Some((content_type, body)) = &body {
+                req = req
+                    .header("Content-Type", *content_type)
+                    .body(serde_json::to_vec(body).expect("JSON serialises"));
+            }
+            let resp = req
+                .send()
+                .await
+                .map_err(|e| api(format!("{method} {path}: {e}")))?;
+            let status = resp.status().as_u16();
+            let value = resp.json::<Value>().await.unwrap_or(Value::Null);
+            if status == 429 && started.elapsed() < Duration::from_secs(15) {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                continue;
+            }
+            return Ok((status, value));
         }
-        let resp = req
-            .send()
-            .await
-            .map_err(|e| api(format!("{method} {path}: {e}")))?;
-        let status = resp.status().as_u16();
-        let value = resp.json::<Value>().await.unwrap_or(Value::Null);
-        Ok((status, value))
     }
 
     async fn expect(

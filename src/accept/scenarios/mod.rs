@@ -20,6 +20,8 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+pub mod remediation;
+
 use super::AcceptError;
 use super::sim::cloud::{CloudState, Server, SimulatedCloud};
 use super::sim::kube::{Kube, NodeInit};
@@ -47,8 +49,11 @@ pub const PATCH_0004_MESSAGE: &str = "is enabled but did not start";
 /// The node lifecycle controller's line before it deletes a Node.
 pub const DELETING_LINE: &str = "deleting node since it is no longer present in cloud provider";
 
-/// One acceptance scenario.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+/// One acceptance scenario. Every variant is in the default set [`Scenario::ALL`] (derived from
+/// the enum itself, so a new scenario cannot be left out of it by mistake).
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, strum::VariantArray,
+)]
 pub enum Scenario {
     /// Criterion 1: a NotReady Node with an empty provider ID and no Nova server is deleted
     /// within 60 s.
@@ -62,11 +67,15 @@ pub enum Scenario {
     /// Three replicas with leader election: the leader is killed, another takes the Lease and
     /// S3 works again, within 60 s.
     S4,
+    /// Cluster API's remediation loop: with the first Keystone token lacking compute, a worker
+    /// Machine of a MachineSet under a MachineHealthCheck reaches Running with a nodeRef and
+    /// NodeHealthy before `nodeStartupTimeout`, with no remediation (see [`remediation`]).
+    S5,
 }
 
 impl Scenario {
-    /// Every scenario, in order.
-    pub const ALL: [Scenario; 4] = [Scenario::S1, Scenario::S2, Scenario::S3, Scenario::S4];
+    /// Every scenario, in order: every variant.
+    pub const ALL: &'static [Scenario] = <Scenario as strum::VariantArray>::VARIANTS;
 
     /// One line for tables.
     pub fn title(self) -> &'static str {
@@ -79,11 +88,19 @@ impl Scenario {
                 "new tainted Node with a server → provider ID, InternalIP, taint removed within 60 s"
             }
             Scenario::S4 => "3 replicas, leader killed → another takes the Lease, S3 works again",
+            Scenario::S5 => {
+                "Cluster API: first token without compute → worker Machine gets its nodeRef, no remediation"
+            }
         }
     }
 
-    /// What the unpatched upstream binary is expected to do: fail S1 and S2 (the bugs), pass
-    /// S3 and S4 (its normal job).
+    /// Whether it needs Cluster API (built into the cache as well).
+    pub fn needs_cluster_api(self) -> bool {
+        matches!(self, Scenario::S5)
+    }
+
+    /// What the unpatched upstream binary is expected to do: fail S1, S2 and S5 (the bugs),
+    /// pass S3 and S4 (its normal job).
     pub fn control_expected_to_pass(self) -> bool {
         matches!(self, Scenario::S3 | Scenario::S4)
     }
@@ -98,13 +115,14 @@ impl std::fmt::Display for Scenario {
 impl FromStr for Scenario {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s.to_ascii_uppercase().as_str() {
-            "S1" => Ok(Scenario::S1),
-            "S2" => Ok(Scenario::S2),
-            "S3" => Ok(Scenario::S3),
-            "S4" => Ok(Scenario::S4),
-            _ => Err(format!("unknown scenario `{s}` (known: S1, S2, S3, S4)")),
-        }
+        Scenario::ALL
+            .iter()
+            .find(|x| x.to_string().eq_ignore_ascii_case(s))
+            .copied()
+            .ok_or_else(|| {
+                let known: Vec<String> = Scenario::ALL.iter().map(|x| x.to_string()).collect();
+                format!("unknown scenario `{s}` (known: {})", known.join(", "))
+            })
     }
 }
 
@@ -138,6 +156,8 @@ pub fn stage_name(s: Scenario, side: Side) -> &'static str {
         (Scenario::S3, Side::Control) => "S3 control",
         (Scenario::S4, Side::Ours) => "S4 ours",
         (Scenario::S4, Side::Control) => "S4 control",
+        (Scenario::S5, Side::Ours) => "S5 ours",
+        (Scenario::S5, Side::Control) => "S5 control",
     }
 }
 
@@ -146,6 +166,10 @@ pub fn stage_name(s: Scenario, side: Side) -> &'static str {
 pub struct RunResult {
     /// Whether the scenario's criterion held.
     pub passed: bool,
+    /// Whether the run showed the bug the scenario is about (what the control must show for a
+    /// scenario it is expected to fail): for S1, S2 a failed criterion; for S5 no nodeRef and a
+    /// remediation loop, which a merely failed criterion is not.
+    pub bug_shown: bool,
     /// Seconds the scenario's own check took (to the deletion, the exit, the initialisation,
     /// or from the kill to S3 done); the deadline when it did not happen.
     pub seconds: f64,
@@ -162,6 +186,7 @@ impl RunResult {
     fn pass(seconds: f64, evidence: String) -> Self {
         RunResult {
             passed: true,
+            bug_shown: false,
             seconds,
             leader_seconds: None,
             evidence,
@@ -171,6 +196,7 @@ impl RunResult {
     fn fail(seconds: f64, evidence: String) -> Self {
         RunResult {
             passed: false,
+            bug_shown: true,
             ..RunResult::pass(seconds, evidence)
         }
     }
@@ -181,6 +207,9 @@ pub(crate) struct Bench<'a> {
     pub(crate) cloud: &'a SimulatedCloud,
     pub(crate) kube: &'a Kube,
     pub(crate) kubeconfig: &'a Path,
+    /// What S5 needs (control planes of its own, Cluster API); `None` when no scenario of the
+    /// run needs Cluster API.
+    pub(crate) capi: Option<remediation::CapiBench<'a>>,
 }
 
 /// Writes the simulated cloud's request log of a run to `path` when dropped.
@@ -325,7 +354,7 @@ fn cloud_state(s: Scenario) -> (CloudState, Vec<Server>) {
     let new1 = Server::active("8e2d5d8c-0b3a-4f2e-9d41-1c0a5e7f0001", "new-1", "10.0.0.11");
     let new2 = Server::active("8e2d5d8c-0b3a-4f2e-9d41-1c0a5e7f0002", "new-2", "10.0.0.12");
     let servers = match s {
-        Scenario::S1 | Scenario::S2 => vec![],
+        Scenario::S1 | Scenario::S2 | Scenario::S5 => vec![],
         Scenario::S3 => vec![new1],
         Scenario::S4 => vec![new1, new2],
     };
@@ -374,6 +403,14 @@ pub(crate) async fn run(
         Scenario::S2 => s2(&ctx, &mut reps).await,
         Scenario::S3 => s3(&ctx, &mut reps, &servers[0]).await,
         Scenario::S4 => s4(&ctx, &mut reps, &servers).await,
+        // On control planes of its own; the servers come from its infrastructure provider.
+        Scenario::S5 => match &bench.capi {
+            Some(capi) => remediation::run(capi, binary, dir).await,
+            None => Err(AcceptError::Input {
+                part: "S5".into(),
+                message: "Cluster API was not prepared for this run".into(),
+            }),
+        },
     };
     for r in &mut reps {
         let _ = r.proc.stop(Duration::from_secs(5)).await;
@@ -672,7 +709,13 @@ mod tests {
     #[test]
     fn scenarios_parse_and_name_their_stages() {
         assert_eq!("s2".parse::<Scenario>().unwrap(), Scenario::S2);
-        assert!("S5".parse::<Scenario>().unwrap_err().contains("known: S1"));
+        assert_eq!("s5".parse::<Scenario>().unwrap(), Scenario::S5);
+        assert!(
+            "S9".parse::<Scenario>()
+                .unwrap_err()
+                .ends_with("(known: S1, S2, S3, S4, S5)")
+        );
+        assert_eq!(Scenario::ALL.last(), Some(&Scenario::S5));
         assert_eq!(stage_name(Scenario::S4, Side::Control), "S4 control");
         assert!(!Scenario::S1.control_expected_to_pass());
         assert!(Scenario::S3.control_expected_to_pass());

@@ -1,0 +1,824 @@
+//! S5, the bug report's symptom where it lives: Cluster API's MachineHealthCheck replacing a worker
+//! Machine again and again because its Node never gets a provider ID.
+//!
+//! Each side runs on a control plane of its own (a fresh etcd and kube-apiserver, Cluster API's
+//! manager against it, the stand-in provider and kubelets of [`crate::accept::sim::provider`]),
+//! the workload cluster being the same apiserver (the `<cluster>-kubeconfig` Secret points back
+//! at it). The objects are written as magnum-cluster-api's shape them, with every field the
+//! webhooks that do not run here would add: a Cluster, a MachineSet of one worker, a
+//! MachineHealthCheck (Ready `False`/`Unknown` for 300 s, as magnum-cluster-api's, and a short
+//! `nodeStartupTimeoutSeconds`). OCCM runs as one replica with leader election, restarted when
+//! it exits as kubelet restarts a container (back-off 10 s, doubling, at most 300 s); the first
+//! Keystone token it gets has no compute endpoint (the transient fault of the report).
+//!
+//! The verdict is what Cluster API reports ([`verdict`]): a side passes when a worker Machine is
+//! `Running` with a `nodeRef`, `NodeHealthy=True` and an initialised Node before
+//! `nodeStartupTimeout`, with no remediation; it shows the bug when no Machine gets a `nodeRef`
+//! and the MachineHealthCheck remediates again and again (≥ [`LOOP`] Machines deleted in
+//! [`WINDOW`]). Cluster API's behaviour relied on: internal/controllers/machinehealthcheck/
+//! machinehealthcheck_targets.go (a Machine without a Node is unhealthy `nodeStartupTimeout`
+//! after the latest of its creation and its infrastructure's readiness; the reason
+//! `NodeStartupTimeout`), machinehealthcheck_controller.go (`Machine has failed health check,
+//! marking for remediation`), and the MachineSet controller deleting a Machine marked for
+//! remediation and creating its replacement.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use super::{PATCH_0004_MESSAGE, RunResult, occm_args};
+use crate::accept::AcceptError;
+use crate::accept::sim::capi::{self, Manager};
+use crate::accept::sim::cloud::{CloudState, SimulatedCloud};
+use crate::accept::sim::control_plane::{Binaries, ControlPlane};
+use crate::accept::sim::kube::{Kube, NodeInit};
+use crate::accept::sim::process::{Process, free_port, klog_message, last_error, shorten};
+use crate::accept::sim::provider::{self, CONTROL_PLANE_GROUP, GROUP, Provider};
+
+/// The MachineHealthCheck's `nodeStartupTimeoutSeconds` (the webhook's 30 s minimum does not
+/// apply without the webhook; magnum-cluster-api sets none, so Cluster API's default 600 s
+/// applies there: shortened to fit the run).
+pub const NODE_STARTUP_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long a side is watched at most: two startup timeouts plus the MachineHealthCheck's
+/// reconcile cadence (remediation came 1–11 s after the timeout).
+pub const WINDOW: Duration = Duration::from_secs(150);
+/// Remediations that make a loop.
+pub const LOOP: usize = 2;
+/// The Cluster API objects' namespace.
+const NAMESPACE: &str = "default";
+/// The Cluster's name.
+const CLUSTER: &str = "accept";
+/// The worker pool's label value (`nodepool`).
+const POOL: &str = "workers";
+/// The restart back-off kubelet starts a crash-looping container with
+/// (pkg/kubelet/kubelet.go `backOffPeriod`), doubled per restart up to [`MAX_BACKOFF`].
+pub const INITIAL_BACKOFF: Duration = Duration::from_secs(10);
+/// kubelet's `MaxContainerBackOff`.
+pub const MAX_BACKOFF: Duration = Duration::from_secs(300);
+
+/// What a side needs beyond the shared cloud.
+pub(crate) struct CapiBench<'a> {
+    /// etcd and kube-apiserver.
+    pub(crate) binaries: &'a Binaries,
+    /// Cluster API's manager and CRDs.
+    pub(crate) manager: &'a Manager,
+    /// The simulated OpenStack (its state is reset per side).
+    pub(crate) cloud: &'a SimulatedCloud,
+    /// The Kubernetes version (`v1.34.1`) of the workers' MachineSet.
+    pub(crate) kubernetes: &'a str,
+}
+
+/// One worker Machine as Cluster API reports it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MachineView {
+    /// `metadata.name`.
+    pub name: String,
+    /// `status.phase`.
+    pub phase: String,
+    /// `status.nodeRef.name`, empty when unset.
+    pub node_ref: String,
+    /// Status of the v1beta2 condition `NodeHealthy` (`True`, `False`, `Unknown`, empty).
+    pub node_healthy: String,
+    /// Reason of the condition `HealthCheckSucceeded` when it is `False` (e.g.
+    /// `NodeStartupTimeout`): the MachineHealthCheck marked the Machine.
+    pub unhealthy_reason: String,
+    /// Whether `metadata.deletionTimestamp` is set.
+    pub deleting: bool,
+}
+
+impl MachineView {
+    /// Reads it from a `cluster.x-k8s.io/v1beta2` Machine.
+    pub fn of(m: &Value) -> MachineView {
+        let condition = |t: &str| {
+            m["status"]["conditions"]
+                .as_array()
+                .and_then(|cs| cs.iter().find(|c| c["type"] == t))
+                .cloned()
+                .unwrap_or(Value::Null)
+        };
+        let hc = condition("HealthCheckSucceeded");
+        MachineView {
+            name: m["metadata"]["name"].as_str().unwrap_or_default().into(),
+            phase: m["status"]["phase"].as_str().unwrap_or_default().into(),
+            node_ref: m["status"]["nodeRef"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .into(),
+            node_healthy: condition("NodeHealthy")["status"]
+                .as_str()
+                .unwrap_or_default()
+                .into(),
+            unhealthy_reason: if hc["status"] == "False" {
+                hc["reason"].as_str().unwrap_or("unknown").into()
+            } else {
+                String::new()
+            },
+            deleting: !m["metadata"]["deletionTimestamp"].is_null(),
+        }
+    }
+}
+
+/// A Machine the MachineHealthCheck had remediated: deleted by its MachineSet.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Remediation {
+    /// Seconds from the side's start.
+    pub at: f64,
+    /// The Machine.
+    pub machine: String,
+    /// The reason the MachineHealthCheck gave, when it was seen (`NodeStartupTimeout`).
+    pub reason: String,
+}
+
+/// An OCCM exit the supervisor saw.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Exit {
+    /// Seconds from the side's start.
+    pub at: f64,
+    /// `exit status 255`, `signal`.
+    pub status: String,
+    /// The line that explains it: patch 0004's message when logged, else the last error.
+    pub line: String,
+}
+
+/// What a side showed, as plain data.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Observed {
+    /// The first Machine that was Running with a nodeRef, NodeHealthy=True and an initialised
+    /// Node: its name, its Node's state and the seconds from when it was first seen.
+    pub healthy: Option<(String, String, f64)>,
+    /// Whether any Machine ever got a nodeRef.
+    pub any_node_ref: bool,
+    /// Remediations, in order.
+    pub remediations: Vec<Remediation>,
+    /// OCCM exits, in order.
+    pub exits: Vec<Exit>,
+    /// Seconds watched.
+    pub watched: f64,
+    /// The control's `Skipping "cloud-node-controller"` line, when logged.
+    pub skipped: Option<String>,
+    /// Cluster API's first `marking for remediation` line, when logged.
+    pub capi_line: Option<String>,
+}
+
+/// The verdict: `passed` when a Machine became healthy within `startup_timeout` of being seen
+/// with no remediation; the bug is shown when no Machine got a nodeRef and at least [`LOOP`]
+/// were remediated.
+pub fn verdict(o: &Observed, startup_timeout: Duration) -> RunResult {
+    let exits = if o.exits.is_empty() {
+        "OCCM did not exit".to_string()
+    } else {
+        let first = &o.exits[0];
+        format!(
+            "OCCM exited {}× (first at {:.1} s, {}: `{}`)",
+            o.exits.len(),
+            first.at,
+            first.status,
+            shorten(
+                first
+                    .line
+                    .split(", most likely")
+                    .next()
+                    .unwrap_or(&first.line),
+                200
+            )
+        )
+    };
+    let remediations = match o.remediations.len() {
+        0 => "no remediation".to_string(),
+        n => format!(
+            "{n} remediation{} ({})",
+            if n == 1 { "" } else { "s" },
+            o.remediations
+                .iter()
+                .map(|r| {
+                    let why = if r.reason.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" {}", r.reason)
+                    };
+                    format!("{} at {:.1} s{why}", r.machine, r.at)
+                })
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    };
+    if let Some((machine, node, secs)) = &o.healthy
+        && *secs <= startup_timeout.as_secs_f64()
+        && o.remediations.is_empty()
+    {
+        return RunResult {
+            bug_shown: false,
+            ..RunResult::pass(
+                *secs,
+                format!(
+                    "Machine {machine} Running, nodeRef {machine}, NodeHealthy True after {secs:.1} s (nodeStartupTimeout {} s), Node {node}; {exits}; {remediations}",
+                    startup_timeout.as_secs()
+                ),
+            )
+        };
+    }
+    let bug = !o.any_node_ref && o.remediations.len() >= LOOP;
+    let mut evidence = match &o.healthy {
+        Some((machine, _, secs)) => format!(
+            "Machine {machine} healthy only after {secs:.1} s (nodeStartupTimeout {} s)",
+            startup_timeout.as_secs()
+        ),
+        None if o.any_node_ref => format!(
+            "a Machine got a nodeRef but none was healthy in {:.0} s",
+            o.watched
+        ),
+        None => format!("no Machine got a nodeRef in {:.0} s", o.watched),
+    };
+    evidence.push_str(&format!("; {remediations}"));
+    if let Some(l) = &o.capi_line {
+        evidence.push_str(&format!("; Cluster API: `{}`", shorten(l, 200)));
+    }
+    if let Some(l) = &o.skipped {
+        evidence.push_str(&format!("; OCCM: `{l}`"));
+    }
+    evidence.push_str(&format!("; {exits}"));
+    RunResult {
+        bug_shown: bug,
+        ..RunResult::fail(o.watched, evidence)
+    }
+}
+
+/// The Cluster API objects of the run, in the order they are created: (collection path,
+/// object). `apiserver` is `https://127.0.0.1:<port>`, `kubeconfig` the text of a kubeconfig for
+/// it, `version` the Kubernetes version (`v1.34.1`).
+pub fn objects(apiserver: &str, kubeconfig: &str, version: &str) -> Vec<(String, Value)> {
+    let port: u16 = apiserver
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(443);
+    let cluster_label = json!({"cluster.x-k8s.io/cluster-name": CLUSTER});
+    let pool_labels = json!({"cluster.x-k8s.io/cluster-name": CLUSTER, "nodepool": POOL});
+    let endpoint = json!({"host": "127.0.0.1", "port": port});
+    let secrets = format!("/api/v1/namespaces/{NAMESPACE}/secrets");
+    let capi = |kind: &str| format!("/apis/cluster.x-k8s.io/v1beta2/namespaces/{NAMESPACE}/{kind}");
+    vec![
+        (
+            secrets.clone(),
+            json!({"apiVersion": "v1", "kind": "Secret",
+                   "metadata": {"name": format!("{CLUSTER}-kubeconfig"), "namespace": NAMESPACE,
+                                "labels": cluster_label},
+                   "type": "cluster.x-k8s.io/secret",
+                   "stringData": {"value": kubeconfig}}),
+        ),
+        (
+            secrets,
+            json!({"apiVersion": "v1", "kind": "Secret",
+                   "metadata": {"name": format!("{POOL}-bootstrap"), "namespace": NAMESPACE,
+                                "labels": cluster_label},
+                   "type": "cluster.x-k8s.io/secret",
+                   "stringData": {"value": "#cloud-config\n", "format": "cloud-config"}}),
+        ),
+        (
+            provider::collection(GROUP, "AcceptCluster", NAMESPACE),
+            json!({"apiVersion": format!("{GROUP}/{}", provider::VERSION), "kind": "AcceptCluster",
+                   "metadata": {"name": CLUSTER, "namespace": NAMESPACE, "labels": cluster_label},
+                   "spec": {"controlPlaneEndpoint": endpoint}}),
+        ),
+        (
+            provider::collection(CONTROL_PLANE_GROUP, "AcceptControlPlane", NAMESPACE),
+            json!({"apiVersion": format!("{CONTROL_PLANE_GROUP}/{}", provider::VERSION),
+                   "kind": "AcceptControlPlane",
+                   "metadata": {"name": CLUSTER, "namespace": NAMESPACE, "labels": cluster_label},
+                   "spec": {"version": version}}),
+        ),
+        (
+            capi("clusters"),
+            json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+            "metadata": {"name": CLUSTER, "namespace": NAMESPACE},
+            "spec": {
+                "controlPlaneEndpoint": endpoint,
+                "infrastructureRef": {"apiGroup": GROUP, "kind": "AcceptCluster", "name": CLUSTER},
+                "controlPlaneRef": {"apiGroup": CONTROL_PLANE_GROUP, "kind": "AcceptControlPlane", "name": CLUSTER}
+            }}),
+        ),
+        (
+            provider::collection(GROUP, "AcceptMachineTemplate", NAMESPACE),
+            json!({"apiVersion": format!("{GROUP}/{}", provider::VERSION),
+                   "kind": "AcceptMachineTemplate",
+                   "metadata": {"name": POOL, "namespace": NAMESPACE, "labels": cluster_label},
+                   "spec": {"template": {"spec": {}}}}),
+        ),
+        (
+            capi("machinesets"),
+            json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachineSet",
+            "metadata": {"name": POOL, "namespace": NAMESPACE, "labels": cluster_label,
+                         "annotations": {"machineset.cluster.x-k8s.io/skip-preflight-checks": "All"}},
+            "spec": {
+                "clusterName": CLUSTER,
+                "replicas": 1,
+                "selector": {"matchLabels": pool_labels},
+                "template": {
+                    "metadata": {"labels": pool_labels},
+                    "spec": {
+                        "clusterName": CLUSTER,
+                        "version": version,
+                        "bootstrap": {"dataSecretName": format!("{POOL}-bootstrap")},
+                        "infrastructureRef": {"apiGroup": GROUP, "kind": "AcceptMachineTemplate", "name": POOL}
+                    }
+                }
+            }}),
+        ),
+        (
+            capi("machinehealthchecks"),
+            json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachineHealthCheck",
+            "metadata": {"name": POOL, "namespace": NAMESPACE, "labels": cluster_label},
+            "spec": {
+                "clusterName": CLUSTER,
+                "selector": {"matchLabels": {"nodepool": POOL}},
+                "checks": {
+                    "nodeStartupTimeoutSeconds": NODE_STARTUP_TIMEOUT.as_secs(),
+                    "unhealthyNodeConditions": [
+                        {"type": "Ready", "status": "Unknown", "timeoutSeconds": 300},
+                        {"type": "Ready", "status": "False", "timeoutSeconds": 300}
+                    ]
+                },
+                "remediation": {"triggerIf": {"unhealthyLessThanOrEqualTo": "100%"}}
+            }}),
+        ),
+    ]
+}
+
+/// OCCM run the way kubelet runs a container: restarted after it exits, with kubelet's back-off.
+struct Supervised<'a> {
+    binary: &'a Path,
+    dir: &'a Path,
+    cloud_conf: PathBuf,
+    kubeconfig: PathBuf,
+    proc: Option<Process>,
+    starts: u32,
+    restart_at: Option<Instant>,
+    backoff: Duration,
+    started: Instant,
+    exits: Vec<Exit>,
+}
+
+impl<'a> Supervised<'a> {
+    fn new(binary: &'a Path, dir: &'a Path, cloud_conf: PathBuf, kubeconfig: PathBuf) -> Self {
+        Supervised {
+            binary,
+            dir,
+            cloud_conf,
+            kubeconfig,
+            proc: None,
+            starts: 0,
+            restart_at: Some(Instant::now()),
+            backoff: INITIAL_BACKOFF,
+            started: Instant::now(),
+            exits: Vec::new(),
+        }
+    }
+
+    /// Starts OCCM when it is due, notes an exit and schedules the restart.
+    fn tick(&mut self) -> Result<(), AcceptError> {
+        if let Some(p) = &mut self.proc
+            && let Some(status) = p.exited()
+        {
+            let log = p.log_text();
+            let line = log
+                .lines()
+                .find(|l| l.contains(PATCH_0004_MESSAGE))
+                .map(|l| klog_message(l).to_string())
+                .unwrap_or_else(|| last_error(&log));
+            self.exits.push(Exit {
+                at: self.started.elapsed().as_secs_f64(),
+                status: status.to_string(),
+                line,
+            });
+            self.proc = None;
+            self.restart_at = Some(Instant::now() + self.backoff);
+            self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
+        }
+        if self.proc.is_none() && self.restart_at.is_some_and(|t| Instant::now() >= t) {
+            self.starts += 1;
+            let name = format!("occm start {}", self.starts);
+            let port = free_port().map_err(|e| AcceptError::Occm {
+                name: name.clone(),
+                message: format!("no free port: {e}"),
+            })?;
+            let mut cmd = Command::new(self.binary);
+            cmd.current_dir(self.dir)
+                .env_clear()
+                .env("PATH", "/usr/bin:/bin")
+                .env("HOME", self.dir)
+                .args(occm_args(&self.cloud_conf, &self.kubeconfig, port));
+            let log = self.dir.join(format!("occm-{}.log", self.starts));
+            self.proc = Some(
+                Process::spawn(&name, cmd, &log).map_err(|e| AcceptError::Occm {
+                    name,
+                    message: format!("cannot start {}: {e}", self.binary.display()),
+                })?,
+            );
+            self.restart_at = None;
+        }
+        Ok(())
+    }
+
+    /// Every start's log so far.
+    fn logs(&self) -> String {
+        (1..=self.starts)
+            .map(|i| crate::accept::sim::process::read_log(&self.dir.join(format!("occm-{i}.log"))))
+            .collect()
+    }
+
+    async fn stop(&mut self) {
+        if let Some(p) = &mut self.proc {
+            let _ = p.stop(Duration::from_secs(5)).await;
+        }
+    }
+}
+
+/// Runs S5 on `binary` in `dir`; see the module documentation.
+///
+/// A misbehaving OCCM is a failed or bug-showing [`RunResult`]; only a fault of the bench (a
+/// control plane or Cluster API that does not start, an apiserver refusing an object) is an
+/// error. Every process it started is stopped before it returns.
+pub(crate) async fn run(
+    bench: &CapiBench<'_>,
+    binary: &Path,
+    dir: &Path,
+) -> Result<RunResult, AcceptError> {
+    let version = bench.kubernetes;
+    let io = |e: std::io::Error| AcceptError::Io(format!("{}: {e}", dir.display()));
+    std::fs::create_dir_all(dir).map_err(io)?;
+    let cp = ControlPlane::start(
+        bench.binaries,
+        &dir.join("control-plane"),
+        crate::accept::APISERVER_READY_TIMEOUT,
+    )
+    .await?;
+    let result = on_control_plane(bench, &cp, binary, dir, version).await;
+    cp.stop().await;
+    result
+}
+
+async fn on_control_plane(
+    bench: &CapiBench<'_>,
+    cp: &ControlPlane,
+    binary: &Path,
+    dir: &Path,
+    version: &str,
+) -> Result<RunResult, AcceptError> {
+    let io = |e: std::io::Error| AcceptError::Io(format!("{}: {e}", dir.display()));
+    let kube = Kube::new(&cp.url, &cp.ca_pem, &cp.token)?;
+    capi::install_crds(&kube, &bench.manager.crds).await?;
+    for crd in provider::crds() {
+        let name = crd["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        kube.apply(
+            &format!("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}"),
+            crd,
+        )
+        .await?;
+    }
+    wait_established(&kube).await?;
+    let capi_dir = dir.join("cluster-api");
+    std::fs::create_dir_all(&capi_dir).map_err(io)?;
+    let mut manager = capi::Running::start(bench.manager, &cp.kubeconfig, &capi_dir).await?;
+    let result = watch(bench, cp, &kube, &mut manager, binary, dir, version).await;
+    manager.stop().await;
+    result
+}
+
+/// Waits until the stand-ins' CRDs are Established.
+async fn wait_established(kube: &Kube) -> Result<(), AcceptError> {
+    let t = Instant::now();
+    for crd in provider::crds() {
+        let name = crd["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        loop {
+            let c = kube
+                .get(&format!(
+                    "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}"
+                ))
+                .await?;
+            let ok = c
+                .as_ref()
+                .and_then(|c| c["status"]["conditions"].as_array())
+                .is_some_and(|cs| {
+                    cs.iter()
+                        .any(|c| c["type"] == "Established" && c["status"] == "True")
+                });
+            if ok {
+                break;
+            }
+            if t.elapsed() >= capi::ESTABLISHED_TIMEOUT {
+                return Err(AcceptError::ControlPlane {
+                    part: "kube-apiserver".into(),
+                    message: format!("CRD {name} not Established"),
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    Ok(())
+}
+
+async fn watch(
+    bench: &CapiBench<'_>,
+    cp: &ControlPlane,
+    kube: &Kube,
+    manager: &mut capi::Running,
+    binary: &Path,
+    dir: &Path,
+    version: &str,
+) -> Result<RunResult, AcceptError> {
+    let io = |e: std::io::Error| AcceptError::Io(format!("{}: {e}", dir.display()));
+    bench.cloud.set_state(CloudState {
+        tokens_without_compute: 1,
+        ..CloudState::default()
+    });
+    let kubeconfig_text = std::fs::read_to_string(&cp.kubeconfig).map_err(io)?;
+    for (path, object) in objects(&cp.url, &kubeconfig_text, version) {
+        kube.create(&path, object).await?;
+    }
+    let mut provider = Provider::new(NAMESPACE);
+    provider.mark_cluster_ready(kube, CLUSTER).await?;
+    let cloud_conf = dir.join("cloud.conf");
+    std::fs::write(&cloud_conf, bench.cloud.cloud_conf()).map_err(io)?;
+    let mut occm = Supervised::new(binary, dir, cloud_conf, cp.kubeconfig.clone());
+    let outcome = observe(bench, kube, manager, &mut provider, &mut occm).await;
+    occm.stop().await;
+    let actions: String = provider
+        .log
+        .iter()
+        .map(|(t, a)| format!("{t:7.1} s {a:?}\n"))
+        .collect();
+    let _ = std::fs::write(dir.join("provider.log"), actions);
+    let mut o = outcome?;
+    o.exits = occm.exits.clone();
+    let logs = occm.logs();
+    o.skipped = logs
+        .lines()
+        .find(|l| l.contains("Skipping \"cloud-node"))
+        .map(|l| klog_message(l).to_string());
+    o.capi_line = manager
+        .log()
+        .lines()
+        .find(|l| l.contains("marking for remediation"))
+        .map(|l| klog_message(l).to_string());
+    Ok(verdict(&o, NODE_STARTUP_TIMEOUT))
+}
+
+/// Polls every second for at most [`WINDOW`]: the stand-ins and the supervisor act, then
+/// Cluster API's Machines are read. Stops early once a Machine is healthy, or once the loop
+/// is shown.
+async fn observe(
+    bench: &CapiBench<'_>,
+    kube: &Kube,
+    manager: &mut capi::Running,
+    provider: &mut Provider,
+    occm: &mut Supervised<'_>,
+) -> Result<Observed, AcceptError> {
+    let machines = format!("/apis/cluster.x-k8s.io/v1beta2/namespaces/{NAMESPACE}/machines");
+    let t0 = Instant::now();
+    let mut o = Observed::default();
+    let mut first_seen: std::collections::BTreeMap<String, Instant> = Default::default();
+    let mut reasons: std::collections::BTreeMap<String, String> = Default::default();
+    loop {
+        crate::accept::check_interrupt()?;
+        if let Some(c) = manager.crashed() {
+            return Err(AcceptError::ControlPlane {
+                part: "cluster-api".into(),
+                message: c,
+            });
+        }
+        occm.tick()?;
+        provider.tick(kube, bench.cloud).await?;
+        let listed: Vec<MachineView> = kube
+            .list(&machines)
+            .await?
+            .iter()
+            .map(MachineView::of)
+            .collect();
+        for m in &listed {
+            first_seen
+                .entry(m.name.clone())
+                .or_insert_with(Instant::now);
+            if !m.unhealthy_reason.is_empty() {
+                reasons.insert(m.name.clone(), m.unhealthy_reason.clone());
+            }
+            if !m.node_ref.is_empty() {
+                o.any_node_ref = true;
+            }
+            if o.healthy.is_none()
+                && m.phase == "Running"
+                && !m.node_ref.is_empty()
+                && m.node_healthy == "True"
+                && let Some(node) = kube.node(&m.node_ref).await?
+            {
+                let init = NodeInit::of(&node);
+                let server = provider.provisioned().get(&m.name).cloned();
+                if let Some(s) = server
+                    && init.done(&s.server_id, &s.ip)
+                {
+                    let secs = first_seen[&m.name].elapsed().as_secs_f64();
+                    o.healthy = Some((m.name.clone(), init.describe(), secs));
+                }
+            }
+        }
+        // A Machine seen before and now deleting or gone was remediated (nothing else deletes
+        // workers of a MachineSet whose replicas do not change).
+        for name in first_seen.keys() {
+            let gone = listed.iter().all(|m| &m.name != name)
+                || listed.iter().any(|m| &m.name == name && m.deleting);
+            if gone && !o.remediations.iter().any(|r| &r.machine == name) {
+                o.remediations.push(Remediation {
+                    at: t0.elapsed().as_secs_f64(),
+                    machine: name.clone(),
+                    reason: reasons.get(name).cloned().unwrap_or_default(),
+                });
+            }
+        }
+        o.watched = t0.elapsed().as_secs_f64();
+        let looped = !o.any_node_ref && o.remediations.len() >= LOOP;
+        if o.healthy.is_some() || looped || t0.elapsed() >= WINDOW {
+            return Ok(o);
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn exit() -> Exit {
+        Exit {
+            at: 3.2,
+            status: "exit status: 255".into(),
+            line: "the cloud-node controller is enabled but did not start, most likely because …"
+                .into(),
+        }
+    }
+
+    fn remediation(machine: &str, at: f64) -> Remediation {
+        Remediation {
+            at,
+            machine: machine.into(),
+            reason: "NodeStartupTimeout".into(),
+        }
+    }
+
+    #[test]
+    fn ours_passes_when_a_machine_is_healthy_in_time_with_no_remediation() {
+        let o = Observed {
+            healthy: Some(("workers-a".into(), "providerID openstack:///x".into(), 28.4)),
+            any_node_ref: true,
+            exits: vec![exit()],
+            watched: 28.4,
+            ..Observed::default()
+        };
+        let r = verdict(&o, NODE_STARTUP_TIMEOUT);
+        assert!(r.passed && !r.bug_shown, "{r:?}");
+        assert!(
+            r.evidence.starts_with("Machine workers-a Running, nodeRef workers-a, NodeHealthy True after 28.4 s (nodeStartupTimeout 60 s)")
+                && r.evidence.contains("OCCM exited 1× (first at 3.2 s, exit status: 255: `the cloud-node controller is enabled but did not start`)")
+                && r.evidence.ends_with("; no remediation"),
+            "{}",
+            r.evidence
+        );
+    }
+
+    #[test]
+    fn healthy_too_late_or_after_a_remediation_fails() {
+        let late = Observed {
+            healthy: Some(("workers-a".into(), String::new(), 61.0)),
+            any_node_ref: true,
+            watched: 61.0,
+            ..Observed::default()
+        };
+        let r = verdict(&late, NODE_STARTUP_TIMEOUT);
+        assert!(!r.passed && !r.bug_shown, "{r:?}");
+        let after = Observed {
+            healthy: Some(("workers-b".into(), String::new(), 20.0)),
+            any_node_ref: true,
+            remediations: vec![remediation("workers-a", 66.0)],
+            watched: 90.0,
+            ..Observed::default()
+        };
+        let r = verdict(&after, NODE_STARTUP_TIMEOUT);
+        assert!(!r.passed && !r.bug_shown, "{r:?}");
+        assert!(
+            r.evidence
+                .contains("1 remediation (workers-a at 66.0 s NodeStartupTimeout)"),
+            "{}",
+            r.evidence
+        );
+    }
+
+    #[test]
+    fn the_control_shows_the_bug_only_with_no_node_ref_and_a_loop() {
+        let looped = Observed {
+            remediations: vec![remediation("workers-a", 65.5), remediation("workers-b", 130.5)],
+            watched: 130.5,
+            skipped: Some("Skipping \"cloud-node-controller\"".into()),
+            capi_line: Some("\"Machine has failed health check, marking for remediation\" reason=\"NodeStartupTimeout\"".into()),
+            ..Observed::default()
+        };
+        let r = verdict(&looped, NODE_STARTUP_TIMEOUT);
+        assert!(!r.passed && r.bug_shown, "{r:?}");
+        assert!(
+            r.evidence.starts_with("no Machine got a nodeRef in 130 s; 2 remediations (workers-a at 65.5 s NodeStartupTimeout, workers-b at 130.5 s NodeStartupTimeout); Cluster API: `\"Machine has failed health check, marking for remediation\"")
+                && r.evidence.contains("OCCM: `Skipping \"cloud-node-controller\"`")
+                && r.evidence.ends_with("OCCM did not exit"),
+            "{}",
+            r.evidence
+        );
+        // One remediation in the window is no loop: the bug is not shown.
+        let once = Observed {
+            remediations: vec![remediation("workers-a", 65.5)],
+            watched: 150.0,
+            ..Observed::default()
+        };
+        assert!(!verdict(&once, NODE_STARTUP_TIMEOUT).bug_shown);
+        // A nodeRef, even late, is not the bug.
+        let node_ref = Observed {
+            any_node_ref: true,
+            remediations: vec![
+                remediation("workers-a", 65.5),
+                remediation("workers-b", 130.5),
+            ],
+            watched: 150.0,
+            ..Observed::default()
+        };
+        assert!(!verdict(&node_ref, NODE_STARTUP_TIMEOUT).bug_shown);
+    }
+
+    #[test]
+    fn machines_are_read_from_v1beta2_status() {
+        let m = json!({
+            "metadata": {"name": "workers-x", "deletionTimestamp": "2026-12-02T00:00:00Z"},
+            "status": {"phase": "Provisioned", "conditions": [
+                {"type": "NodeHealthy", "status": "Unknown", "reason": "NodeDoesNotExist"},
+                {"type": "HealthCheckSucceeded", "status": "False", "reason": "NodeStartupTimeout"}
+            ]}
+        });
+        let v = MachineView::of(&m);
+        assert_eq!(
+            v,
+            MachineView {
+                name: "workers-x".into(),
+                phase: "Provisioned".into(),
+                node_ref: String::new(),
+                node_healthy: "Unknown".into(),
+                unhealthy_reason: "NodeStartupTimeout".into(),
+                deleting: true,
+            }
+        );
+    }
+
+    #[test]
+    fn the_objects_carry_what_the_webhooks_would_add() {
+        let objs = objects("https://127.0.0.1:6443", "{}", "v1.34.1");
+        let kinds: Vec<_> = objs
+            .iter()
+            .map(|(_, o)| o["kind"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                "Secret",
+                "Secret",
+                "AcceptCluster",
+                "AcceptControlPlane",
+                "Cluster",
+                "AcceptMachineTemplate",
+                "MachineSet",
+                "MachineHealthCheck"
+            ]
+        );
+        let ms = &objs[6].1;
+        assert_eq!(
+            ms["metadata"]["labels"]["cluster.x-k8s.io/cluster-name"],
+            CLUSTER
+        );
+        assert_eq!(
+            ms["spec"]["selector"]["matchLabels"],
+            ms["spec"]["template"]["metadata"]["labels"]
+        );
+        assert_eq!(
+            ms["metadata"]["annotations"]["machineset.cluster.x-k8s.io/skip-preflight-checks"],
+            "All"
+        );
+        let mhc = &objs[7].1;
+        assert_eq!(
+            mhc["metadata"]["labels"]["cluster.x-k8s.io/cluster-name"],
+            CLUSTER
+        );
+        assert_eq!(mhc["spec"]["checks"]["nodeStartupTimeoutSeconds"], 60);
+        assert_eq!(objs[4].1["spec"]["controlPlaneEndpoint"]["port"], 6443);
+        assert_eq!(objs[0].1["metadata"]["name"], "accept-kubeconfig");
+    }
+}
