@@ -74,8 +74,8 @@ pub struct Entry {
     /// entries recorded before occm-forge recorded inputs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub inputs: Option<BuildInputs>,
-    /// Whether this image passed `build --accept` (ours passes S1–S4, the control fails S1 and
-    /// S2) before it was recorded; absent (false) otherwise. `build --accept` rebuilds an entry
+    /// Whether this image passed `build --accept` (ours passes every scenario, the control shows
+    /// the bugs of S1, S2 and S5) before it was recorded; absent (false) otherwise. `build --accept` rebuilds an entry
     /// recorded without it.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub accepted: bool,

@@ -1,6 +1,6 @@
 //! `occm-forge accept`: the simulated OpenStack against a real HTTP client (offline), bad input
 //! of the command (offline, on the fixture upstream), and the gated end-to-end run on the real
-//! v1.34.1 (ours passes S1–S4, the unpatched control fails S1 and S2).
+//! v1.34.1 (ours passes S1–S5, the unpatched control fails S1, S2 and S5).
 
 mod common;
 
@@ -625,7 +625,7 @@ fn real_v1_34_ours_passes_every_scenario_and_upstream_fails_s1_and_s2() {
     assert!(
         accept_line
             .as_deref()
-            .is_some_and(|l| l.ends_with("ours passes S1 S2 S3 S4; the control fails S1 S2")),
+            .is_some_and(|l| l.ends_with("ours passes S1 S2 S3 S4 S5; the control fails S1 S2 S5")),
         "{}",
         stderr(&o)
     );
@@ -649,8 +649,8 @@ fn real_v1_34_ours_passes_every_scenario_and_upstream_fails_s1_and_s2() {
     assert_eq!(o.status.code(), Some(0), "accept failed");
     assert_eq!(report["verdict"], "accepted");
     let rows = report["rows"].as_array().unwrap();
-    assert_eq!(rows.len(), 4);
-    for (row, control_passes) in rows.iter().zip([false, false, true, true]) {
+    assert_eq!(rows.len(), 5);
+    for (row, control_passes) in rows.iter().zip([false, false, true, true, false]) {
         let s = row["scenario"].as_str().unwrap();
         assert_eq!(row["ours"]["passed"], true, "ours {s}: {}", row["ours"]);
         assert_eq!(
@@ -691,6 +691,28 @@ fn real_v1_34_ours_passes_every_scenario_and_upstream_fails_s1_and_s2() {
             );
         }
     }
+    // S5, decided by what Cluster API reports: ours' Machine gets its nodeRef after one exit
+    // with patch 0004's message; the control's never does and the MachineHealthCheck loops.
+    assert!(
+        ev(4, "ours").contains(", nodeRef ")
+            && ev(4, "ours").contains("NodeHealthy True")
+            && ev(4, "ours").contains("is enabled but did not start")
+            && ev(4, "ours").ends_with("; no remediation"),
+        "{}",
+        ev(4, "ours")
+    );
+    assert_eq!(
+        rows[4]["control"]["bug_shown"], true,
+        "{}",
+        rows[4]["control"]
+    );
+    assert!(
+        ev(4, "control").starts_with("no Machine got a nodeRef")
+            && ev(4, "control").contains("NodeStartupTimeout")
+            && ev(4, "control").contains("Skipping \"cloud-node-controller\""),
+        "{}",
+        ev(4, "control")
+    );
     assert_eq!(
         report["unsimulated_requests"],
         json!([]),

@@ -17,6 +17,7 @@ use common::*;
 const K8S: &str = "v1.99.0";
 const STAGING: &str = "v0.99.0";
 const ETCD: &str = "v3.9.9";
+const CAPI: &str = "v1.99.0";
 
 /// Writes one module version into the file proxy `proxy` (the layout of the GOPROXY protocol:
 /// `<module>/@v/{list,<v>.info,<v>.mod,<v>.zip}`, the zip holding `<module>@<v>/…`).
@@ -96,6 +97,25 @@ fn file_proxy(root: &Path) -> PathBuf {
         ETCD,
         &[("go.mod", "module go.etcd.io/etcd/client/v3\n\ngo 1.22\n")],
     );
+    // Cluster API's core: a manager at the module root and CRDs in config/crd/bases, one of
+    // them serving two versions through a conversion webhook, as v1.13's do.
+    publish(
+        &proxy,
+        "sigs.k8s.io/cluster-api",
+        CAPI,
+        &[
+            ("go.mod", "module sigs.k8s.io/cluster-api\n\ngo 1.22\n"),
+            (
+                "main.go",
+                "package main\n\nimport \"fmt\"\n\nfunc main() { fmt.Println(\"stand-in cluster-api manager\") }\n",
+            ),
+            (
+                "config/crd/bases/cluster.x-k8s.io_machines.yaml",
+                "---\napiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata:\n  name: machines.cluster.x-k8s.io\nspec:\n  group: cluster.x-k8s.io\n  conversion:\n    strategy: Webhook\n  versions:\n  - name: v1beta1\n    served: true\n    storage: false\n  - name: v1beta2\n    served: true\n    storage: true\n",
+            ),
+            ("config/crd/bases/kustomization.yaml.txt", "resources: []\n"),
+        ],
+    );
     proxy
 }
 
@@ -152,6 +172,10 @@ fn release_with_kubernetes(f: &Fixture, proxy: &Path) -> String {
         .to_string();
     let mut cfg = std::fs::read_to_string(&f.config).unwrap();
     cfg.push_str(&format!(
+        "\n[accept]\ncluster_api = \"{CAPI}\"\ncluster_api_go = \"{}\"\n",
+        local_go_version()
+    ));
+    cfg.push_str(&format!(
         "\n[minors.\"1.36\"]\nupstream_tag = \"v1.36.0\"\ncommit = \"{commit}\"\ngo = \"{}\"\nbase = \"static\"\nplatforms = [\"linux/amd64\"]\nrevision = 1\npatches = [\"{PATCH_TEST}\", \"{PATCH_FIX}\"]\ntest_packages = [\"./pkg/...\"]\n",
         local_go_version()
     ));
@@ -198,7 +222,7 @@ fn prepare_from_an_empty_cache_resolves_the_helper_module_and_builds_everything(
     let accept = cache.join("accept");
     assert!(
         line.starts_with(&format!(
-            "1.36: kube-apiserver {K8S}, etcd {ETCD}, control v1.36.0 go{} in {} (built); cache key accept-1.36-",
+            "1.36: kube-apiserver {K8S}, etcd {ETCD}, Cluster API {CAPI}, control v1.36.0 go{} in {} (built); cache key accept-1.36-",
             local_go_version(),
             accept.display()
         )),
@@ -217,6 +241,20 @@ fn prepare_from_an_empty_cache_resolves_the_helper_module_and_builds_everything(
         go_sum.contains(&format!("k8s.io/api {STAGING} h1:")),
         "{go_sum}"
     );
+    // Cluster API's manager from its own helper module, its CRDs serving the storage version
+    // only (no conversion webhook runs here).
+    let capi = accept.join(format!("cluster-api-{CAPI}"));
+    let manager = run(&mut Command::new(capi.join("manager")));
+    assert_eq!(manager.trim(), "stand-in cluster-api manager");
+    let crd: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(capi.join("crds/machines.cluster.x-k8s.io.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        crd["spec"]["versions"],
+        serde_json::json!([{"name": "v1beta2", "served": true, "storage": true}])
+    );
+    assert!(crd["spec"].get("conversion").is_none(), "{crd}");
     // The control: upstream's tree of v1.36.0 (which has the fix, as the fixture's v1.35.0),
     // built with the upstream tag as its version.
     let controls: Vec<PathBuf> = std::fs::read_dir(accept.join("control"))
@@ -270,6 +308,17 @@ fn the_cache_key_follows_what_prepare_builds_and_needs_no_network() {
         std::fs::write(&f.config, format!("{head}{}", tail.replacen(from, to, 1))).unwrap();
     };
     edit("revision = 1", "revision = 2");
+    assert_eq!(key("1.35"), before);
+    // …another Cluster API release does.
+    let cfg = std::fs::read_to_string(&f.config).unwrap();
+    std::fs::write(
+        &f.config,
+        format!("{cfg}\n[accept]\ncluster_api = \"v1.13.6\"\n"),
+    )
+    .unwrap();
+    let other_capi = key("1.35");
+    assert_ne!(other_capi, before);
+    std::fs::write(&f.config, cfg).unwrap();
     assert_eq!(key("1.35"), before);
     // …another Go version does.
     edit(

@@ -153,7 +153,7 @@ impl AcceptReport {
             .collect()
     }
 
-    /// One line for a stage report, e.g. `ours passes S1 S2 S3 S4; the control fails S1 S2`.
+    /// One line for a stage report, e.g. `ours passes S1 S2 S3 S4 S5; the control fails S1 S2 S5`.
     pub fn summary_line(&self) -> String {
         let names = |pick: &dyn Fn(&ScenarioRow) -> bool| {
             let v = self.scenarios_where(pick);

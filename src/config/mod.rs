@@ -465,6 +465,34 @@ test_packages = ["./pkg/openstack/"]
     }
 
     #[test]
+    fn the_cluster_api_release_defaults_to_magnum_cluster_api_s_and_is_checked() {
+        assert_eq!(parse_str(GOOD).unwrap().cluster_api, ClusterApi::default());
+        assert_eq!(ClusterApi::default().version, "v1.13.2");
+        let own = format!("{GOOD}\n[accept]\ncluster_api = \"v1.13.6\"\n");
+        let c = parse_str(&own).unwrap().cluster_api;
+        assert_eq!((c.version.as_str(), c.go.as_str()), ("v1.13.6", "1.25.0"));
+        let bad = format!("{GOOD}\n[accept]\ncluster_api = \"1.13\"\n");
+        let e = parse_str(&bad).unwrap_err().to_string();
+        assert!(
+            e.contains("accept.cluster_api `1.13` must be a Cluster API release vX.Y.Z"),
+            "{e}"
+        );
+        let bad = format!("{GOOD}\n[accept]\ncluster_api_go = \"go1.25\"\n");
+        let e = parse_str(&bad).unwrap_err().to_string();
+        assert!(
+            e.contains("accept.cluster_api_go `go1.25` must be a Go version X.Y.Z"),
+            "{e}"
+        );
+        let unknown = format!("{GOOD}\n[accept]\ncapi = \"v1.13.2\"\n");
+        assert!(
+            parse_str(&unknown)
+                .unwrap_err()
+                .to_string()
+                .contains("unknown field `capi`")
+        );
+    }
+
+    #[test]
     fn bad_commit_is_located() {
         let bad = GOOD.replace("63ec67a04b40fee4ff43fec11c3d31f2a90c9ad2", "63ec67a");
         let e = parse_str(&bad).unwrap_err().to_string();

@@ -46,6 +46,9 @@ pub const NODE_STARTUP_TIMEOUT: Duration = Duration::from_secs(60);
 pub const WINDOW: Duration = Duration::from_secs(150);
 /// Remediations that make a loop.
 pub const LOOP: usize = 2;
+/// What Cluster API's MachineHealthCheck controller logs when it marks a Machine
+/// (machinehealthcheck_controller.go).
+pub const MARKED_LINE: &str = "Machine has failed health check, marking for remediation";
 /// The Cluster API objects' namespace.
 const NAMESPACE: &str = "default";
 /// The Cluster's name.
@@ -233,7 +236,7 @@ pub fn verdict(o: &Observed, startup_timeout: Duration) -> RunResult {
     };
     evidence.push_str(&format!("; {remediations}"));
     if let Some(l) = &o.capi_line {
-        evidence.push_str(&format!("; Cluster API: `{}`", shorten(l, 200)));
+        evidence.push_str(&format!("; Cluster API: `{l}"));
     }
     if let Some(l) = &o.skipped {
         evidence.push_str(&format!("; OCCM: `{l}`"));
@@ -243,6 +246,13 @@ pub fn verdict(o: &Observed, startup_timeout: Duration) -> RunResult {
         bug_shown: bug,
         ..RunResult::fail(o.watched, evidence)
     }
+}
+
+/// The value of `key="…"` in a structured klog line (`Machine="default/workers-x"`).
+fn klog_value<'l>(line: &'l str, key: &str) -> Option<&'l str> {
+    let needle = format!(" {key}=\"");
+    let at = line.find(&needle)? + needle.len();
+    line[at..].split('"').next()
 }
 
 /// The Cluster API objects of the run, in the order they are created: (collection path,
@@ -563,11 +573,19 @@ async fn watch(
         .lines()
         .find(|l| l.contains("Skipping \"cloud-node"))
         .map(|l| klog_message(l).to_string());
-    o.capi_line = manager
-        .log()
+    let capi_log = manager.log();
+    let marked: Vec<&str> = capi_log
         .lines()
-        .find(|l| l.contains("marking for remediation"))
-        .map(|l| klog_message(l).to_string());
+        .filter(|l| l.contains(MARKED_LINE))
+        .collect();
+    o.capi_line = marked.first().map(|l| {
+        format!(
+            "{MARKED_LINE}` ({}×; Machine {}, reason {})",
+            marked.len(),
+            klog_value(l, "Machine").unwrap_or("?"),
+            klog_value(l, "reason").unwrap_or("?")
+        )
+    });
     Ok(verdict(&o, NODE_STARTUP_TIMEOUT))
 }
 
@@ -724,13 +742,13 @@ mod tests {
             remediations: vec![remediation("workers-a", 65.5), remediation("workers-b", 130.5)],
             watched: 130.5,
             skipped: Some("Skipping \"cloud-node-controller\"".into()),
-            capi_line: Some("\"Machine has failed health check, marking for remediation\" reason=\"NodeStartupTimeout\"".into()),
+            capi_line: Some("Machine has failed health check, marking for remediation` (2×; Machine default/workers-a, reason NodeStartupTimeout)".into()),
             ..Observed::default()
         };
         let r = verdict(&looped, NODE_STARTUP_TIMEOUT);
         assert!(!r.passed && r.bug_shown, "{r:?}");
         assert!(
-            r.evidence.starts_with("no Machine got a nodeRef in 130 s; 2 remediations (workers-a at 65.5 s NodeStartupTimeout, workers-b at 130.5 s NodeStartupTimeout); Cluster API: `\"Machine has failed health check, marking for remediation\"")
+            r.evidence.starts_with("no Machine got a nodeRef in 130 s; 2 remediations (workers-a at 65.5 s NodeStartupTimeout, workers-b at 130.5 s NodeStartupTimeout); Cluster API: `Machine has failed health check, marking for remediation` (2×; Machine default/workers-a, reason NodeStartupTimeout)")
                 && r.evidence.contains("OCCM: `Skipping \"cloud-node-controller\"`")
                 && r.evidence.ends_with("OCCM did not exit"),
             "{}",
@@ -754,6 +772,15 @@ mod tests {
             ..Observed::default()
         };
         assert!(!verdict(&node_ref, NODE_STARTUP_TIMEOUT).bug_shown);
+    }
+
+    #[test]
+    fn structured_klog_values_are_read() {
+        let l = "I1202 02:21:20.000774   12336 machinehealthcheck_controller.go:539] \"Machine has failed health check, marking for remediation\" controller=\"machinehealthcheck\" Machine=\"default/workers-d84x8\" Node=\"\" reason=\"NodeStartupTimeout\" message=<";
+        assert_eq!(klog_value(l, "Machine"), Some("default/workers-d84x8"));
+        assert_eq!(klog_value(l, "reason"), Some("NodeStartupTimeout"));
+        assert_eq!(klog_value(l, "Node"), Some(""));
+        assert_eq!(klog_value(l, "Cluster"), None);
     }
 
     #[test]
