@@ -573,7 +573,7 @@ async fn an_occm_that_crashes_fails_the_scenario_and_nothing_is_left_running() {
 /// through the Go module proxy, the control built from the unpatched tag.
 #[test]
 #[ignore = "needs OCCM_FORGE_UPSTREAM_MIRROR (a mirror of kubernetes/cloud-provider-openstack) and the Go module proxy"]
-fn real_v1_34_ours_passes_every_scenario_and_upstream_fails_s1_and_s2() {
+fn real_v1_34_ours_passes_every_scenario_and_upstream_fails_s1_s2_and_s5() {
     let mirror = std::env::var("OCCM_FORGE_UPSTREAM_MIRROR").expect(
         "set OCCM_FORGE_UPSTREAM_MIRROR to a mirror of kubernetes/cloud-provider-openstack",
     );

@@ -345,8 +345,9 @@ Each minor's image binary (\"ours\": `bin/openstack-cloud-controller-manager` fr
 and the unpatched upstream build of the same tag (\"control\") run, as the Helm chart runs them, against a real etcd and kube-apiserver \
 (built from the Kubernetes version the upstream go.mod requires) and the simulated OpenStack inside occm-forge. \
 Seconds are the scenario's own time (S1: Node created → deleted; S2: start → exit; S3: Node created → initialised; \
-S4: leader killed → the second Node initialised), not counting leader election at start-up. \
-The bug report's criteria: S1 and S2 must pass on ours and fail on the control; S3 and S4 show the patched binary still does its normal job.\n\n\
+S4: leader killed → the second Node initialised; S5: the worker Machine first seen → healthy, or the window watched), not counting leader election at start-up. \
+S5 runs on a control plane of its own under Cluster API's real manager, with stand-ins for the infrastructure provider and the kubelets, and is decided by what Cluster API reports. \
+The bug report's criteria: S1, S2 and S5 must pass on ours and show the bug on the control (S5: no nodeRef and the MachineHealthCheck remediating again and again); S3 and S4 show the patched binary still does its normal job.\n\n\
 {}\n## Timings\n\n{}",
         crate::util::rfc3339(generated_at),
         render_markdown(reports),

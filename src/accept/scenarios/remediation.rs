@@ -479,60 +479,14 @@ async fn on_control_plane(
     let io = |e: std::io::Error| AcceptError::Io(format!("{}: {e}", dir.display()));
     let kube = Kube::new(&cp.url, &cp.ca_pem, &cp.token)?;
     capi::install_crds(&kube, &bench.manager.crds).await?;
-    for crd in provider::crds() {
-        let name = crd["metadata"]["name"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string();
-        kube.apply(
-            &format!("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}"),
-            crd,
-        )
+    kube.apply_crds(provider::crds(), capi::ESTABLISHED_TIMEOUT)
         .await?;
-    }
-    wait_established(&kube).await?;
     let capi_dir = dir.join("cluster-api");
     std::fs::create_dir_all(&capi_dir).map_err(io)?;
     let mut manager = capi::Running::start(bench.manager, &cp.kubeconfig, &capi_dir).await?;
     let result = watch(bench, cp, &kube, &mut manager, binary, dir, version).await;
     manager.stop().await;
     result
-}
-
-/// Waits until the stand-ins' CRDs are Established.
-async fn wait_established(kube: &Kube) -> Result<(), AcceptError> {
-    let t = Instant::now();
-    for crd in provider::crds() {
-        let name = crd["metadata"]["name"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string();
-        loop {
-            let c = kube
-                .get(&format!(
-                    "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}"
-                ))
-                .await?;
-            let ok = c
-                .as_ref()
-                .and_then(|c| c["status"]["conditions"].as_array())
-                .is_some_and(|cs| {
-                    cs.iter()
-                        .any(|c| c["type"] == "Established" && c["status"] == "True")
-                });
-            if ok {
-                break;
-            }
-            if t.elapsed() >= capi::ESTABLISHED_TIMEOUT {
-                return Err(AcceptError::ControlPlane {
-                    part: "kube-apiserver".into(),
-                    message: format!("CRD {name} not Established"),
-                });
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    }
-    Ok(())
 }
 
 async fn watch(

@@ -232,62 +232,21 @@ pub fn storage_version_only(mut crd: Value) -> Result<Value, String> {
     Ok(crd)
 }
 
-/// Applies the CRD files `crds` (JSON) server-side and waits until each is `Established`, at most
-/// [`ESTABLISHED_TIMEOUT`] in all. Returns the seconds it took.
+/// Reads the CRD files `crds` (JSON) and installs them ([`Kube::apply_crds`]). Returns the
+/// seconds it took.
 ///
-/// Errors: [`AcceptError::ControlPlane`] naming the CRD the apiserver refused or did not
-/// establish in time; [`AcceptError::Io`] for a file that cannot be read.
+/// Errors: [`AcceptError::Io`] for a file that cannot be read; those of [`Kube::apply_crds`].
 pub async fn install_crds(kube: &Kube, crds: &[PathBuf]) -> Result<f64, AcceptError> {
-    let t = Instant::now();
-    let mut names = Vec::new();
+    let mut objects = Vec::new();
     for f in crds {
         let text =
             std::fs::read(f).map_err(|e| AcceptError::Io(format!("{}: {e}", f.display())))?;
-        let crd: Value = serde_json::from_slice(&text)
-            .map_err(|e| AcceptError::Io(format!("{}: {e}", f.display())))?;
-        let name = crd["metadata"]["name"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string();
-        kube.apply(
-            &format!("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}"),
-            crd,
-        )
-        .await?;
-        names.push(name);
+        objects.push(
+            serde_json::from_slice(&text)
+                .map_err(|e| AcceptError::Io(format!("{}: {e}", f.display())))?,
+        );
     }
-    for name in &names {
-        loop {
-            let crd = kube
-                .get(&format!(
-                    "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}"
-                ))
-                .await?;
-            if established(crd.as_ref()) {
-                break;
-            }
-            if t.elapsed() >= ESTABLISHED_TIMEOUT {
-                return Err(AcceptError::ControlPlane {
-                    part: "kube-apiserver".into(),
-                    message: format!(
-                        "CRD {name} not Established after {} s",
-                        ESTABLISHED_TIMEOUT.as_secs()
-                    ),
-                });
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    }
-    Ok(t.elapsed().as_secs_f64())
-}
-
-/// Whether a CRD object reports the condition `Established=True`.
-fn established(crd: Option<&Value>) -> bool {
-    crd.and_then(|c| c["status"]["conditions"].as_array())
-        .is_some_and(|cs| {
-            cs.iter()
-                .any(|c| c["type"] == "Established" && c["status"] == "True")
-        })
+    kube.apply_crds(objects, ESTABLISHED_TIMEOUT).await
 }
 
 /// A running Cluster API manager.

@@ -180,6 +180,48 @@ impl Kube {
             .map(drop)
     }
 
+    /// Applies each CustomResourceDefinition of `crds` server-side ([`Kube::apply`]) and waits
+    /// until every one reports `Established=True`, at most `limit` in all. Returns the seconds it
+    /// took.
+    ///
+    /// Errors: [`AcceptError::ControlPlane`] naming the CRD the apiserver refused or did not
+    /// establish in time.
+    pub async fn apply_crds(&self, crds: Vec<Value>, limit: Duration) -> Result<f64, AcceptError> {
+        let t = std::time::Instant::now();
+        let path =
+            |name: &str| format!("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}");
+        let mut names = Vec::new();
+        for crd in crds {
+            let name = crd["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            self.apply(&path(&name), crd).await?;
+            names.push(name);
+        }
+        for name in &names {
+            loop {
+                let established = self.get(&path(name)).await?.is_some_and(|c| {
+                    c["status"]["conditions"].as_array().is_some_and(|cs| {
+                        cs.iter()
+                            .any(|c| c["type"] == "Established" && c["status"] == "True")
+                    })
+                });
+                if established {
+                    break;
+                }
+                if t.elapsed() >= limit {
+                    return Err(api(format!(
+                        "CRD {name} not Established after {} s",
+                        limit.as_secs()
+                    )));
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+        Ok(t.elapsed().as_secs_f64())
+    }
+
     /// Creates a Node the way a kubelet registers one: no provider ID, and with
     /// `uninitialized` the cloud provider's `NoSchedule` taint.
     pub async fn create_node(&self, name: &str, uninitialized: bool) -> Result<(), AcceptError> {
