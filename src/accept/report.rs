@@ -348,6 +348,8 @@ Seconds are the scenario's own time (S1: Node created → deleted; S2: start →
 S4: leader killed → the second Node initialised; S5: the worker Machine first seen → healthy, or the window watched), not counting leader election at start-up. \
 S5 runs on a control plane of its own under Cluster API's real manager, with stand-ins for the infrastructure provider and the kubelets, and is decided by what Cluster API reports. \
 The bug report's criteria: S1, S2 and S5 must pass on ours and show the bug on the control (S5: no nodeRef and the MachineHealthCheck remediating again and again); S3 and S4 show the patched binary still does its normal job.\n\n\
+What S5 proves: with a transient fault (the first Keystone token has no compute endpoint), the patched OCCM exits with patch 0004's message, comes back when restarted and initialises the worker's Node before Cluster API's MachineHealthCheck gives up on it, while the unpatched OCCM stays up without its cloud-node controller and Cluster API replaces the worker again and again. \
+What it does not prove: how long a real kubelet, CAPO and Nova take (the stand-ins answer at once, the startup timeout is 60 s instead of magnum-cluster-api's default 600 s, the restart back-off is kubelet's 10 s doubling); and a fault that lasts is not cured by the fix, only made loud: the patched OCCM then exits at every start (S2 shows one start) and its Pod crash-loops where an operator sees it.\n\n\
 {}\n## Timings\n\n{}",
         crate::util::rfc3339(generated_at),
         render_markdown(reports),
