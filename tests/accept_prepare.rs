@@ -294,6 +294,17 @@ fn the_cache_key_follows_what_prepare_builds_and_needs_no_network() {
     };
     let before = key("1.35");
     assert!(before.starts_with("accept-1.35-"), "{before}");
+    let o = prepare(
+        &f,
+        &proxy,
+        &cache,
+        &["--cache-key", "--k8s", "1.35", "--json"],
+    );
+    let json: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(
+        json,
+        serde_json::json!({"minor": "1.35", "cache_key": before})
+    );
     assert!(!cache.exists(), "--cache-key wrote to the cache");
     assert_ne!(
         key("1.34")["accept-1.34-".len()..],

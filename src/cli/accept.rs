@@ -34,8 +34,8 @@ pub struct AcceptArgs {
     /// Also write the report as a document to this file (atomically), e.g. docs/acceptance.md.
     #[arg(long, value_name = "FILE", conflicts_with = "prepare")]
     output: Option<PathBuf>,
-    /// Only build and cache what a run needs besides the image (etcd, kube-apiserver, the
-    /// unpatched control, in <cache>/accept) and run nothing: warms a CI cache in a job of its
+    /// Only build and cache what a run needs besides the image (etcd, kube-apiserver, Cluster
+    /// API's manager, the unpatched control, in <cache>/accept) and run nothing: warms a CI cache in a job of its
     /// own. Prints one line per minor (`--json`: the report).
     #[arg(long, conflicts_with_all = ["scenario", "keep_logs"])]
     prepare: bool,
@@ -115,11 +115,26 @@ async fn prepare(
         .collect::<Result<Vec<_>, _>>()?;
     if args.cache_key {
         let platform = accept::binary::host_platform()?;
-        let keys: Vec<String> = subjects
+        let keys: Vec<(String, String)> = subjects
             .iter()
-            .map(|s| accept::cache_key(s, &platform))
+            .map(|s| (s.minor.to_string(), accept::cache_key(s, &platform)))
             .collect();
-        return print_stdout(&keys.join("\n")).map(|()| 0);
+        let text = if args.json {
+            let objects: Vec<serde_json::Value> = keys
+                .iter()
+                .map(|(minor, key)| serde_json::json!({"minor": minor, "cache_key": key}))
+                .collect();
+            match objects.as_slice() {
+                [one] => one.to_string(),
+                all => serde_json::Value::from(all.to_vec()).to_string(),
+            }
+        } else {
+            keys.into_iter()
+                .map(|(_, k)| k)
+                .collect::<Vec<_>>()
+                .join("\n")
+        };
+        return print_stdout(&text).map(|()| 0);
     }
     let mut reports = Vec::new();
     for s in &subjects {

@@ -52,6 +52,11 @@ pub(crate) fn helper_failure(part: &str, module: &Path, stderr: &str) -> AcceptE
             "{summary}: the go.sum of occm-forge's helper module {} did not cover it after resolving (a bug in occm-forge; remove that directory to resolve it again)",
             module.display()
         )
+    } else if summary.trim().is_empty() {
+        format!(
+            "go failed in occm-forge's helper module {} without a message on stderr",
+            module.display()
+        )
     } else {
         summary
     };
@@ -116,6 +121,19 @@ mod tests {
         assert_eq!(
             e.to_string(),
             "NOT VERIFIED: the Go module proxy refuses k8s.io/kubernetes@v1.31.11 (403 Forbidden), needed to build kube-apiserver"
+        );
+    }
+
+    #[test]
+    fn a_silent_go_failure_still_says_where() {
+        let e = helper_failure(
+            "cluster-api",
+            Path::new("/cache/accept/cluster-api-v1.13.2/module"),
+            "",
+        );
+        assert_eq!(
+            e.to_string(),
+            "building cluster-api: go failed in occm-forge's helper module /cache/accept/cluster-api-v1.13.2/module without a message on stderr"
         );
     }
 
