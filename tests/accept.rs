@@ -503,7 +503,7 @@ async fn an_occm_that_crashes_fails_the_scenario_and_nothing_is_left_running() {
     use occm_forge::image;
     let gated = gated_cache();
     let cache = gated.path();
-    tokio::task::block_in_place(|| real_control_plane(cache));
+    let control_plane = tokio::task::block_in_place(|| real_control_plane(cache));
     let dir = tempfile::tempdir().unwrap();
     // "Ours" is a binary that exits 1 at once, packed like the real one.
     let host = accept::binary::host_platform().unwrap();
@@ -524,21 +524,32 @@ async fn an_occm_that_crashes_fails_the_scenario_and_nothing_is_left_running() {
     })
     .unwrap();
     let work = dir.path().join("work");
-    let toolchain = occm_forge::go::Toolchain::new("1.25.1", cache);
-    let go_mod = b"module x\nrequire (\n\tk8s.io/kubernetes v1.34.1\n\tgo.etcd.io/etcd/client/v3 v3.6.5\n)\n";
+    let ours = tokio::task::block_in_place(|| {
+        accept::binary::extract_from_layout(
+            &layout,
+            "v0.0.0-crash",
+            &host,
+            &work.join("ours/openstack-cloud-controller-manager"),
+        )
+    })
+    .unwrap();
+    let versions = occm_forge::accept::sim::control_plane::Versions {
+        kubernetes: "v1.34.1".into(),
+        etcd: "v3.6.5".into(),
+    };
     let report = accept::accept(
         &AcceptRequest {
             minor: "1.34".parse().unwrap(),
             upstream_tag: "v1.34.1",
-            go_mod,
-            layout_dir: &layout,
             image_tag: "v0.0.0-crash",
+            go: "1.25.1",
+            versions: &versions,
+            ours: &ours,
             control_binary: std::path::Path::new("/bin/true"),
-            toolchain: &toolchain,
-            cache_dir: cache,
+            control_plane: &control_plane,
+            cluster_api: None,
             work_dir: &work,
             scenarios: &[Scenario::S1],
-            cluster_api: &Default::default(),
             keep_logs: false,
         },
         &occm_forge::stage::Silent,

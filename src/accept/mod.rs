@@ -81,31 +81,32 @@ pub enum AcceptError {
     Interrupted,
 }
 
-/// Everything one acceptance run needs, as plain data.
+/// Everything one acceptance run needs, as plain data: the parts already built or found
+/// ([`prepare_parts`] for [`accept_subject`]) and ours already taken out of the layout.
 #[derive(Debug, Clone)]
 pub struct AcceptRequest<'a> {
     /// The Kubernetes minor (for the report).
     pub minor: Minor,
     /// Upstream tag, e.g. `v1.34.1` (for the report).
     pub upstream_tag: &'a str,
-    /// The upstream tree's go.mod: `k8s.io/kubernetes` and `go.etcd.io/etcd/*/v3` versions.
-    pub go_mod: &'a [u8],
-    /// The OCI layout holding our image.
-    pub layout_dir: &'a Path,
-    /// Our image's tag in that layout (`ref.name`).
+    /// Our image's tag in the layout (for the report).
     pub image_tag: &'a str,
+    /// The Go version ours and the control were built with (for the report).
+    pub go: &'a str,
+    /// The Kubernetes and etcd versions of the upstream go.mod.
+    pub versions: &'a control_plane::Versions,
+    /// Ours, taken out of the layout ([`binary::extract_from_layout`]).
+    pub ours: &'a binary::Extracted,
     /// The control binary (unpatched upstream, host platform); see [`binary::build_control`].
     pub control_binary: &'a Path,
-    /// Toolchain and Go caches to build etcd and kube-apiserver with.
-    pub toolchain: &'a Toolchain,
-    /// occm-forge's cache (`<cache>/accept/<kubernetes version>/` holds the control plane).
-    pub cache_dir: &'a Path,
+    /// etcd and kube-apiserver ([`control_plane::build`]).
+    pub control_plane: &'a control_plane::Binaries,
+    /// Cluster API's manager ([`sim::capi::build`]); needed when a scenario needs it.
+    pub cluster_api: Option<&'a sim::capi::Manager>,
     /// Work and log directory (created; removed when accepted, kept otherwise).
     pub work_dir: &'a Path,
     /// Scenarios to run, in order.
     pub scenarios: &'a [Scenario],
-    /// The Cluster API release S5 runs (built into the cache when a scenario needs it).
-    pub cluster_api: &'a crate::config::ClusterApi,
     /// Keep the work directory (logs, request logs) even when accepted.
     pub keep_logs: bool,
 }
@@ -155,12 +156,7 @@ pub async fn accept(
     req: &AcceptRequest<'_>,
     reporter: &dyn Reporter,
 ) -> Result<AcceptReport, AcceptError> {
-    let mut report = AcceptReport::new(
-        req.minor,
-        req.upstream_tag,
-        req.image_tag,
-        &req.toolchain.version,
-    );
+    let mut report = AcceptReport::new(req.minor, req.upstream_tag, req.image_tag, req.go);
     let mut stages = Stages {
         reporter,
         reports: Vec::new(),
@@ -192,146 +188,54 @@ pub async fn accept(
     }
 }
 
-/// The body of [`accept`]: reads the versions from go.mod, then runs the stages
-/// `control-plane`, `binaries`, `start` and one per scenario and side, filling `report`;
-/// stops the control plane (and drops the simulated cloud) once the scenarios ran or stopped.
+/// The body of [`accept`]: checks the control, then runs the stages `start` and one per
+/// scenario and side, filling `report`; stops the control plane (and drops the simulated
+/// cloud) once the scenarios ran or stopped.
 async fn run(
     req: &AcceptRequest<'_>,
     report: &mut AcceptReport,
     stages: &mut Stages<'_>,
 ) -> Result<(), AcceptError> {
     let platform = binary::host_platform()?;
-    let go_mod = std::str::from_utf8(req.go_mod).map_err(|e| AcceptError::Input {
-        part: "go.mod".into(),
-        message: e.to_string(),
-    })?;
-    let versions = control_plane::versions_from_go_mod(go_mod)?;
-    report.versions = Some(versions.clone());
-
-    let bins = build_control_plane(req, &versions, stages)?;
+    report.versions = Some(req.versions.clone());
+    binary::check_binary(req.control_binary, &platform, "control")?;
+    report.ours = Some(req.ours.clone());
+    report.control = Some(req.control_binary.to_path_buf());
+    let needs = req
+        .scenarios
+        .iter()
+        .filter(|s| s.needs_cluster_api())
+        .map(|s| s.to_string())
+        .collect::<Vec<_>>();
+    if req.cluster_api.is_none() && !needs.is_empty() {
+        return Err(AcceptError::Input {
+            part: needs.join(", "),
+            message: "needs Cluster API, which was not prepared for this run".into(),
+        });
+    }
+    std::fs::create_dir_all(req.work_dir)
+        .map_err(|e| AcceptError::Io(format!("{}: {e}", req.work_dir.display())))?;
     check_interrupt()?;
-    let manager = if req.scenarios.iter().any(|s| s.needs_cluster_api()) {
-        Some(build_cluster_api(req.cluster_api, req.cache_dir, stages)?)
-    } else {
-        None
-    };
-    check_interrupt()?;
-
-    let ours = take_binaries(req, &platform, report, stages)?;
-    let (cloud, mut cp) = start_bench(req, &bins, report, stages).await?;
+    let (cloud, mut cp) = start_bench(req, req.control_plane, report, stages).await?;
     let kube = kube::Kube::new(&cp.url, &cp.ca_pem, &cp.token)?;
     let kubeconfig = cp.kubeconfig.clone();
     let bench = scenarios::Bench {
         cloud: &cloud,
         kube: &kube,
         kubeconfig: &kubeconfig,
-        capi: manager
-            .as_ref()
+        capi: req
+            .cluster_api
             .map(|manager| scenarios::remediation::CapiBench {
-                binaries: &bins,
+                binaries: req.control_plane,
                 manager,
                 cloud: &cloud,
-                kubernetes: &versions.kubernetes,
+                kubernetes: &req.versions.kubernetes,
             }),
     };
-    let outcome = run_scenarios(req, &bench, &mut cp, &ours.path, report, stages).await;
+    let outcome = run_scenarios(req, &bench, &mut cp, &req.ours.path, report, stages).await;
     cp.stop().await;
     drop(cloud);
     outcome
-}
-
-/// The `control-plane` stage: builds (or takes from `<cache>/accept/<kubernetes>/`) etcd and
-/// kube-apiserver for `versions`. The stage is reported finished only when they were built.
-///
-/// Errors: those of [`control_plane::build`] ([`AcceptError::NotVerified`] when the Go module
-/// proxy refuses a module, [`AcceptError::Build`] otherwise).
-fn build_control_plane(
-    req: &AcceptRequest<'_>,
-    versions: &control_plane::Versions,
-    stages: &mut Stages<'_>,
-) -> Result<control_plane::Binaries, AcceptError> {
-    let t = stages.start("control-plane");
-    let bins = tokio::task::block_in_place(|| {
-        control_plane::build(versions, req.toolchain, req.cache_dir)
-    })?;
-    if !bins.cached {
-        stages.done(
-            "control-plane",
-            t,
-            format!(
-                "kube-apiserver {}, etcd {}",
-                versions.kubernetes, versions.etcd
-            ),
-        );
-    }
-    Ok(bins)
-}
-
-/// The `cluster-api` stage: builds (or takes from `<cache>/accept/cluster-api-<version>/`)
-/// Cluster API's manager and CRDs ([`sim::capi::build`]). Reported finished only when built.
-fn build_cluster_api(
-    release: &crate::config::ClusterApi,
-    cache_dir: &Path,
-    stages: &mut Stages<'_>,
-) -> Result<sim::capi::Manager, AcceptError> {
-    let t = stages.start("cluster-api");
-    let m = tokio::task::block_in_place(|| sim::capi::build(release, cache_dir))?;
-    if !m.cached {
-        stages.done(
-            "cluster-api",
-            t,
-            format!(
-                "Cluster API {} manager, {} CRDs",
-                m.release.version,
-                m.crds.len()
-            ),
-        );
-    }
-    Ok(m)
-}
-
-/// Empties the work directory (creating it), then the `binaries` stage: takes ours for
-/// `platform` out of the layout into `<work>/ours/openstack-cloud-controller-manager` and
-/// checks that the control is an ELF for `platform`. Records both in `report`.
-///
-/// Errors: [`AcceptError::Io`] naming the work directory; [`AcceptError::Input`] from
-/// [`binary::extract_from_layout`] or [`binary::check_binary`].
-fn take_binaries(
-    req: &AcceptRequest<'_>,
-    platform: &crate::config::Platform,
-    report: &mut AcceptReport,
-    stages: &mut Stages<'_>,
-) -> Result<binary::Extracted, AcceptError> {
-    let io = |e: std::io::Error| AcceptError::Io(format!("{}: {e}", req.work_dir.display()));
-    if req.work_dir.exists() {
-        std::fs::remove_dir_all(req.work_dir).map_err(io)?;
-    }
-    std::fs::create_dir_all(req.work_dir).map_err(io)?;
-    let t = stages.start("binaries");
-    let ours = tokio::task::block_in_place(|| {
-        binary::extract_from_layout(
-            req.layout_dir,
-            req.image_tag,
-            platform,
-            &req.work_dir
-                .join("ours")
-                .join("openstack-cloud-controller-manager"),
-        )
-    })?;
-    binary::check_binary(req.control_binary, platform, "control")?;
-    stages.done(
-        "binaries",
-        t,
-        format!(
-            "ours from {} layer {}, control {}",
-            crate::util::short(&ours.manifest_digest),
-            crate::util::short(&ours.layer_digest),
-            req.control_binary.display()
-        ),
-    );
-    report.ours = Some(ours.clone());
-    report.control = Some(req.control_binary.to_path_buf());
-    Ok(ours)
 }
 
 /// The `start` stage: starts the simulated OpenStack, then etcd and kube-apiserver in
@@ -543,7 +447,10 @@ pub async fn accept_subject(
     crate::stage::unless_interrupted(accept_subject_inner(subject, run, reporter).await)
 }
 
-/// [`accept_subject`] without the mapping of errors after a signal.
+/// [`accept_subject`] without the mapping of errors after a signal: the `binaries` stage (ours
+/// taken out of the layout into the work directory, first, so that bad input fails in seconds),
+/// then [`prepare_parts`] (each part built or found once, under one stage name), then
+/// [`accept`].
 async fn accept_subject_inner(
     subject: &Subject,
     run: &RunOptions<'_>,
@@ -551,11 +458,6 @@ async fn accept_subject_inner(
 ) -> Result<AcceptReport, crate::Error> {
     let toolchain = Toolchain::new(&subject.go, run.cache_dir);
     let platform = binary::host_platform()?;
-    let prepared = match prepare(subject, run, &toolchain, &platform, reporter).await? {
-        Prepared::Ready(p) => p,
-        Prepared::NotVerified(r) => return Ok(*r),
-    };
-    let (go_mod, control) = prepared;
     let default_work: PathBuf = run
         .layout_dir
         .join("accept")
@@ -564,19 +466,62 @@ async fn accept_subject_inner(
     let work_dir = std::path::absolute(run.work_dir.unwrap_or(&default_work))
         .map_err(|e| crate::Error::Io(format!("{}: {e}", default_work.display())))?;
     let work_dir = work_dir.as_path();
+    let ours = match take_ours(subject, run, work_dir, &platform, reporter) {
+        Ok(o) => o,
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(work_dir);
+            if let Some(parent) = work_dir.parent() {
+                let _ = std::fs::remove_dir(parent);
+            }
+            // A minor whose Kubernetes version the proxy refuses cannot have an image either;
+            // say that rather than "no image".
+            let go_mod = tokio::task::block_in_place(|| upstream_go_mod(subject, run.cache_dir));
+            if let Ok(go_mod) = &go_mod
+                && let Ok(versions) =
+                    control_plane::versions_from_go_mod(&String::from_utf8_lossy(go_mod))
+                && let Err(AcceptError::NotVerified(reason)) = tokio::task::block_in_place(|| {
+                    control_plane::kubernetes_go_mod(&versions, &toolchain, run.cache_dir)
+                })
+            {
+                return Ok(not_verified(subject.blank(), reason, versions));
+            }
+            return Err(with_build_hint(e, subject, run).into());
+        }
+    };
+    let with_cluster_api = run.scenarios.iter().any(|s| s.needs_cluster_api());
+    let parts = prepare_parts(
+        subject,
+        run.cache_dir,
+        &toolchain,
+        &platform,
+        with_cluster_api,
+        reporter,
+    )
+    .await?;
+    let control = match parts.outcome {
+        PartsOutcome::Ready(control) => control,
+        PartsOutcome::NotVerified(reason) => {
+            let _ = std::fs::remove_dir_all(work_dir);
+            return Ok(not_verified(subject.blank(), reason, parts.versions));
+        }
+    };
+    let control_plane = parts
+        .apiserver
+        .as_ref()
+        .expect("prepare_parts builds the control plane before the control");
     accept(
         &AcceptRequest {
             minor: subject.minor,
             upstream_tag: &subject.upstream_tag,
-            go_mod: &go_mod,
-            layout_dir: run.layout_dir,
             image_tag: &subject.tag,
+            go: &subject.go,
+            versions: &parts.versions,
+            ours: &ours,
             control_binary: &control.binary,
-            toolchain: &toolchain,
-            cache_dir: run.cache_dir,
+            control_plane,
+            cluster_api: parts.cluster_api.as_ref(),
             work_dir,
             scenarios: run.scenarios,
-            cluster_api: &subject.cluster_api,
             keep_logs: run.keep_logs,
         },
         reporter,
@@ -585,58 +530,60 @@ async fn accept_subject_inner(
     .map_err(Into::into)
 }
 
-/// What [`prepare`] found: the upstream go.mod and the control, or a verdict already.
-enum Prepared {
-    Ready((Vec<u8>, binary::Control)),
-    NotVerified(Box<AcceptReport>),
-}
-
-/// Everything before the scenarios: ours in the layout (checked first: bad input fails in
-/// seconds), then [`prepare_parts`].
-async fn prepare(
+/// The `binaries` stage: empties `work_dir` (creating it) and takes ours for `platform` out of
+/// the layout into `<work>/ours/openstack-cloud-controller-manager`.
+///
+/// Errors: [`AcceptError::Io`] naming the work directory; [`AcceptError::Input`] from
+/// [`binary::extract_from_layout`].
+fn take_ours(
     subject: &Subject,
     run: &RunOptions<'_>,
-    toolchain: &Toolchain,
+    work_dir: &Path,
     platform: &crate::config::Platform,
     reporter: &dyn Reporter,
-) -> Result<Prepared, crate::Error> {
-    let blank = subject.blank();
-    let scratch =
-        crate::util::scratch_dir(run.cache_dir, "accept-preflight-").map_err(crate::Error::Io)?;
-    let preflight = tokio::task::block_in_place(|| {
+) -> Result<binary::Extracted, AcceptError> {
+    let io = |e: std::io::Error| AcceptError::Io(format!("{}: {e}", work_dir.display()));
+    let t = std::time::Instant::now();
+    reporter.started("binaries");
+    if work_dir.exists() {
+        std::fs::remove_dir_all(work_dir).map_err(io)?;
+    }
+    std::fs::create_dir_all(work_dir).map_err(io)?;
+    let ours = tokio::task::block_in_place(|| {
         binary::extract_from_layout(
             run.layout_dir,
             &subject.tag,
             platform,
-            &scratch.path().join("ours"),
+            &work_dir
+                .join("ours")
+                .join("openstack-cloud-controller-manager"),
         )
+    })?;
+    reporter.finished(&StageReport {
+        stage: "binaries",
+        seconds: t.elapsed().as_secs_f64(),
+        detail: format!(
+            "ours from {} layer {}",
+            crate::util::short(&ours.manifest_digest),
+            crate::util::short(&ours.layer_digest),
+        ),
     });
-    drop(scratch);
-    if let Err(e) = preflight {
-        // A minor whose Kubernetes version the proxy refuses cannot have an image either; say
-        // that rather than "no image".
-        let go_mod = tokio::task::block_in_place(|| upstream_go_mod(subject, run.cache_dir));
-        if let Ok(go_mod) = &go_mod
-            && let Ok(versions) =
-                control_plane::versions_from_go_mod(&String::from_utf8_lossy(go_mod))
-            && let Err(AcceptError::NotVerified(reason)) = tokio::task::block_in_place(|| {
-                control_plane::kubernetes_go_mod(&versions, toolchain, run.cache_dir)
-            })
-        {
-            return Ok(not_verified(blank, reason, versions));
-        }
-        return Err(with_build_hint(e, subject, run).into());
-    }
-    let parts = prepare_parts(subject, run.cache_dir, toolchain, platform, reporter).await?;
-    Ok(match parts.outcome {
-        PartsOutcome::Ready(control) => Prepared::Ready((parts.go_mod, control)),
-        PartsOutcome::NotVerified(reason) => not_verified(blank, reason, parts.versions),
-    })
+    Ok(ours)
+}
+
+/// A report saying the minor cannot be verified here, with the versions it needed.
+fn not_verified(
+    blank: AcceptReport,
+    reason: String,
+    versions: control_plane::Versions,
+) -> AcceptReport {
+    let mut r = blank.not_verified(reason);
+    r.versions = Some(versions);
+    r
 }
 
 /// What [`prepare_parts`] built or found.
 struct Parts {
-    go_mod: Vec<u8>,
     versions: control_plane::Versions,
     apiserver: Option<control_plane::Binaries>,
     cluster_api: Option<sim::capi::Manager>,
@@ -669,6 +616,7 @@ async fn prepare_parts(
     cache_dir: &Path,
     toolchain: &Toolchain,
     platform: &crate::config::Platform,
+    with_cluster_api: bool,
     reporter: &dyn Reporter,
 ) -> Result<Parts, crate::Error> {
     let go_mod = tokio::task::block_in_place(|| upstream_go_mod(subject, cache_dir))?;
@@ -688,7 +636,6 @@ async fn prepare_parts(
             Ok(b) => b,
             Err(AcceptError::NotVerified(reason)) => {
                 return Ok(Parts {
-                    go_mod,
                     versions,
                     apiserver: None,
                     cluster_api: None,
@@ -704,28 +651,32 @@ async fn prepare_parts(
     );
     timed("apiserver", t, detail);
     let t = std::time::Instant::now();
-    reporter.started("cluster-api");
-    let release = &subject.cluster_api;
-    let cluster_api = match tokio::task::block_in_place(|| sim::capi::build(release, cache_dir)) {
-        Ok(m) => m,
-        Err(AcceptError::NotVerified(reason)) => {
-            return Ok(Parts {
-                go_mod,
-                versions,
-                apiserver: Some(apiserver),
-                cluster_api: None,
-                outcome: PartsOutcome::NotVerified(reason),
-            });
-        }
-        Err(e) => return Err(e.into()),
+    let cluster_api = if with_cluster_api {
+        reporter.started("cluster-api");
+        let release = &subject.cluster_api;
+        let manager = match tokio::task::block_in_place(|| sim::capi::build(release, cache_dir)) {
+            Ok(m) => m,
+            Err(AcceptError::NotVerified(reason)) => {
+                return Ok(Parts {
+                    versions,
+                    apiserver: Some(apiserver),
+                    cluster_api: None,
+                    outcome: PartsOutcome::NotVerified(reason),
+                });
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let cached = if manager.cached { " (cached)" } else { "" };
+        let detail = format!(
+            "Cluster API {} manager, {} CRDs{cached}",
+            release.version,
+            manager.crds.len()
+        );
+        timed("cluster-api", t, detail);
+        Some(manager)
+    } else {
+        None
     };
-    let cached = if cluster_api.cached { " (cached)" } else { "" };
-    let detail = format!(
-        "Cluster API {} manager, {} CRDs{cached}",
-        release.version,
-        cluster_api.crds.len()
-    );
-    timed("cluster-api", t, detail);
     let t = std::time::Instant::now();
     reporter.started("control");
     let control =
@@ -733,10 +684,9 @@ async fn prepare_parts(
             Ok(c) => c,
             Err(crate::Error::Accept(AcceptError::NotVerified(reason))) => {
                 return Ok(Parts {
-                    go_mod,
                     versions,
                     apiserver: Some(apiserver),
-                    cluster_api: Some(cluster_api),
+                    cluster_api,
                     outcome: PartsOutcome::NotVerified(reason),
                 });
             }
@@ -749,10 +699,9 @@ async fn prepare_parts(
     );
     timed("control", t, detail);
     Ok(Parts {
-        go_mod,
         versions,
         apiserver: Some(apiserver),
-        cluster_api: Some(cluster_api),
+        cluster_api,
         outcome: PartsOutcome::Ready(control),
     })
 }
@@ -852,7 +801,8 @@ pub async fn prepare_subject(
     let inner = async {
         let toolchain = Toolchain::new(&subject.go, cache_dir);
         let platform = binary::host_platform()?;
-        let parts = prepare_parts(subject, cache_dir, &toolchain, &platform, reporter).await?;
+        let parts =
+            prepare_parts(subject, cache_dir, &toolchain, &platform, true, reporter).await?;
         let (control, not_verified, control_cached) = match parts.outcome {
             PartsOutcome::Ready(c) => (Some(c.binary), None, c.cached),
             PartsOutcome::NotVerified(r) => (None, Some(r), false),
@@ -915,17 +865,6 @@ fn control(
         cache_dir,
         platform,
     })
-}
-
-/// A report saying the minor cannot be verified here, with the versions it needed.
-fn not_verified(
-    blank: AcceptReport,
-    reason: String,
-    versions: control_plane::Versions,
-) -> Prepared {
-    let mut r = blank.not_verified(reason);
-    r.versions = Some(versions);
-    Prepared::NotVerified(Box::new(r))
 }
 
 /// [`accept_minor`] for each of `minors`, with everything else taken from `req` (its `minor`
