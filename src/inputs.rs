@@ -330,7 +330,16 @@ mod tests {
             .unwrap()
             .len();
         assert_eq!(full.named().len(), fields - 1);
-        let changed: Vec<(BuildInputs, &str)> = vec![
+        for (b, phrase) in one_change_each(&a) {
+            let b = b.sealed();
+            assert_ne!(b.fingerprint, a.fingerprint, "{phrase}");
+            assert_eq!(b.changes_since(&a), [phrase]);
+        }
+    }
+
+    /// `a` with one input changed at a time, and how the inputs stage names that change.
+    fn one_change_each(a: &BuildInputs) -> Vec<(BuildInputs, &'static str)> {
+        vec![
             (
                 BuildInputs {
                     go_version: "1.25.5".into(),
@@ -407,12 +416,7 @@ mod tests {
                 },
                 "Go environment recorded → (not recorded)",
             ),
-        ];
-        for (b, phrase) in changed {
-            let b = b.sealed();
-            assert_ne!(b.fingerprint, a.fingerprint, "{phrase}");
-            assert_eq!(b.changes_since(&a), [phrase]);
-        }
+        ]
     }
 
     /// The tag guard names the inputs a tag is bound to in the words of the inputs stage, and

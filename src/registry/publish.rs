@@ -338,24 +338,18 @@ async fn push_referrers(
                             ..e
                         });
                     }
-                    let (plain, body) = without_subject(repo, layout_dir, a)?;
-                    if let Err(again) = registry
-                        .push_manifest(
-                            repo,
-                            &plain.manifest.digest,
-                            &plain.manifest.media_type,
-                            body,
-                        )
-                        .await
-                    {
-                        return Err(RegistryError {
-                            message: format!(
-                                "{}; without `subject` too: {}",
-                                e.message, again.message
-                            ),
-                            ..e
-                        });
-                    }
+                    let plain = match push_without_subject(registry, repo, layout_dir, a).await {
+                        Ok(plain) => plain,
+                        Err(again) => {
+                            return Err(RegistryError {
+                                message: format!(
+                                    "{}; without `subject` too: {}",
+                                    e.message, again.message
+                                ),
+                                ..e
+                            });
+                        }
+                    };
                     tracing::info!(
                         "registry {} refused a referrer with `subject` ({}); pushing the referrers without it, listed in the referrers tag schema",
                         repo.registry,
@@ -369,19 +363,41 @@ async fn push_referrers(
                 Err(e) => return Err(e),
             }
         }
-        let (plain, body) = without_subject(repo, layout_dir, a)?;
-        registry
-            .push_manifest(
-                repo,
-                &plain.manifest.digest,
-                &plain.manifest.media_type,
-                body,
-            )
-            .await?;
-        out.pushed.push(plain);
+        out.pushed
+            .push(push_without_subject(registry, repo, layout_dir, a).await?);
     }
+    write_tag_schema(registry, repo, &out.pushed).await?;
+    Ok(out)
+}
+
+/// Pushes `a` by digest without its `subject` ([`without_subject`]); returns what was pushed.
+async fn push_without_subject(
+    registry: &dyn Registry,
+    repo: &RepositoryName,
+    layout_dir: &std::path::Path,
+    a: &Attachment,
+) -> Result<Attachment, RegistryError> {
+    let (plain, body) = without_subject(repo, layout_dir, a)?;
+    registry
+        .push_manifest(
+            repo,
+            &plain.manifest.digest,
+            &plain.manifest.media_type,
+            body,
+        )
+        .await?;
+    Ok(plain)
+}
+
+/// Writes each subject's referrers tag-schema index `sha256-<hex>` (distribution-spec
+/// "Referrers tag schema"): read, merged with `pushed` (other referrers kept) and written back.
+async fn write_tag_schema(
+    registry: &dyn Registry,
+    repo: &RepositoryName,
+    pushed: &[Attachment],
+) -> Result<(), RegistryError> {
     let mut by_subject: BTreeMap<&str, Vec<Descriptor>> = BTreeMap::new();
-    for a in &out.pushed {
+    for a in pushed {
         by_subject
             .entry(&a.subject.digest)
             .or_default()
@@ -413,7 +429,7 @@ async fn push_referrers(
             )
             .await?;
     }
-    Ok(out)
+    Ok(())
 }
 
 /// [`referrer::without_subject`], its error naming the registry and the manifest.
