@@ -274,6 +274,22 @@ fn start_replica(
     cloud_conf: &Path,
     kubeconfig: &Path,
 ) -> Result<Replica, AcceptError> {
+    let log = dir.join(format!("{}.log", name.replace(' ', "-")));
+    spawn_occm(binary, name, dir, cloud_conf, kubeconfig, &log)
+}
+
+/// Starts one OCCM process `name` in `dir` with [`occm_args`] on a free secure port and a clean
+/// environment, its output in `log`.
+///
+/// Errors: [`AcceptError::Occm`] naming `name` when no port is free or it cannot be started.
+fn spawn_occm(
+    binary: &Path,
+    name: &str,
+    dir: &Path,
+    cloud_conf: &Path,
+    kubeconfig: &Path,
+    log: &Path,
+) -> Result<Replica, AcceptError> {
     let part = |m: String| AcceptError::Occm {
         name: name.to_string(),
         message: m,
@@ -286,8 +302,7 @@ fn start_replica(
         .env("PATH", "/usr/bin:/bin")
         .env("HOME", dir)
         .args(occm_args(cloud_conf, kubeconfig, port));
-    let log = dir.join(format!("{}.log", name.replace(' ', "-")));
-    let proc = Process::spawn(name, cmd, &log)
+    let proc = Process::spawn(name, cmd, log)
         .map_err(|e| part(format!("cannot start {}: {e}", binary.display())))?;
     Ok(Replica {
         proc,

@@ -23,18 +23,17 @@
 //! remediation and creating its replacement.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use super::{PATCH_0004_MESSAGE, RunResult, occm_args};
+use super::{PATCH_0004_MESSAGE, RunResult, spawn_occm};
 use crate::accept::AcceptError;
 use crate::accept::sim::capi::{self, Manager};
 use crate::accept::sim::cloud::{CloudState, SimulatedCloud};
 use crate::accept::sim::control_plane::{Binaries, ControlPlane};
 use crate::accept::sim::kube::{Kube, NodeInit};
-use crate::accept::sim::process::{Process, free_port, klog_message, last_error, shorten};
+use crate::accept::sim::process::{Process, klog_message, last_error, shorten};
 use crate::accept::sim::provider::{self, CONTROL_PLANE_GROUP, GROUP, Provider};
 
 /// The MachineHealthCheck's `nodeStartupTimeoutSeconds` (the webhook's 30 s minimum does not
@@ -409,22 +408,17 @@ impl<'a> Supervised<'a> {
         if self.proc.is_none() && self.restart_at.is_some_and(|t| Instant::now() >= t) {
             self.starts += 1;
             let name = format!("occm start {}", self.starts);
-            let port = free_port().map_err(|e| AcceptError::Occm {
-                name: name.clone(),
-                message: format!("no free port: {e}"),
-            })?;
-            let mut cmd = Command::new(self.binary);
-            cmd.current_dir(self.dir)
-                .env_clear()
-                .env("PATH", "/usr/bin:/bin")
-                .env("HOME", self.dir)
-                .args(occm_args(&self.cloud_conf, &self.kubeconfig, port));
             let log = self.dir.join(format!("occm-{}.log", self.starts));
             self.proc = Some(
-                Process::spawn(&name, cmd, &log).map_err(|e| AcceptError::Occm {
-                    name,
-                    message: format!("cannot start {}: {e}", self.binary.display()),
-                })?,
+                spawn_occm(
+                    self.binary,
+                    &name,
+                    self.dir,
+                    &self.cloud_conf,
+                    &self.kubeconfig,
+                    &log,
+                )?
+                .proc,
             );
             self.restart_at = None;
         }
@@ -455,7 +449,6 @@ pub(crate) async fn run(
     binary: &Path,
     dir: &Path,
 ) -> Result<RunResult, AcceptError> {
-    let version = bench.kubernetes;
     let io = |e: std::io::Error| AcceptError::Io(format!("{}: {e}", dir.display()));
     std::fs::create_dir_all(dir).map_err(io)?;
     let cp = ControlPlane::start(
@@ -464,7 +457,7 @@ pub(crate) async fn run(
         crate::accept::APISERVER_READY_TIMEOUT,
     )
     .await?;
-    let result = on_control_plane(bench, &cp, binary, dir, version).await;
+    let result = on_control_plane(bench, &cp, binary, dir).await;
     cp.stop().await;
     result
 }
@@ -474,7 +467,6 @@ async fn on_control_plane(
     cp: &ControlPlane,
     binary: &Path,
     dir: &Path,
-    version: &str,
 ) -> Result<RunResult, AcceptError> {
     let io = |e: std::io::Error| AcceptError::Io(format!("{}: {e}", dir.display()));
     let kube = Kube::new(&cp.url, &cp.ca_pem, &cp.token)?;
@@ -484,7 +476,7 @@ async fn on_control_plane(
     let capi_dir = dir.join("cluster-api");
     std::fs::create_dir_all(&capi_dir).map_err(io)?;
     let mut manager = capi::Running::start(bench.manager, &cp.kubeconfig, &capi_dir).await?;
-    let result = watch(bench, cp, &kube, &mut manager, binary, dir, version).await;
+    let result = watch(bench, cp, &kube, &mut manager, binary, dir).await;
     manager.stop().await;
     result
 }
@@ -496,7 +488,6 @@ async fn watch(
     manager: &mut capi::Running,
     binary: &Path,
     dir: &Path,
-    version: &str,
 ) -> Result<RunResult, AcceptError> {
     let io = |e: std::io::Error| AcceptError::Io(format!("{}: {e}", dir.display()));
     bench.cloud.set_state(CloudState {
@@ -504,7 +495,7 @@ async fn watch(
         ..CloudState::default()
     });
     let kubeconfig_text = std::fs::read_to_string(&cp.kubeconfig).map_err(io)?;
-    for (path, object) in objects(&cp.url, &kubeconfig_text, version) {
+    for (path, object) in objects(&cp.url, &kubeconfig_text, bench.kubernetes) {
         kube.create(&path, object).await?;
     }
     let mut provider = Provider::new(NAMESPACE);

@@ -270,14 +270,7 @@ impl Kube {
 
     /// The Node, or `None` when it does not exist (404).
     pub async fn node(&self, name: &str) -> Result<Option<Value>, AcceptError> {
-        let (status, v) = self
-            .call(reqwest::Method::GET, &format!("/api/v1/nodes/{name}"), None)
-            .await?;
-        match status {
-            404 => Ok(None),
-            200 => Ok(Some(v)),
-            s => Err(api(format!("GET /api/v1/nodes/{name}: {s}"))),
-        }
+        self.get(&format!("/api/v1/nodes/{name}")).await
     }
 
     /// Deletes every Node and the leader-election Lease (a clean cluster for the next run).

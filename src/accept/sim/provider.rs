@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use super::cloud::{Server, SimulatedCloud};
-use super::kube::{Kube, UNINITIALIZED_TAINT};
+use super::kube::Kube;
 use crate::accept::AcceptError;
 
 /// The stand-in infrastructure provider's API group.
@@ -350,16 +350,7 @@ impl Provider {
     /// Registers `node` as kubelet does with `--cloud-provider=external`: no provider ID, the
     /// `uninitialized` taint, then its status and Lease.
     async fn register(&mut self, kube: &Kube, node: &str) -> Result<(), AcceptError> {
-        kube.create(
-            "/api/v1/nodes",
-            json!({
-                "apiVersion": "v1",
-                "kind": "Node",
-                "metadata": {"name": node, "labels": {"kubernetes.io/hostname": node}},
-                "spec": {"taints": [{"key": UNINITIALIZED_TAINT, "value": "true", "effect": "NoSchedule"}]}
-            }),
-        )
-        .await?;
+        kube.create_node(node, true).await?;
         self.kubelets.insert(
             node.to_string(),
             Kubelet {
