@@ -409,19 +409,15 @@ impl Uploader {
             .registry_url
             .join(&format!("/v2/{repository}/blobs/uploads/"))
             .map_err(|e| OciDistributionError::UrlParseError(e.to_string()))?;
-        let request = authorize(
-            self.http.post(post_url.clone()).header(CONTENT_LENGTH, 0),
-            &post_url,
-            target.registry_url,
-            target.auth,
-        );
-        let res = watch(
-            request.send(),
-            progress,
-            self.idle,
-            "waiting for the answer to the upload POST",
-        )
-        .await??;
+        let res = self
+            .send_without_body(
+                target,
+                self.http.post(post_url.clone()).header(CONTENT_LENGTH, 0),
+                &post_url,
+                progress,
+                "waiting for the answer to the upload POST",
+            )
+            .await?;
         if res.status() != StatusCode::ACCEPTED {
             return Err(self.failure(res, progress).await);
         }
@@ -434,6 +430,20 @@ impl Uploader {
         Ok((location(&res)?, min_chunk))
     }
 
+    /// Sends `request` (no body) to `url` with the target's credentials, cut after the idle
+    /// time without progress (`step` says what it waited for).
+    async fn send_without_body(
+        &self,
+        target: &Target<'_>,
+        request: reqwest::RequestBuilder,
+        url: &Url,
+        progress: &Progress,
+        step: &'static str,
+    ) -> Result<reqwest::Response, UploadError> {
+        let request = authorize(request, url, target.registry_url, target.auth);
+        Ok(watch(request.send(), progress, self.idle, step).await??)
+    }
+
     /// `GET <url>` of an upload in progress: its `Location` (the old one when it names none) and
     /// the offset to continue at, from its `Range`.
     async fn upload_status(
@@ -442,19 +452,15 @@ impl Uploader {
         url: &Url,
         progress: &Progress,
     ) -> Result<(Url, u64), UploadError> {
-        let request = authorize(
-            self.http.get(url.clone()),
-            url,
-            target.registry_url,
-            target.auth,
-        );
-        let res = watch(
-            request.send(),
-            progress,
-            self.idle,
-            "waiting for the upload status after a 416",
-        )
-        .await??;
+        let res = self
+            .send_without_body(
+                target,
+                self.http.get(url.clone()),
+                url,
+                progress,
+                "waiting for the upload status after a 416",
+            )
+            .await?;
         if !res.status().is_success() {
             return Err(self.failure(res, progress).await);
         }
