@@ -75,6 +75,69 @@ pub struct Rewritten {
     pub changed: bool,
     /// Things the user must know (an image without digest, a probe kept as it was).
     pub warnings: Vec<String>,
+    /// The hash Cluster API will record for the written Secret in the cluster's
+    /// ClusterResourceSetBinding once it applied it ([`resource_set_hash`]).
+    pub hash: String,
+}
+
+/// The hash Cluster API records for a Secret of a ClusterResourceSet in the
+/// ClusterResourceSetBinding (`spec.bindings[].resources[].hash`) once it applied it, and
+/// compares to decide whether a `strategy: Reconcile` set must be applied again:
+/// `sha256:<64 hex>` of the values of the Secret's `data`, base64-decoded (a value that does not
+/// decode counts as empty), concatenated in the byte order of their keys
+/// (internal/controllers/clusterresourceset/clusterresourceset_helpers.go `normalizeData` and
+/// `computeHash`, Cluster API v1.13). `data` maps each key to its decoded bytes.
+pub fn resource_set_hash(data: &std::collections::BTreeMap<String, Vec<u8>>) -> String {
+    use sha2::Digest as _;
+    let mut h = sha2::Sha256::new();
+    for v in data.values() {
+        h.update(v);
+    }
+    format!("sha256:{}", hex::encode(h.finalize()))
+}
+
+/// The [`resource_set_hash`] of the Secret `input` (YAML or JSON, as `kubectl get -o yaml|json`
+/// prints it, or as written for `kubectl apply`) once the API server stored it.
+///
+/// Errors: input that is not one Secret.
+pub fn secret_hash(input: &str) -> Result<String, CrsError> {
+    Ok(resource_set_hash(&stored_data(&parse_secret(input)?)))
+}
+
+/// What the API server stores as the Secret's `data` once it is written: `data` decoded, with
+/// `stringData` merged over it (core/v1 `Secret.stringData`).
+fn stored_data(secret: &Mapping) -> std::collections::BTreeMap<String, Vec<u8>> {
+    let mut out = std::collections::BTreeMap::new();
+    let entries = |field: &str| {
+        secret
+            .get(field)
+            .and_then(Value::as_mapping)
+            .into_iter()
+            .flatten()
+            .filter_map(|(k, v)| Some((k.as_str()?.to_string(), v.as_str()?.to_string())))
+            .collect::<Vec<_>>()
+    };
+    for (k, v) in entries("data") {
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(v.trim())
+            .unwrap_or_default();
+        out.insert(k, bytes);
+    }
+    for (k, v) in entries("stringData") {
+        out.insert(k, v.into_bytes());
+    }
+    out
+}
+
+/// Whether `name` is a UUID (8-4-4-4-12 hex digits): the name magnum-cluster-api before 0.29.2
+/// gave the Secret of a cluster, applied by a ClusterResourceSet of `strategy: ApplyOnce`.
+pub fn is_legacy_name(name: &str) -> bool {
+    let parts: Vec<&str> = name.split('-').collect();
+    parts.len() == 5
+        && parts
+            .iter()
+            .zip([8, 4, 4, 4, 12])
+            .all(|(p, n)| p.len() == n && p.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
 /// A Secret that cannot be rewritten: one line, naming the key or DaemonSet. Exit status 2.
@@ -96,11 +159,19 @@ pub fn rewrite_secret(input: &str, opts: &RewriteOptions) -> Result<Rewritten, C
         .and_then(|m| m.get("name"))
         .and_then(Value::as_str)
         .unwrap_or("<unnamed>");
+    if is_legacy_name(name) {
+        return fail(format!(
+            "Secret {name} is named by the cluster UUID: magnum-cluster-api before 0.29.2 applies it with a ClusterResourceSet of strategy ApplyOnce, so Cluster API never applies a change of it to the workload cluster; `openstack coe cluster upgrade` the cluster first (magnum-cluster-api 0.29.2 or later writes <stack_id>-cloud-provider under strategy Reconcile), then rewrite that Secret"
+        ));
+    }
     let key = read_key(&secret, name)?;
     let edited = set_occm_image(&key.text, opts)
         .map_err(|e| CrsError(format!("Secret {name}, key {SECRET_KEY}: {}", e.0)))?;
+    let written = write_secret(&secret, key.field, &edited.text)?;
+    let hash = secret_hash(&written)?;
     Ok(Rewritten {
-        secret: write_secret(&secret, key.field, &edited.text)?,
+        secret: written,
+        hash,
         daemonset: edited.daemonset,
         previous_image: edited.previous_image,
         changed: edited.text != key.text,

@@ -542,6 +542,7 @@ async fn an_occm_that_crashes_fails_the_scenario_and_nothing_is_left_running() {
             minor: "1.34".parse().unwrap(),
             upstream_tag: "v1.34.1",
             image_tag: "v0.0.0-crash",
+            repository: "registry.example.internal/occm",
             go: "1.25.1",
             versions: &versions,
             ours: &ours,

@@ -91,6 +91,9 @@ pub struct AcceptRequest<'a> {
     pub upstream_tag: &'a str,
     /// Our image's tag in the layout (for the report).
     pub image_tag: &'a str,
+    /// The repository our image is published to (images.toml `repository`; S6 writes
+    /// `<repository>:<tag>@<index digest>`).
+    pub repository: &'a str,
     /// The Go version ours and the control were built with (for the report).
     pub go: &'a str,
     /// The Kubernetes and etcd versions of the upstream go.mod.
@@ -223,14 +226,19 @@ async fn run(
         cloud: &cloud,
         kube: &kube,
         kubeconfig: &kubeconfig,
-        capi: req
-            .cluster_api
-            .map(|manager| scenarios::remediation::CapiBench {
-                binaries: req.control_plane,
-                manager,
-                cloud: &cloud,
-                kubernetes: &req.versions.kubernetes,
-            }),
+        capi: req.cluster_api.map(|manager| scenarios::CapiBench {
+            binaries: req.control_plane,
+            manager,
+            cloud: &cloud,
+            kubernetes: &req.versions.kubernetes,
+            images: scenarios::resource_set::Images {
+                ours: format!(
+                    "{}:{}@{}",
+                    req.repository, req.image_tag, req.ours.index_digest
+                ),
+                upstream: format!("{}:{}", sim::magnum::UPSTREAM_REPOSITORY, req.upstream_tag),
+            },
+        }),
     };
     let outcome = run_scenarios(req, &bench, &mut cp, &req.ours.path, report, stages).await;
     cp.stop().await;
@@ -298,7 +306,11 @@ async fn run_scenarios(
             ours: None,
             control: None,
         };
-        for (side, bin) in [(Side::Ours, ours), (Side::Control, req.control_binary)] {
+        for &side in s.sides() {
+            let bin = match side {
+                Side::Ours => ours,
+                Side::Control => req.control_binary,
+            };
             check_interrupt()?;
             let stage = scenarios::stage_name(s, side);
             let t = stages.start(stage);
@@ -379,8 +391,10 @@ pub struct Subject {
     pub fetch_from: String,
     /// The images.toml that pins it, for messages.
     pub config_name: String,
-    /// The Cluster API release of S5 (`[accept] cluster_api`).
+    /// The Cluster API release of S5 and S6 (`[accept] cluster_api`).
     pub cluster_api: crate::config::ClusterApi,
+    /// images.toml `repository`.
+    pub repository: String,
 }
 
 impl Subject {
@@ -414,6 +428,7 @@ impl Subject {
             fetch_from: plan.fetch_from.clone(),
             config_name: plan.config_name.clone(),
             cluster_api: plan.cluster_api.clone(),
+            repository: plan.repository.clone(),
         }
     }
 
@@ -514,6 +529,7 @@ async fn accept_subject_inner(
             minor: subject.minor,
             upstream_tag: &subject.upstream_tag,
             image_tag: &subject.tag,
+            repository: &subject.repository,
             go: &subject.go,
             versions: &parts.versions,
             ours: &ours,

@@ -102,11 +102,23 @@ fn run_crs_secret(args: &RenderArgs, opts: &RenderOptions, quiet: bool) -> Resul
     for w in &out.warnings {
         note(quiet, &format!("warning: {w}"));
     }
+    let undo = if args.observable || args.on_delete {
+        " (that restores the image only: keep the Secret you piped in to undo --observable/--on-delete, and write it back with `kubectl replace -f`)"
+    } else {
+        ""
+    };
     note(
         quiet,
         &format!(
-            "DaemonSet {} ran {}; revert with --image {}",
+            "DaemonSet {} ran {}; revert with --image {}{undo}",
             out.daemonset, out.previous_image, out.previous_image
+        ),
+    );
+    note(
+        quiet,
+        &format!(
+            "once Cluster API applied it, the ClusterResourceSetBinding records hash {} for this Secret",
+            out.hash
         ),
     );
     print_stdout(&out.secret)?;

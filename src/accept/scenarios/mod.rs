@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 pub mod remediation;
+pub mod resource_set;
 
 use super::AcceptError;
 use super::sim::cloud::{CloudState, Server, SimulatedCloud};
@@ -71,6 +72,12 @@ pub enum Scenario {
     /// Machine of a MachineSet under a MachineHealthCheck reaches Running with a nodeRef and
     /// NodeHealthy before `nodeStartupTimeout`, with no remediation (see [`remediation`]).
     S5,
+    /// The ClusterResourceSet path: `render --format crs-secret` output written back makes the
+    /// workload OCCM DaemonSet ours through Cluster API within 30 s, `--image` reverts it, a
+    /// driver upgrade puts upstream's image back, and a legacy ApplyOnce Secret is refused and
+    /// never reaches the workload (see [`resource_set`]). Runs once: it is about the image
+    /// reference, not a binary.
+    S6,
 }
 
 impl Scenario {
@@ -91,18 +98,30 @@ impl Scenario {
             Scenario::S5 => {
                 "Cluster API: first token without compute → worker Machine gets its nodeRef, no remediation"
             }
+            Scenario::S6 => {
+                "ClusterResourceSet: crs-secret → workload DaemonSet ours, revert and driver upgrade back, legacy ApplyOnce refused"
+            }
+        }
+    }
+
+    /// The sides it runs on: ours then the control, or ours alone for S6 (which writes image
+    /// references and runs no OCCM).
+    pub fn sides(self) -> &'static [Side] {
+        match self {
+            Scenario::S6 => &[Side::Ours],
+            _ => &[Side::Ours, Side::Control],
         }
     }
 
     /// Whether it needs Cluster API (built into the cache as well).
     pub fn needs_cluster_api(self) -> bool {
-        matches!(self, Scenario::S5)
+        matches!(self, Scenario::S5 | Scenario::S6)
     }
 
     /// What the unpatched upstream binary is expected to do: fail S1, S2 and S5 (the bugs),
-    /// pass S3 and S4 (its normal job).
+    /// pass S3 and S4 (its normal job); S6 does not run it.
     pub fn control_expected_to_pass(self) -> bool {
-        matches!(self, Scenario::S3 | Scenario::S4)
+        matches!(self, Scenario::S3 | Scenario::S4 | Scenario::S6)
     }
 }
 
@@ -158,6 +177,8 @@ pub fn stage_name(s: Scenario, side: Side) -> &'static str {
         (Scenario::S4, Side::Control) => "S4 control",
         (Scenario::S5, Side::Ours) => "S5 ours",
         (Scenario::S5, Side::Control) => "S5 control",
+        (Scenario::S6, Side::Ours) => "S6 ours",
+        (Scenario::S6, Side::Control) => "S6 control",
     }
 }
 
@@ -209,7 +230,22 @@ pub(crate) struct Bench<'a> {
     pub(crate) kubeconfig: &'a Path,
     /// What S5 needs (control planes of its own, Cluster API); `None` when no scenario of the
     /// run needs Cluster API.
-    pub(crate) capi: Option<remediation::CapiBench<'a>>,
+    pub(crate) capi: Option<CapiBench<'a>>,
+}
+
+/// What the Cluster API scenarios need beyond the shared cloud: each runs on a management cluster
+/// of its own ([`crate::accept::sim::capi::Management`]).
+pub(crate) struct CapiBench<'a> {
+    /// etcd and kube-apiserver.
+    pub(crate) binaries: &'a crate::accept::sim::control_plane::Binaries,
+    /// Cluster API's manager and CRDs.
+    pub(crate) manager: &'a crate::accept::sim::capi::Manager,
+    /// The simulated OpenStack (its state is reset per side).
+    pub(crate) cloud: &'a SimulatedCloud,
+    /// The Kubernetes version (`v1.34.1`) of the workers' MachineSet.
+    pub(crate) kubernetes: &'a str,
+    /// The image references S6 writes.
+    pub(crate) images: resource_set::Images,
 }
 
 /// Writes the simulated cloud's request log of a run to `path` when dropped.
@@ -369,7 +405,7 @@ fn cloud_state(s: Scenario) -> (CloudState, Vec<Server>) {
     let new1 = Server::active("8e2d5d8c-0b3a-4f2e-9d41-1c0a5e7f0001", "new-1", "10.0.0.11");
     let new2 = Server::active("8e2d5d8c-0b3a-4f2e-9d41-1c0a5e7f0002", "new-2", "10.0.0.12");
     let servers = match s {
-        Scenario::S1 | Scenario::S2 | Scenario::S5 => vec![],
+        Scenario::S1 | Scenario::S2 | Scenario::S5 | Scenario::S6 => vec![],
         Scenario::S3 => vec![new1],
         Scenario::S4 => vec![new1, new2],
     };
@@ -419,10 +455,11 @@ pub(crate) async fn run(
         Scenario::S3 => s3(&ctx, &mut reps, &servers[0]).await,
         Scenario::S4 => s4(&ctx, &mut reps, &servers).await,
         // On control planes of its own; the servers come from its infrastructure provider.
-        Scenario::S5 => match &bench.capi {
-            Some(capi) => remediation::run(capi, binary, dir).await,
+        Scenario::S5 | Scenario::S6 => match &bench.capi {
+            Some(capi) if scenario == Scenario::S5 => remediation::run(capi, binary, dir).await,
+            Some(capi) => resource_set::run(capi, &capi.images, dir).await,
             None => Err(AcceptError::Input {
-                part: "S5".into(),
+                part: scenario.to_string(),
                 message: "Cluster API was not prepared for this run".into(),
             }),
         },
@@ -728,9 +765,12 @@ mod tests {
         assert!(
             "S9".parse::<Scenario>()
                 .unwrap_err()
-                .ends_with("(known: S1, S2, S3, S4, S5)")
+                .ends_with("(known: S1, S2, S3, S4, S5, S6)")
         );
-        assert_eq!(Scenario::ALL.last(), Some(&Scenario::S5));
+        assert_eq!(Scenario::ALL.last(), Some(&Scenario::S6));
+        assert_eq!(Scenario::S6.sides(), [Side::Ours]);
+        assert_eq!(Scenario::S5.sides(), [Side::Ours, Side::Control]);
+        assert!(Scenario::S6.needs_cluster_api());
         assert_eq!(stage_name(Scenario::S4, Side::Control), "S4 control");
         assert!(!Scenario::S1.control_expected_to_pass());
         assert!(Scenario::S3.control_expected_to_pass());

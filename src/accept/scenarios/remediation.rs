@@ -27,14 +27,13 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use super::{PATCH_0004_MESSAGE, RunResult, spawn_occm};
+use super::{CapiBench, PATCH_0004_MESSAGE, RunResult, spawn_occm};
 use crate::accept::AcceptError;
-use crate::accept::sim::capi::{self, Manager};
-use crate::accept::sim::cloud::{CloudState, SimulatedCloud};
-use crate::accept::sim::control_plane::{Binaries, ControlPlane};
-use crate::accept::sim::kube::{Kube, NodeInit};
+use crate::accept::sim::capi::Management;
+use crate::accept::sim::cloud::CloudState;
+use crate::accept::sim::kube::NodeInit;
 use crate::accept::sim::process::{Process, klog_message, last_error, shorten};
-use crate::accept::sim::provider::{self, CONTROL_PLANE_GROUP, GROUP, Provider};
+use crate::accept::sim::provider::{self, GROUP, Provider};
 
 /// The MachineHealthCheck's `nodeStartupTimeoutSeconds` (the webhook's 30 s minimum does not
 /// apply without the webhook; magnum-cluster-api sets none, so Cluster API's default 600 s
@@ -59,18 +58,6 @@ const POOL: &str = "workers";
 pub const INITIAL_BACKOFF: Duration = Duration::from_secs(10);
 /// kubelet's `MaxContainerBackOff`.
 pub const MAX_BACKOFF: Duration = Duration::from_secs(300);
-
-/// What a side needs beyond the shared cloud.
-pub(crate) struct CapiBench<'a> {
-    /// etcd and kube-apiserver.
-    pub(crate) binaries: &'a Binaries,
-    /// Cluster API's manager and CRDs.
-    pub(crate) manager: &'a Manager,
-    /// The simulated OpenStack (its state is reset per side).
-    pub(crate) cloud: &'a SimulatedCloud,
-    /// The Kubernetes version (`v1.34.1`) of the workers' MachineSet.
-    pub(crate) kubernetes: &'a str,
-}
 
 /// One worker Machine as Cluster API reports it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -255,58 +242,23 @@ fn klog_value<'l>(line: &'l str, key: &str) -> Option<&'l str> {
 }
 
 /// The Cluster API objects of the run, in the order they are created: (collection path,
-/// object). `apiserver` is `https://127.0.0.1:<port>`, `kubeconfig` the text of a kubeconfig for
-/// it, `version` the Kubernetes version (`v1.34.1`).
+/// object): the cluster ([`provider::cluster_objects`]), then the workers' bootstrap Secret,
+/// AcceptMachineTemplate, MachineSet and MachineHealthCheck. `apiserver` is
+/// `https://127.0.0.1:<port>`, `kubeconfig` the text of a kubeconfig for it, `version` the
+/// Kubernetes version (`v1.34.1`).
 pub fn objects(apiserver: &str, kubeconfig: &str, version: &str) -> Vec<(String, Value)> {
-    let port: u16 = apiserver
-        .rsplit(':')
-        .next()
-        .and_then(|p| p.parse().ok())
-        .unwrap_or(443);
     let cluster_label = json!({"cluster.x-k8s.io/cluster-name": CLUSTER});
     let pool_labels = json!({"cluster.x-k8s.io/cluster-name": CLUSTER, "nodepool": POOL});
-    let endpoint = json!({"host": "127.0.0.1", "port": port});
-    let secrets = format!("/api/v1/namespaces/{NAMESPACE}/secrets");
     let capi = |kind: &str| format!("/apis/cluster.x-k8s.io/v1beta2/namespaces/{NAMESPACE}/{kind}");
-    vec![
+    let mut objects = provider::cluster_objects(NAMESPACE, CLUSTER, apiserver, kubeconfig, version);
+    objects.extend([
         (
-            secrets.clone(),
-            json!({"apiVersion": "v1", "kind": "Secret",
-                   "metadata": {"name": format!("{CLUSTER}-kubeconfig"), "namespace": NAMESPACE,
-                                "labels": cluster_label},
-                   "type": "cluster.x-k8s.io/secret",
-                   "stringData": {"value": kubeconfig}}),
-        ),
-        (
-            secrets,
+            format!("/api/v1/namespaces/{NAMESPACE}/secrets"),
             json!({"apiVersion": "v1", "kind": "Secret",
                    "metadata": {"name": format!("{POOL}-bootstrap"), "namespace": NAMESPACE,
                                 "labels": cluster_label},
                    "type": "cluster.x-k8s.io/secret",
                    "stringData": {"value": "#cloud-config\n", "format": "cloud-config"}}),
-        ),
-        (
-            provider::collection(GROUP, "AcceptCluster", NAMESPACE),
-            json!({"apiVersion": format!("{GROUP}/{}", provider::VERSION), "kind": "AcceptCluster",
-                   "metadata": {"name": CLUSTER, "namespace": NAMESPACE, "labels": cluster_label},
-                   "spec": {"controlPlaneEndpoint": endpoint}}),
-        ),
-        (
-            provider::collection(CONTROL_PLANE_GROUP, "AcceptControlPlane", NAMESPACE),
-            json!({"apiVersion": format!("{CONTROL_PLANE_GROUP}/{}", provider::VERSION),
-                   "kind": "AcceptControlPlane",
-                   "metadata": {"name": CLUSTER, "namespace": NAMESPACE, "labels": cluster_label},
-                   "spec": {"version": version}}),
-        ),
-        (
-            capi("clusters"),
-            json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
-            "metadata": {"name": CLUSTER, "namespace": NAMESPACE},
-            "spec": {
-                "controlPlaneEndpoint": endpoint,
-                "infrastructureRef": {"apiGroup": GROUP, "kind": "AcceptCluster", "name": CLUSTER},
-                "controlPlaneRef": {"apiGroup": CONTROL_PLANE_GROUP, "kind": "AcceptControlPlane", "name": CLUSTER}
-            }}),
         ),
         (
             provider::collection(GROUP, "AcceptMachineTemplate", NAMESPACE),
@@ -352,7 +304,8 @@ pub fn objects(apiserver: &str, kubeconfig: &str, version: &str) -> Vec<(String,
                 "remediation": {"triggerIf": {"unhealthyLessThanOrEqualTo": "100%"}}
             }}),
         ),
-    ]
+    ]);
+    objects
 }
 
 /// OCCM run the way kubelet runs a container: restarted after it exits, with kubelet's back-off.
@@ -449,46 +402,19 @@ pub(crate) async fn run(
     binary: &Path,
     dir: &Path,
 ) -> Result<RunResult, AcceptError> {
-    let io = |e: std::io::Error| AcceptError::Io(format!("{}: {e}", dir.display()));
-    std::fs::create_dir_all(dir).map_err(io)?;
-    let cp = ControlPlane::start(
-        bench.binaries,
-        &dir.join("control-plane"),
-        crate::accept::APISERVER_READY_TIMEOUT,
-    )
-    .await?;
-    let result = on_control_plane(bench, &cp, binary, dir).await;
-    cp.stop().await;
-    result
-}
-
-async fn on_control_plane(
-    bench: &CapiBench<'_>,
-    cp: &ControlPlane,
-    binary: &Path,
-    dir: &Path,
-) -> Result<RunResult, AcceptError> {
-    let io = |e: std::io::Error| AcceptError::Io(format!("{}: {e}", dir.display()));
-    let kube = Kube::new(&cp.url, &cp.ca_pem, &cp.token)?;
-    capi::install_crds(&kube, &bench.manager.crds).await?;
-    kube.apply_crds(provider::crds(), capi::ESTABLISHED_TIMEOUT)
-        .await?;
-    let capi_dir = dir.join("cluster-api");
-    std::fs::create_dir_all(&capi_dir).map_err(io)?;
-    let mut manager = capi::Running::start(bench.manager, &cp.kubeconfig, &capi_dir).await?;
-    let result = watch(bench, cp, &kube, &mut manager, binary, dir).await;
-    manager.stop().await;
+    let mut m = Management::start(bench.binaries, bench.manager, dir).await?;
+    let result = watch(bench, &mut m, binary, dir).await;
+    m.stop().await;
     result
 }
 
 async fn watch(
     bench: &CapiBench<'_>,
-    cp: &ControlPlane,
-    kube: &Kube,
-    manager: &mut capi::Running,
+    m: &mut Management,
     binary: &Path,
     dir: &Path,
 ) -> Result<RunResult, AcceptError> {
+    let (cp, kube) = (&m.control_plane, &m.kube);
     let io = |e: std::io::Error| AcceptError::Io(format!("{}: {e}", dir.display()));
     bench.cloud.set_state(CloudState {
         tokens_without_compute: 1,
@@ -503,7 +429,7 @@ async fn watch(
     let cloud_conf = dir.join("cloud.conf");
     std::fs::write(&cloud_conf, bench.cloud.cloud_conf()).map_err(io)?;
     let mut occm = Supervised::new(binary, dir, cloud_conf, cp.kubeconfig.clone());
-    let outcome = observe(bench, kube, manager, &mut provider, &mut occm).await;
+    let outcome = observe(bench, m, &mut provider, &mut occm).await;
     occm.stop().await;
     let actions: String = provider
         .log
@@ -518,7 +444,7 @@ async fn watch(
         .lines()
         .find(|l| l.contains("Skipping \"cloud-node"))
         .map(|l| klog_message(l).to_string());
-    let capi_log = manager.log();
+    let capi_log = m.manager.log();
     let marked: Vec<&str> = capi_log
         .lines()
         .filter(|l| l.contains(MARKED_LINE))
@@ -539,8 +465,7 @@ async fn watch(
 /// is shown.
 async fn observe(
     bench: &CapiBench<'_>,
-    kube: &Kube,
-    manager: &mut capi::Running,
+    m: &mut Management,
     provider: &mut Provider,
     occm: &mut Supervised<'_>,
 ) -> Result<Observed, AcceptError> {
@@ -551,12 +476,13 @@ async fn observe(
     let mut reasons: std::collections::BTreeMap<String, String> = Default::default();
     loop {
         crate::accept::check_interrupt()?;
-        if let Some(c) = manager.crashed() {
+        if let Some(c) = m.crashed() {
             return Err(AcceptError::ControlPlane {
                 part: "cluster-api".into(),
                 message: c,
             });
         }
+        let kube = &m.kube;
         occm.tick()?;
         provider.tick(kube, bench.cloud).await?;
         let listed: Vec<MachineView> = kube
@@ -762,10 +688,10 @@ mod tests {
             kinds,
             [
                 "Secret",
-                "Secret",
                 "AcceptCluster",
                 "AcceptControlPlane",
                 "Cluster",
+                "Secret",
                 "AcceptMachineTemplate",
                 "MachineSet",
                 "MachineHealthCheck"
@@ -790,7 +716,7 @@ mod tests {
             CLUSTER
         );
         assert_eq!(mhc["spec"]["checks"]["nodeStartupTimeoutSeconds"], 60);
-        assert_eq!(objs[4].1["spec"]["controlPlaneEndpoint"]["port"], 6443);
+        assert_eq!(objs[3].1["spec"]["controlPlaneEndpoint"]["port"], 6443);
         assert_eq!(objs[0].1["metadata"]["name"], "accept-kubeconfig");
     }
 }

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use serde_json::Value;
 
+use super::control_plane::{Binaries, ControlPlane};
 use super::helper::{go_build, helper_failure, lock_entry, run_go};
 use super::kube::Kube;
 use super::process::{Process, free_port, last_error, wait_ready};
@@ -343,6 +344,73 @@ impl Running {
     /// Stops it (SIGTERM, SIGKILL after 10 s).
     pub async fn stop(mut self) {
         let _ = self.process.stop(Duration::from_secs(10)).await;
+    }
+}
+
+/// A management cluster of its own: a fresh control plane (etcd and kube-apiserver in
+/// `<dir>/control-plane`), Cluster API's CRDs and the stand-ins' ([`super::provider::crds`])
+/// installed, and the manager running against it (in `<dir>/cluster-api`). The workload cluster
+/// of each Cluster written to it is the same apiserver.
+pub struct Management {
+    /// etcd and kube-apiserver.
+    pub control_plane: ControlPlane,
+    /// A client for its apiserver.
+    pub kube: Kube,
+    /// The manager.
+    pub manager: Running,
+}
+
+impl Management {
+    /// Starts it; see the type. Whatever was started is stopped again when a later step fails.
+    ///
+    /// Errors: those of [`ControlPlane::start`], [`install_crds`], [`Kube::apply_crds`] and
+    /// [`Running::start`]; [`AcceptError::Io`] for `dir`.
+    pub async fn start(
+        binaries: &Binaries,
+        manager: &Manager,
+        dir: &Path,
+    ) -> Result<Management, AcceptError> {
+        let io = |e: std::io::Error| AcceptError::Io(format!("{}: {e}", dir.display()));
+        std::fs::create_dir_all(dir.join("cluster-api")).map_err(io)?;
+        let cp = ControlPlane::start(
+            binaries,
+            &dir.join("control-plane"),
+            crate::accept::APISERVER_READY_TIMEOUT,
+        )
+        .await?;
+        let started = async {
+            let kube = Kube::new(&cp.url, &cp.ca_pem, &cp.token)?;
+            install_crds(&kube, &manager.crds).await?;
+            kube.apply_crds(super::provider::crds(), ESTABLISHED_TIMEOUT)
+                .await?;
+            let running = Running::start(manager, &cp.kubeconfig, &dir.join("cluster-api")).await?;
+            Ok::<_, AcceptError>((kube, running))
+        }
+        .await;
+        match started {
+            Ok((kube, manager)) => Ok(Management {
+                control_plane: cp,
+                kube,
+                manager,
+            }),
+            Err(e) => {
+                cp.stop().await;
+                Err(e)
+            }
+        }
+    }
+
+    /// The manager's crash, or the control plane's, when either exited.
+    pub fn crashed(&mut self) -> Option<String> {
+        self.manager
+            .crashed()
+            .or_else(|| self.control_plane.crashed())
+    }
+
+    /// Stops the manager, then the control plane.
+    pub async fn stop(self) {
+        self.manager.stop().await;
+        self.control_plane.stop().await;
     }
 }
 

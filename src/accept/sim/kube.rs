@@ -162,6 +162,21 @@ impl Kube {
         .map(drop)
     }
 
+    /// Replaces the object at `path` with `object` (`PUT`, what `kubectl replace -f` sends);
+    /// without `metadata.resourceVersion` the update is unconditional.
+    ///
+    /// Errors: [`AcceptError::ControlPlane`] with the apiserver's status and message.
+    pub async fn replace(&self, path: &str, object: Value) -> Result<(), AcceptError> {
+        self.expect(
+            reqwest::Method::PUT,
+            path,
+            Some(("application/json", object)),
+            &[],
+        )
+        .await
+        .map(drop)
+    }
+
     /// The `items` of the list at `path` (empty when the list has none).
     ///
     /// Errors: [`AcceptError::ControlPlane`] when the list cannot be read.

@@ -10,5 +10,6 @@ pub mod cloud;
 pub mod control_plane;
 pub(crate) mod helper;
 pub mod kube;
+pub mod magnum;
 pub(crate) mod process;
 pub mod provider;

@@ -72,6 +72,61 @@ fn crd(group: &str, kind: &str) -> Value {
     })
 }
 
+/// The objects of one Cluster of the stand-ins, in the order they are created, as (collection
+/// path, object): the `<cluster>-kubeconfig` Secret (Cluster API's workload-cluster access,
+/// pointing back at `apiserver`, `https://127.0.0.1:<port>`, with `kubeconfig`'s text), the
+/// AcceptCluster, the AcceptControlPlane (Kubernetes `version`) and the Cluster labelled
+/// `cluster.x-k8s.io/cluster-name: <cluster>`, each with the fields the webhooks that do not run
+/// here would add. The namespace must exist.
+pub fn cluster_objects(
+    namespace: &str,
+    cluster: &str,
+    apiserver: &str,
+    kubeconfig: &str,
+    version: &str,
+) -> Vec<(String, Value)> {
+    let port: u16 = apiserver
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(443);
+    let label = json!({"cluster.x-k8s.io/cluster-name": cluster});
+    let endpoint = json!({"host": "127.0.0.1", "port": port});
+    vec![
+        (
+            format!("/api/v1/namespaces/{namespace}/secrets"),
+            json!({"apiVersion": "v1", "kind": "Secret",
+                   "metadata": {"name": format!("{cluster}-kubeconfig"), "namespace": namespace,
+                                "labels": label},
+                   "type": "cluster.x-k8s.io/secret",
+                   "stringData": {"value": kubeconfig}}),
+        ),
+        (
+            collection(GROUP, "AcceptCluster", namespace),
+            json!({"apiVersion": format!("{GROUP}/{VERSION}"), "kind": "AcceptCluster",
+                   "metadata": {"name": cluster, "namespace": namespace, "labels": label},
+                   "spec": {"controlPlaneEndpoint": endpoint}}),
+        ),
+        (
+            collection(CONTROL_PLANE_GROUP, "AcceptControlPlane", namespace),
+            json!({"apiVersion": format!("{CONTROL_PLANE_GROUP}/{VERSION}"),
+                   "kind": "AcceptControlPlane",
+                   "metadata": {"name": cluster, "namespace": namespace, "labels": label},
+                   "spec": {"version": version}}),
+        ),
+        (
+            format!("/apis/cluster.x-k8s.io/v1beta2/namespaces/{namespace}/clusters"),
+            json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+            "metadata": {"name": cluster, "namespace": namespace, "labels": label},
+            "spec": {
+                "controlPlaneEndpoint": endpoint,
+                "infrastructureRef": {"apiGroup": GROUP, "kind": "AcceptCluster", "name": cluster},
+                "controlPlaneRef": {"apiGroup": CONTROL_PLANE_GROUP, "kind": "AcceptControlPlane", "name": cluster}
+            }}),
+        ),
+    ]
+}
+
 /// The stand-ins' four CRDs.
 pub fn crds() -> Vec<Value> {
     vec![

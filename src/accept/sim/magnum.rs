@@ -1,0 +1,309 @@
+//! What magnum-cluster-api writes on the management cluster for a cluster's cloud provider, as
+//! plain objects: the Secret `magnum-system/<stack_id>-cloud-provider` (type
+//! `addons.cluster.x-k8s.io/resource-set`; magnum-cluster-api `src/addons/cloud_controller_manager.rs`
+//! and `resources.py:210-262`) and the ClusterResourceSet that applies it (`src/magnum.rs:289-313`,
+//! `strategy: Reconcile` since 0.29.2; before, a Secret named by the cluster UUID under
+//! `strategy: ApplyOnce`).
+//!
+//! The Secret's keys are the ones magnum-cluster-api writes, each a multi-document YAML stream:
+//! `cloud-controller-manager.yaml` (what `helm template` of the OCCM chart as release
+//! `openstack-ccm` in `kube-system` gives: ServiceAccount, ClusterRole, ClusterRoleBinding and the
+//! DaemonSet, written here in the shape the chart renders them, the image line as the chart's
+//! `templates/daemonset.yaml` writes it), `cloud-config-secret.yaml` (the `cloud-config` Secret
+//! OCCM mounts), `cinder-csi.yaml` (the CSIDriver object) and `storageclass.yaml`. The chart
+//! itself, rendered by Helm, is held against `render --format crs-secret` in tests/consumers.rs.
+
+use std::collections::BTreeMap;
+
+use base64::Engine as _;
+use serde_json::{Value, json};
+
+/// The namespace magnum-cluster-api keeps its Cluster API objects in.
+pub const NAMESPACE: &str = "magnum-system";
+/// The OCCM DaemonSet the chart renders: `kube-system/openstack-cloud-controller-manager`.
+pub const DAEMONSET: (&str, &str) = ("kube-system", "openstack-cloud-controller-manager");
+/// The repository magnum-cluster-api renders for OCCM without a `container_infra_prefix` (the
+/// chart's `image.repository`).
+pub const UPSTREAM_REPOSITORY: &str =
+    "registry.k8s.io/provider-os/openstack-cloud-controller-manager";
+/// The Secret type Cluster API's ClusterResourceSet controller accepts.
+pub const RESOURCE_SET_TYPE: &str = "addons.cluster.x-k8s.io/resource-set";
+
+/// The chart's rendering of OCCM with `image`, as magnum-cluster-api's values give it (a
+/// control-plane node selector, host network, the `uninitialized` toleration, `RollingUpdate`).
+pub fn occm_manifests(image: &str) -> String {
+    let (ns, name) = DAEMONSET;
+    format!(
+        r#"---
+# Source: openstack-cloud-controller-manager/templates/serviceaccount.yaml
+apiVersion: v1
+kind: ServiceAccount
+metadata:
+  name: {name}
+  namespace: {ns}
+---
+# Source: openstack-cloud-controller-manager/templates/clusterrole.yaml
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: system:{name}
+rules:
+- apiGroups: [""]
+  resources: ["nodes", "nodes/status", "services", "services/status", "events"]
+  verbs: ["get", "list", "watch", "create", "update", "patch", "delete"]
+- apiGroups: ["coordination.k8s.io"]
+  resources: ["leases"]
+  verbs: ["get", "create", "update"]
+---
+# Source: openstack-cloud-controller-manager/templates/clusterrolebinding.yaml
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: system:{name}
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: system:{name}
+subjects:
+- kind: ServiceAccount
+  name: {name}
+  namespace: "{ns}"
+---
+# Source: openstack-cloud-controller-manager/templates/daemonset.yaml
+apiVersion: apps/v1
+kind: DaemonSet
+metadata:
+  name: {name}
+  namespace: {ns}
+  labels:
+    app.kubernetes.io/name: {name}
+    app.kubernetes.io/instance: openstack-ccm
+spec:
+  selector:
+    matchLabels:
+      component: controllermanager
+      app: {name}
+      release: openstack-ccm
+  updateStrategy:
+    type: RollingUpdate
+  template:
+    metadata:
+      labels:
+        component: controllermanager
+        app: {name}
+        release: openstack-ccm
+    spec:
+      nodeSelector:
+        node-role.kubernetes.io/control-plane: ""
+      securityContext:
+        runAsUser: 1001
+      tolerations:
+        - key: node.cloudprovider.kubernetes.io/uninitialized
+          value: "true"
+          effect: NoSchedule
+        - key: node-role.kubernetes.io/control-plane
+          effect: NoSchedule
+      serviceAccountName: {name}
+      containers:
+        - name: {name}
+          image: "{image}"
+          args:
+            - /bin/openstack-cloud-controller-manager
+            - --v=2
+            - --cloud-config=$(CLOUD_CONFIG)
+            - --cluster-name=$(CLUSTER_NAME)
+            - --cloud-provider=openstack
+            - --use-service-account-credentials=false
+            - --controllers=cloud-node,cloud-node-lifecycle,route,service
+            - --bind-address=127.0.0.1
+          env:
+            - name: CLOUD_CONFIG
+              value: /etc/config/cloud.conf
+            - name: CLUSTER_NAME
+              value: kubernetes
+          volumeMounts:
+            - mountPath: /etc/config
+              name: cloud-config-volume
+              readOnly: true
+      hostNetwork: true
+      volumes:
+      - name: cloud-config-volume
+        secret:
+          secretName: cloud-config
+"#
+    )
+}
+
+/// The Secret's keys and their text for an OCCM `image`; `cloud_conf` is the cloud.conf OCCM
+/// gets.
+pub fn secret_keys(image: &str, cloud_conf: &str) -> BTreeMap<String, String> {
+    let b64 = base64::engine::general_purpose::STANDARD.encode(cloud_conf.as_bytes());
+    BTreeMap::from([
+        (
+            crate::crs::SECRET_KEY.to_string(),
+            occm_manifests(image),
+        ),
+        (
+            "cloud-config-secret.yaml".to_string(),
+            format!(
+                "---\napiVersion: v1\nkind: Secret\nmetadata:\n  name: cloud-config\n  namespace: kube-system\ntype: Opaque\ndata:\n  cloud.conf: {b64}\n"
+            ),
+        ),
+        (
+            "cinder-csi.yaml".to_string(),
+            "---\napiVersion: storage.k8s.io/v1\nkind: CSIDriver\nmetadata:\n  name: cinder.csi.openstack.org\nspec:\n  attachRequired: true\n  podInfoOnMount: true\n  volumeLifecycleModes:\n  - Persistent\n".to_string(),
+        ),
+        (
+            "storageclass.yaml".to_string(),
+            "---\napiVersion: storage.k8s.io/v1\nkind: StorageClass\nmetadata:\n  name: block\n  annotations:\n    storageclass.kubernetes.io/is-default-class: \"true\"\nprovisioner: cinder.csi.openstack.org\nallowVolumeExpansion: true\nreclaimPolicy: Delete\n".to_string(),
+        ),
+    ])
+}
+
+/// The Secret `name` in [`NAMESPACE`] holding `keys` (base64 in `data`, as the API server keeps
+/// it), as the driver writes it: a full object from the cluster's labels, no server-set
+/// metadata.
+pub fn secret(name: &str, keys: &BTreeMap<String, String>) -> Value {
+    let data: serde_json::Map<String, Value> = keys
+        .iter()
+        .map(|(k, v)| {
+            (
+                k.clone(),
+                Value::String(base64::engine::general_purpose::STANDARD.encode(v.as_bytes())),
+            )
+        })
+        .collect();
+    json!({"apiVersion": "v1", "kind": "Secret",
+           "metadata": {"name": name, "namespace": NAMESPACE},
+           "type": RESOURCE_SET_TYPE,
+           "data": data})
+}
+
+/// The ClusterResourceSet `name` in [`NAMESPACE`] applying the Secret `secret` to the Clusters
+/// labelled `cluster.x-k8s.io/cluster-name: <cluster>`, with `strategy` (`Reconcile` or
+/// `ApplyOnce`; written out, as no defaulting webhook runs).
+pub fn cluster_resource_set(name: &str, cluster: &str, secret: &str, strategy: &str) -> Value {
+    json!({"apiVersion": "addons.cluster.x-k8s.io/v1beta2", "kind": "ClusterResourceSet",
+    "metadata": {"name": name, "namespace": NAMESPACE},
+    "spec": {
+        "clusterSelector": {"matchLabels": {"cluster.x-k8s.io/cluster-name": cluster}},
+        "resources": [{"name": secret, "kind": "Secret"}],
+        "strategy": strategy
+    }})
+}
+
+/// The image of the OCCM container of a DaemonSet object, when it has one.
+pub fn occm_image(daemonset: &Value) -> Option<String> {
+    daemonset["spec"]["template"]["spec"]["containers"]
+        .as_array()?
+        .iter()
+        .find(|c| c["name"] == DAEMONSET.1)?["image"]
+        .as_str()
+        .map(str::to_string)
+}
+
+/// The hash a ClusterResourceSetBinding records for `secret` of the set `crs`, when it has one.
+pub fn binding_hash(binding: &Value, crs: &str, secret: &str) -> Option<String> {
+    binding["spec"]["bindings"]
+        .as_array()?
+        .iter()
+        .find(|b| b["clusterResourceSetName"] == crs)?["resources"]
+        .as_array()?
+        .iter()
+        .find(|r| r["name"] == secret && r["kind"] == "Secret")?["hash"]
+        .as_str()
+        .map(str::to_string)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn crs_secret_rewrites_the_driver_secret_and_its_hash_is_cluster_api_s() {
+        let upstream = "registry.k8s.io/provider-os/openstack-cloud-controller-manager:v1.34.1";
+        let keys = secret_keys(upstream, "[Global]\n");
+        let s = secret("kube-abc12-cloud-provider", &keys);
+        let ours = "registry.example.internal/occm:v1.34.1-occmforge.1@sha256:".to_string()
+            + &"ab".repeat(32);
+        let out = crate::crs::rewrite_secret(
+            &serde_json::to_string(&s).unwrap(),
+            &crate::crs::RewriteOptions {
+                image: ours.clone(),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(out.previous_image, upstream);
+        assert_eq!(
+            out.daemonset,
+            "kube-system/openstack-cloud-controller-manager"
+        );
+        let written: Value = serde_norway::from_str(&out.secret).unwrap();
+        let data: BTreeMap<&str, Vec<u8>> = written["data"]
+            .as_object()
+            .unwrap()
+            .iter()
+            .map(|(k, v)| {
+                let b = base64::engine::general_purpose::STANDARD.decode(v.as_str().unwrap());
+                (k.as_str(), b.unwrap())
+            })
+            .collect();
+        assert_eq!(
+            String::from_utf8(data[crate::crs::SECRET_KEY].clone()).unwrap(),
+            occm_manifests(&ours)
+        );
+        // Cluster API's hash: sha256 over the decoded values in key order.
+        use sha2::Digest as _;
+        let mut h = sha2::Sha256::new();
+        for k in [
+            "cinder-csi.yaml",
+            "cloud-config-secret.yaml",
+            "cloud-controller-manager.yaml",
+            "storageclass.yaml",
+        ] {
+            h.update(&data[k]);
+        }
+        assert_eq!(out.hash, format!("sha256:{}", hex::encode(h.finalize())));
+        let before = crate::crs::secret_hash(&serde_json::to_string(&s).unwrap()).unwrap();
+        assert_ne!(out.hash, before);
+    }
+
+    #[test]
+    fn the_legacy_secret_named_by_the_cluster_uuid_is_refused() {
+        let keys = secret_keys("registry.k8s.io/x:v1", "");
+        let s = secret("3f5e6a7b-1c2d-4e5f-8a9b-0c1d2e3f4a5b", &keys);
+        let e = crate::crs::rewrite_secret(
+            &serde_json::to_string(&s).unwrap(),
+            &crate::crs::RewriteOptions {
+                image: "x:y".into(),
+                ..Default::default()
+            },
+        )
+        .unwrap_err();
+        assert!(
+            e.0.contains("named by the cluster UUID") && e.0.contains("ApplyOnce"),
+            "{e}"
+        );
+        assert!(!crate::crs::is_legacy_name("kube-abc12-cloud-provider"));
+        assert!(!crate::crs::is_legacy_name(
+            "3f5e6a7b-1c2d-4e5f-8a9b-0c1d2e3f4a5"
+        ));
+    }
+
+    #[test]
+    fn images_and_binding_hashes_are_read() {
+        let ds = json!({"spec": {"template": {"spec": {"containers": [
+            {"name": "sidecar", "image": "a"},
+            {"name": "openstack-cloud-controller-manager", "image": "b"}]}}}});
+        assert_eq!(occm_image(&ds).as_deref(), Some("b"));
+        let binding = json!({"spec": {"bindings": [
+            {"clusterResourceSetName": "other", "resources": [{"name": "s", "kind": "Secret", "hash": "x"}]},
+            {"clusterResourceSetName": "crs", "resources": [{"name": "s", "kind": "Secret", "hash": "sha256:1"}]}]}});
+        assert_eq!(
+            binding_hash(&binding, "crs", "s").as_deref(),
+            Some("sha256:1")
+        );
+        assert_eq!(binding_hash(&binding, "crs", "t"), None);
+    }
+}
