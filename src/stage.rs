@@ -120,14 +120,35 @@ impl<'a> Runner<'a> {
         } else {
             or_interrupted(stage.run(&cx)).await
         }?;
+        self.record(name, started, done.detail);
+        checkpoint()?;
+        Ok(done.value)
+    }
+
+    /// Reports and records the end of the stage `name` started at `started`.
+    fn record(&mut self, name: &'static str, started: Instant, detail: String) {
         let report = StageReport {
             stage: name,
             seconds: started.elapsed().as_secs_f64(),
-            detail: done.detail,
+            detail,
         };
         self.reporter.finished(&report);
         self.reports.push(report);
-        checkpoint()?;
+    }
+
+    /// Runs `work` as the stage `name`, for work that is not a [`Stage`] value and fails with
+    /// its own error type `E` (acceptance's parts and scenarios): reports its start, awaits it,
+    /// and reports and records its end when it succeeds. It does not look at signals: `work`
+    /// checks them itself and blocks inside `tokio::task::block_in_place` where it blocks.
+    pub async fn run_with<T, E>(
+        &mut self,
+        name: &'static str,
+        work: impl std::future::Future<Output = Result<Done<T>, E>>,
+    ) -> Result<T, E> {
+        self.reporter.started(name);
+        let started = Instant::now();
+        let done = work.await?;
+        self.record(name, started, done.detail);
         Ok(done.value)
     }
 

@@ -1,6 +1,6 @@
 //! `occm-forge accept`: the simulated OpenStack against a real HTTP client (offline), bad input
 //! of the command (offline, on the fixture upstream), and the gated end-to-end run on the real
-//! v1.34.1 (ours passes S1–S5, the unpatched control fails S1, S2 and S5).
+//! v1.34.1 (ours passes S1–S7, the unpatched control fails S1, S2, S5 and S7; S6 has no control).
 
 mod common;
 
@@ -585,7 +585,7 @@ async fn an_occm_that_crashes_fails_the_scenario_and_nothing_is_left_running() {
 /// through the Go module proxy, the control built from the unpatched tag.
 #[test]
 #[ignore = "needs OCCM_FORGE_UPSTREAM_MIRROR (a mirror of kubernetes/cloud-provider-openstack) and the Go module proxy"]
-fn real_v1_34_ours_passes_every_scenario_and_upstream_fails_s1_s2_and_s5() {
+fn real_v1_34_ours_passes_every_scenario_and_upstream_fails_s1_s2_s5_and_s7() {
     let mirror = std::env::var("OCCM_FORGE_UPSTREAM_MIRROR").expect(
         "set OCCM_FORGE_UPSTREAM_MIRROR to a mirror of kubernetes/cloud-provider-openstack",
     );
@@ -635,9 +635,9 @@ fn real_v1_34_ours_passes_every_scenario_and_upstream_fails_s1_s2_and_s5() {
         .find(|l| l.starts_with("occm-forge: accept "))
         .map(str::to_string);
     assert!(
-        accept_line
-            .as_deref()
-            .is_some_and(|l| l.ends_with("ours passes S1 S2 S3 S4 S5; the control fails S1 S2 S5")),
+        accept_line.as_deref().is_some_and(
+            |l| l.ends_with("ours passes S1 S2 S3 S4 S5 S6 S7; the control fails S1 S2 S5 S7")
+        ),
         "{}",
         stderr(&o)
     );
@@ -661,8 +661,17 @@ fn real_v1_34_ours_passes_every_scenario_and_upstream_fails_s1_s2_and_s5() {
     assert_eq!(o.status.code(), Some(0), "accept failed");
     assert_eq!(report["verdict"], "accepted");
     let rows = report["rows"].as_array().unwrap();
-    assert_eq!(rows.len(), 5);
-    for (row, control_passes) in rows.iter().zip([false, false, true, true, false]) {
+    assert_eq!(rows.len(), 7);
+    let control_passes = [
+        json!(false),
+        json!(false),
+        json!(true),
+        json!(true),
+        json!(false),
+        Value::Null,
+        json!(false),
+    ];
+    for (row, control_passes) in rows.iter().zip(control_passes) {
         let s = row["scenario"].as_str().unwrap();
         assert_eq!(row["ours"]["passed"], true, "ours {s}: {}", row["ours"]);
         assert_eq!(
@@ -724,6 +733,42 @@ fn real_v1_34_ours_passes_every_scenario_and_upstream_fails_s1_s2_and_s5() {
             && ev(4, "control").contains("Skipping \"cloud-node-controller\""),
         "{}",
         ev(4, "control")
+    );
+    // S6, through Cluster API's ClusterResourceSet controller: every write reached the workload
+    // DaemonSet with the binding hash crs-secret printed; the legacy Secret was refused and its
+    // hand edit never applied.
+    for step in [
+        "applied in ",
+        "crs-secret → ours in ",
+        "driver upgrade → upstream again in ",
+        "crs-secret → ours again in ",
+        "crs-secret --image revert → upstream in ",
+    ] {
+        assert!(ev(5, "ours").contains(step), "{step}: {}", ev(5, "ours"));
+    }
+    assert!(
+        ev(5, "ours").contains("is named by the cluster UUID")
+            && ev(5, "ours").contains("did not reach the workload in 30 s"),
+        "{}",
+        ev(5, "ours")
+    );
+    // S7: the permanent fault is loud on ours, silent on the control.
+    assert!(
+        ev(6, "ours").starts_with("OCCM crash-looped: 3 exits")
+            && ev(6, "ours").contains("is enabled but did not start"),
+        "{}",
+        ev(6, "ours")
+    );
+    assert_eq!(
+        rows[6]["control"]["bug_shown"], true,
+        "{}",
+        rows[6]["control"]
+    );
+    assert!(
+        ev(6, "control").starts_with("OCCM kept running")
+            && ev(6, "control").contains("Skipping \"cloud-node-controller\""),
+        "{}",
+        ev(6, "control")
     );
     assert_eq!(
         report["unsimulated_requests"],

@@ -543,6 +543,23 @@ fn crs_secret_changes_one_image_line_and_a_revert_restores_the_bytes() {
     let out = stdout(&o);
     let (key, v) = occm_key(&out);
     let before: Value = serde_norway::from_str(&secret).unwrap();
+    // The hash Cluster API will record in the ClusterResourceSetBinding: sha256 over the
+    // decoded values of `data`, in key order (clusterresourceset_helpers.go).
+    {
+        use sha2::Digest as _;
+        let mut h = sha2::Sha256::new();
+        let data = v["data"].as_mapping().unwrap();
+        let mut keys: Vec<&str> = data.keys().map(|k| k.as_str().unwrap()).collect();
+        keys.sort();
+        for k in keys {
+            h.update(unb64(data[k].as_str().unwrap()));
+        }
+        let line = format!(
+            "the ClusterResourceSetBinding records hash sha256:{} for this Secret",
+            hex::encode(h.finalize())
+        );
+        assert!(stderr(&o).contains(&line), "{line}\n{}", stderr(&o));
+    }
 
     // The Secret is fit for `kubectl apply -f -`: same identity, type and owner, no server-set
     // metadata, every other key byte for byte.
@@ -772,6 +789,17 @@ fn crs_secret_refuses_what_it_cannot_change_in_one_line() {
         "stdin is a ConfigMap, not a Secret",
     );
     assert_refused(&crs("", &[]), 2, "stdin is empty");
+    // magnum-cluster-api's legacy Secret, named by the cluster UUID and applied ApplyOnce.
+    let legacy = secret.replace(
+        "name: kube-abc12-cloud-provider",
+        "name: 3f5e6a7b-1c2d-4e5f-8a9b-0c1d2e3f4a5b",
+    );
+    assert_ne!(legacy, secret);
+    assert_refused(
+        &crs(&legacy, &[]),
+        2,
+        "Secret 3f5e6a7b-1c2d-4e5f-8a9b-0c1d2e3f4a5b is named by the cluster UUID: magnum-cluster-api before 0.29.2 applies it with a ClusterResourceSet of strategy ApplyOnce",
+    );
     // A bad reference to revert to; an unpublished entry; crs-secret with --all.
     assert_refused(&crs(&secret, &["--image", "Not A/Reference"]), 2, "--image");
     let o = forge_stdin(

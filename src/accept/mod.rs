@@ -27,7 +27,7 @@ pub use scenarios::{Scenario, Side};
 
 use crate::config::{Config, Minor};
 use crate::go::Toolchain;
-use crate::stage::{Reporter, StageReport};
+use crate::stage::{Done, Reporter, Runner};
 
 /// How long the apiserver may take to answer `/readyz`.
 pub const APISERVER_READY_TIMEOUT: Duration = Duration::from_secs(90);
@@ -114,27 +114,6 @@ pub struct AcceptRequest<'a> {
     pub keep_logs: bool,
 }
 
-struct Stages<'a> {
-    reporter: &'a dyn Reporter,
-    reports: Vec<StageReport>,
-}
-
-impl Stages<'_> {
-    fn start(&self, stage: &'static str) -> std::time::Instant {
-        self.reporter.started(stage);
-        std::time::Instant::now()
-    }
-    fn done(&mut self, stage: &'static str, t: std::time::Instant, detail: String) {
-        let r = StageReport {
-            stage,
-            seconds: t.elapsed().as_secs_f64(),
-            detail,
-        };
-        self.reporter.finished(&r);
-        self.reports.push(r);
-    }
-}
-
 pub(crate) fn check_interrupt() -> Result<(), AcceptError> {
     match crate::interrupt::signal() {
         Some(_) => Err(AcceptError::Interrupted),
@@ -159,13 +138,18 @@ pub async fn accept(
     req: &AcceptRequest<'_>,
     reporter: &dyn Reporter,
 ) -> Result<AcceptReport, AcceptError> {
+    accept_on(req, &mut Runner::new(reporter)).await
+}
+
+/// [`accept`] on `runner`, whose stages so far (the parts of [`accept_subject`]) are the
+/// report's timings too.
+async fn accept_on(
+    req: &AcceptRequest<'_>,
+    runner: &mut Runner<'_>,
+) -> Result<AcceptReport, AcceptError> {
     let mut report = AcceptReport::new(req.minor, req.upstream_tag, req.image_tag, req.go);
-    let mut stages = Stages {
-        reporter,
-        reports: Vec::new(),
-    };
-    let result = run(req, &mut report, &mut stages).await;
-    report.timings = stages.reports;
+    let result = run(req, &mut report, runner).await;
+    report.timings = runner.reports().to_vec();
     match result {
         Ok(()) => {
             report.decide();
@@ -197,7 +181,7 @@ pub async fn accept(
 async fn run(
     req: &AcceptRequest<'_>,
     report: &mut AcceptReport,
-    stages: &mut Stages<'_>,
+    runner: &mut Runner<'_>,
 ) -> Result<(), AcceptError> {
     let platform = binary::host_platform()?;
     report.versions = Some(req.versions.clone());
@@ -219,7 +203,7 @@ async fn run(
     std::fs::create_dir_all(req.work_dir)
         .map_err(|e| AcceptError::Io(format!("{}: {e}", req.work_dir.display())))?;
     check_interrupt()?;
-    let (cloud, mut cp) = start_bench(req, req.control_plane, report, stages).await?;
+    let (cloud, mut cp) = start_bench(req, req.control_plane, report, runner).await?;
     let kube = kube::Kube::new(&cp.url, &cp.ca_pem, &cp.token)?;
     let kubeconfig = cp.kubeconfig.clone();
     let bench = scenarios::Bench {
@@ -240,7 +224,7 @@ async fn run(
             },
         }),
     };
-    let outcome = run_scenarios(req, &bench, &mut cp, &req.ours.path, report, stages).await;
+    let outcome = run_scenarios(req, &bench, &mut cp, &req.ours.path, report, runner).await;
     cp.stop().await;
     drop(cloud);
     outcome
@@ -256,30 +240,30 @@ async fn start_bench(
     req: &AcceptRequest<'_>,
     bins: &control_plane::Binaries,
     report: &mut AcceptReport,
-    stages: &mut Stages<'_>,
+    runner: &mut Runner<'_>,
 ) -> Result<(cloud::SimulatedCloud, control_plane::ControlPlane), AcceptError> {
-    let t = stages.start("start");
-    let cloud = cloud::SimulatedCloud::start()
-        .await
-        .map_err(|e| AcceptError::Io(format!("simulated OpenStack: {e}")))?;
-    let cp = control_plane::ControlPlane::start(
-        bins,
-        &req.work_dir.join("control-plane"),
-        APISERVER_READY_TIMEOUT,
-    )
-    .await?;
+    let (cloud, cp) = runner
+        .run_with("start", async {
+            let cloud = cloud::SimulatedCloud::start()
+                .await
+                .map_err(|e| AcceptError::Io(format!("simulated OpenStack: {e}")))?;
+            let cp = control_plane::ControlPlane::start(
+                bins,
+                &req.work_dir.join("control-plane"),
+                APISERVER_READY_TIMEOUT,
+            )
+            .await?;
+            let detail = format!(
+                "kube-apiserver {} at {} ready in {:.1} s; simulated OpenStack at {}",
+                cp.version,
+                cp.url,
+                cp.ready_seconds,
+                cloud.base_url()
+            );
+            Ok::<_, AcceptError>(Done::new((cloud, cp), detail))
+        })
+        .await?;
     report.apiserver_version = Some(cp.version.clone());
-    stages.done(
-        "start",
-        t,
-        format!(
-            "kube-apiserver {} at {} ready in {:.1} s; simulated OpenStack at {}",
-            cp.version,
-            cp.url,
-            cp.ready_seconds,
-            cloud.base_url()
-        ),
-    );
     Ok((cloud, cp))
 }
 
@@ -297,7 +281,7 @@ async fn run_scenarios(
     cp: &mut control_plane::ControlPlane,
     ours: &Path,
     report: &mut AcceptReport,
-    stages: &mut Stages<'_>,
+    runner: &mut Runner<'_>,
 ) -> Result<(), AcceptError> {
     for &s in req.scenarios {
         let mut row = ScenarioRow {
@@ -312,26 +296,25 @@ async fn run_scenarios(
                 Side::Control => req.control_binary,
             };
             check_interrupt()?;
-            let stage = scenarios::stage_name(s, side);
-            let t = stages.start(stage);
             let dir = req.work_dir.join(format!("{s}-{side}"));
-            let r = scenarios::run(bench, s, bin, &dir).await?;
-            if let Some(c) = cp.crashed() {
-                return Err(AcceptError::ControlPlane {
-                    part: "control plane".into(),
-                    message: format!("during {s} {side}: {c}"),
-                });
-            }
-            stages.done(
-                stage,
-                t,
-                format!(
-                    "{} {:.1} s: {}",
-                    if r.passed { "pass" } else { "FAIL" },
-                    r.seconds,
-                    process::shorten(&r.evidence, 160)
-                ),
-            );
+            let r = runner
+                .run_with(scenarios::stage_name(s, side), async {
+                    let r = scenarios::run(bench, s, bin, &dir).await?;
+                    if let Some(c) = cp.crashed() {
+                        return Err(AcceptError::ControlPlane {
+                            part: "control plane".into(),
+                            message: format!("during {s} {side}: {c}"),
+                        });
+                    }
+                    let detail = format!(
+                        "{} {:.1} s: {}",
+                        if r.passed { "pass" } else { "FAIL" },
+                        r.seconds,
+                        process::shorten(&r.evidence, 160)
+                    );
+                    Ok(Done::new(r, detail))
+                })
+                .await?;
             for u in &r.unknown_requests {
                 report.unsimulated_requests.push(format!("{s} {side}: {u}"));
             }
@@ -481,7 +464,8 @@ async fn accept_subject_inner(
     let work_dir = std::path::absolute(run.work_dir.unwrap_or(&default_work))
         .map_err(|e| crate::Error::Io(format!("{}: {e}", default_work.display())))?;
     let work_dir = work_dir.as_path();
-    let ours = match take_ours(subject, run, work_dir, &platform, reporter) {
+    let mut runner = Runner::new(reporter);
+    let ours = match take_ours(subject, run, work_dir, &platform, &mut runner).await {
         Ok(o) => o,
         Err(e) => {
             let _ = std::fs::remove_dir_all(work_dir);
@@ -510,7 +494,7 @@ async fn accept_subject_inner(
         &toolchain,
         &platform,
         with_cluster_api,
-        reporter,
+        &mut runner,
     )
     .await?;
     let control = match parts.outcome {
@@ -524,7 +508,7 @@ async fn accept_subject_inner(
         .apiserver
         .as_ref()
         .expect("prepare_parts builds the control plane before the control");
-    accept(
+    accept_on(
         &AcceptRequest {
             minor: subject.minor,
             upstream_tag: &subject.upstream_tag,
@@ -540,7 +524,7 @@ async fn accept_subject_inner(
             scenarios: run.scenarios,
             keep_logs: run.keep_logs,
         },
-        reporter,
+        &mut runner,
     )
     .await
     .map_err(Into::into)
@@ -551,40 +535,38 @@ async fn accept_subject_inner(
 ///
 /// Errors: [`AcceptError::Io`] naming the work directory; [`AcceptError::Input`] from
 /// [`binary::extract_from_layout`].
-fn take_ours(
+async fn take_ours(
     subject: &Subject,
     run: &RunOptions<'_>,
     work_dir: &Path,
     platform: &crate::config::Platform,
-    reporter: &dyn Reporter,
+    runner: &mut Runner<'_>,
 ) -> Result<binary::Extracted, AcceptError> {
     let io = |e: std::io::Error| AcceptError::Io(format!("{}: {e}", work_dir.display()));
-    let t = std::time::Instant::now();
-    reporter.started("binaries");
-    if work_dir.exists() {
-        std::fs::remove_dir_all(work_dir).map_err(io)?;
-    }
-    std::fs::create_dir_all(work_dir).map_err(io)?;
-    let ours = tokio::task::block_in_place(|| {
-        binary::extract_from_layout(
-            run.layout_dir,
-            &subject.tag,
-            platform,
-            &work_dir
-                .join("ours")
-                .join("openstack-cloud-controller-manager"),
-        )
-    })?;
-    reporter.finished(&StageReport {
-        stage: "binaries",
-        seconds: t.elapsed().as_secs_f64(),
-        detail: format!(
-            "ours from {} layer {}",
-            crate::util::short(&ours.manifest_digest),
-            crate::util::short(&ours.layer_digest),
-        ),
-    });
-    Ok(ours)
+    runner
+        .run_with("binaries", async {
+            if work_dir.exists() {
+                std::fs::remove_dir_all(work_dir).map_err(io)?;
+            }
+            std::fs::create_dir_all(work_dir).map_err(io)?;
+            let ours = tokio::task::block_in_place(|| {
+                binary::extract_from_layout(
+                    run.layout_dir,
+                    &subject.tag,
+                    platform,
+                    &work_dir
+                        .join("ours")
+                        .join("openstack-cloud-controller-manager"),
+                )
+            })?;
+            let detail = format!(
+                "ours from {} layer {}",
+                crate::util::short(&ours.manifest_digest),
+                crate::util::short(&ours.layer_digest),
+            );
+            Ok(Done::new(ours, detail))
+        })
+        .await
 }
 
 /// A report saying the minor cannot be verified here, with the versions it needed.
@@ -633,87 +615,80 @@ async fn prepare_parts(
     toolchain: &Toolchain,
     platform: &crate::config::Platform,
     with_cluster_api: bool,
-    reporter: &dyn Reporter,
+    runner: &mut Runner<'_>,
 ) -> Result<Parts, crate::Error> {
     let go_mod = tokio::task::block_in_place(|| upstream_go_mod(subject, cache_dir))?;
     let versions = control_plane::versions_from_go_mod(&String::from_utf8_lossy(&go_mod))?;
-    let timed = |stage: &'static str, t: std::time::Instant, detail: String| {
-        reporter.finished(&StageReport {
-            stage,
-            seconds: t.elapsed().as_secs_f64(),
-            detail,
-        })
+    let not_verified = |apiserver, cluster_api, reason| Parts {
+        versions: versions.clone(),
+        apiserver,
+        cluster_api,
+        outcome: PartsOutcome::NotVerified(reason),
     };
-    let t = std::time::Instant::now();
-    reporter.started("apiserver");
-    let apiserver =
-        match tokio::task::block_in_place(|| control_plane::build(&versions, toolchain, cache_dir))
-        {
-            Ok(b) => b,
-            Err(AcceptError::NotVerified(reason)) => {
-                return Ok(Parts {
-                    versions,
-                    apiserver: None,
-                    cluster_api: None,
-                    outcome: PartsOutcome::NotVerified(reason),
-                });
-            }
-            Err(e) => return Err(e.into()),
-        };
-    let cached = if apiserver.cached { " (cached)" } else { "" };
-    let detail = format!(
-        "kube-apiserver {}, etcd {}{cached}",
-        versions.kubernetes, versions.etcd
-    );
-    timed("apiserver", t, detail);
-    let t = std::time::Instant::now();
+    let cached = |c: bool| if c { " (cached)" } else { "" };
+    let built = runner
+        .run_with("apiserver", async {
+            let b = tokio::task::block_in_place(|| {
+                control_plane::build(&versions, toolchain, cache_dir)
+            })?;
+            let detail = format!(
+                "kube-apiserver {}, etcd {}{}",
+                versions.kubernetes,
+                versions.etcd,
+                cached(b.cached)
+            );
+            Ok::<_, AcceptError>(Done::new(b, detail))
+        })
+        .await;
+    let apiserver = match built {
+        Ok(b) => b,
+        Err(AcceptError::NotVerified(reason)) => return Ok(not_verified(None, None, reason)),
+        Err(e) => return Err(e.into()),
+    };
     let cluster_api = if with_cluster_api {
-        reporter.started("cluster-api");
         let release = &subject.cluster_api;
-        let manager = match tokio::task::block_in_place(|| sim::capi::build(release, cache_dir)) {
-            Ok(m) => m,
+        let built = runner
+            .run_with("cluster-api", async {
+                let m = tokio::task::block_in_place(|| sim::capi::build(release, cache_dir))?;
+                let detail = format!(
+                    "Cluster API {} manager, {} CRDs{}",
+                    release.version,
+                    m.crds.len(),
+                    cached(m.cached)
+                );
+                Ok::<_, AcceptError>(Done::new(m, detail))
+            })
+            .await;
+        match built {
+            Ok(m) => Some(m),
             Err(AcceptError::NotVerified(reason)) => {
-                return Ok(Parts {
-                    versions,
-                    apiserver: Some(apiserver),
-                    cluster_api: None,
-                    outcome: PartsOutcome::NotVerified(reason),
-                });
+                return Ok(not_verified(Some(apiserver), None, reason));
             }
             Err(e) => return Err(e.into()),
-        };
-        let cached = if manager.cached { " (cached)" } else { "" };
-        let detail = format!(
-            "Cluster API {} manager, {} CRDs{cached}",
-            release.version,
-            manager.crds.len()
-        );
-        timed("cluster-api", t, detail);
-        Some(manager)
+        }
     } else {
         None
     };
-    let t = std::time::Instant::now();
-    reporter.started("control");
-    let control =
-        match tokio::task::block_in_place(|| control(subject, cache_dir, toolchain, platform)) {
-            Ok(c) => c,
-            Err(crate::Error::Accept(AcceptError::NotVerified(reason))) => {
-                return Ok(Parts {
-                    versions,
-                    apiserver: Some(apiserver),
-                    cluster_api,
-                    outcome: PartsOutcome::NotVerified(reason),
-                });
-            }
-            Err(e) => return Err(e),
-        };
-    let cached = if control.cached { " (cached)" } else { "" };
-    let detail = format!(
-        "upstream {} unpatched, go{}{cached}",
-        subject.upstream_tag, subject.go
-    );
-    timed("control", t, detail);
+    let built = runner
+        .run_with("control", async {
+            let c =
+                tokio::task::block_in_place(|| control(subject, cache_dir, toolchain, platform))?;
+            let detail = format!(
+                "upstream {} unpatched, go{}{}",
+                subject.upstream_tag,
+                subject.go,
+                cached(c.cached)
+            );
+            Ok::<_, crate::Error>(Done::new(c, detail))
+        })
+        .await;
+    let control = match built {
+        Ok(c) => c,
+        Err(crate::Error::Accept(AcceptError::NotVerified(reason))) => {
+            return Ok(not_verified(Some(apiserver), cluster_api, reason));
+        }
+        Err(e) => return Err(e),
+    };
     Ok(Parts {
         versions,
         apiserver: Some(apiserver),
@@ -817,8 +792,15 @@ pub async fn prepare_subject(
     let inner = async {
         let toolchain = Toolchain::new(&subject.go, cache_dir);
         let platform = binary::host_platform()?;
-        let parts =
-            prepare_parts(subject, cache_dir, &toolchain, &platform, true, reporter).await?;
+        let parts = prepare_parts(
+            subject,
+            cache_dir,
+            &toolchain,
+            &platform,
+            true,
+            &mut Runner::new(reporter),
+        )
+        .await?;
         let (control, not_verified, control_cached) = match parts.outcome {
             PartsOutcome::Ready(c) => (Some(c.binary), None, c.cached),
             PartsOutcome::NotVerified(r) => (None, Some(r), false),

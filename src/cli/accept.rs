@@ -21,8 +21,8 @@ pub struct AcceptArgs {
     /// The OCI layout holding the images (`build --output`); logs go to <DIR>/accept/<minor>.
     #[arg(long, default_value = "out", value_name = "DIR")]
     layout: PathBuf,
-    /// Run only these scenarios (repeatable): S1, S2, S3, S4, S5.
-    #[arg(long = "scenario", value_name = "S1..S5")]
+    /// Run only these scenarios (repeatable): S1 … S7 (see README, "accept").
+    #[arg(long = "scenario", value_name = "S1..S7")]
     scenario: Vec<Scenario>,
     /// Keep <DIR>/accept/<minor> (OCCM, etcd and kube-apiserver logs, the simulated cloud's
     /// request log) even when the minor is accepted.

@@ -78,6 +78,10 @@ pub enum Scenario {
     /// never reaches the workload (see [`resource_set`]). Runs once: it is about the image
     /// reference, not a binary.
     S6,
+    /// The permanent fault: no Keystone token ever has compute. Ours crash-loops visibly, each
+    /// exit with patch 0004's message (the fix makes the failure loud, it cannot cure it); the
+    /// control keeps running, silent (see [`remediation::crash_loop_verdict`]).
+    S7,
 }
 
 impl Scenario {
@@ -101,6 +105,9 @@ impl Scenario {
             Scenario::S6 => {
                 "ClusterResourceSet: crs-secret → workload DaemonSet ours, revert and driver upgrade back, legacy ApplyOnce refused"
             }
+            Scenario::S7 => {
+                "Cluster API: no token ever has compute → OCCM crash-loops visibly with the patch's message"
+            }
         }
     }
 
@@ -115,10 +122,10 @@ impl Scenario {
 
     /// Whether it needs Cluster API (built into the cache as well).
     pub fn needs_cluster_api(self) -> bool {
-        matches!(self, Scenario::S5 | Scenario::S6)
+        matches!(self, Scenario::S5 | Scenario::S6 | Scenario::S7)
     }
 
-    /// What the unpatched upstream binary is expected to do: fail S1, S2 and S5 (the bugs),
+    /// What the unpatched upstream binary is expected to do: fail S1, S2, S5 and S7 (the bugs),
     /// pass S3 and S4 (its normal job); S6 does not run it.
     pub fn control_expected_to_pass(self) -> bool {
         matches!(self, Scenario::S3 | Scenario::S4 | Scenario::S6)
@@ -179,6 +186,8 @@ pub fn stage_name(s: Scenario, side: Side) -> &'static str {
         (Scenario::S5, Side::Control) => "S5 control",
         (Scenario::S6, Side::Ours) => "S6 ours",
         (Scenario::S6, Side::Control) => "S6 control",
+        (Scenario::S7, Side::Ours) => "S7 ours",
+        (Scenario::S7, Side::Control) => "S7 control",
     }
 }
 
@@ -405,7 +414,7 @@ fn cloud_state(s: Scenario) -> (CloudState, Vec<Server>) {
     let new1 = Server::active("8e2d5d8c-0b3a-4f2e-9d41-1c0a5e7f0001", "new-1", "10.0.0.11");
     let new2 = Server::active("8e2d5d8c-0b3a-4f2e-9d41-1c0a5e7f0002", "new-2", "10.0.0.12");
     let servers = match s {
-        Scenario::S1 | Scenario::S2 | Scenario::S5 | Scenario::S6 => vec![],
+        Scenario::S1 | Scenario::S2 | Scenario::S5 | Scenario::S6 | Scenario::S7 => vec![],
         Scenario::S3 => vec![new1],
         Scenario::S4 => vec![new1, new2],
     };
@@ -455,9 +464,18 @@ pub(crate) async fn run(
         Scenario::S3 => s3(&ctx, &mut reps, &servers[0]).await,
         Scenario::S4 => s4(&ctx, &mut reps, &servers).await,
         // On control planes of its own; the servers come from its infrastructure provider.
-        Scenario::S5 | Scenario::S6 => match &bench.capi {
-            Some(capi) if scenario == Scenario::S5 => remediation::run(capi, binary, dir).await,
-            Some(capi) => resource_set::run(capi, &capi.images, dir).await,
+        Scenario::S5 | Scenario::S6 | Scenario::S7 => match &bench.capi {
+            Some(capi) if scenario == Scenario::S6 => {
+                resource_set::run(capi, &capi.images, dir).await
+            }
+            Some(capi) => {
+                let fault = if scenario == Scenario::S5 {
+                    remediation::Fault::FirstToken
+                } else {
+                    remediation::Fault::Permanent
+                };
+                remediation::run(capi, binary, dir, fault).await
+            }
             None => Err(AcceptError::Input {
                 part: scenario.to_string(),
                 message: "Cluster API was not prepared for this run".into(),
@@ -765,9 +783,9 @@ mod tests {
         assert!(
             "S9".parse::<Scenario>()
                 .unwrap_err()
-                .ends_with("(known: S1, S2, S3, S4, S5, S6)")
+                .ends_with("(known: S1, S2, S3, S4, S5, S6, S7)")
         );
-        assert_eq!(Scenario::ALL.last(), Some(&Scenario::S6));
+        assert_eq!(Scenario::ALL.last(), Some(&Scenario::S7));
         assert_eq!(Scenario::S6.sides(), [Side::Ours]);
         assert_eq!(Scenario::S5.sides(), [Side::Ours, Side::Control]);
         assert!(Scenario::S6.needs_cluster_api());

@@ -42,6 +42,21 @@ pub const NODE_STARTUP_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long a side is watched at most: two startup timeouts plus the MachineHealthCheck's
 /// reconcile cadence (remediation came 1–11 s after the timeout).
 pub const WINDOW: Duration = Duration::from_secs(150);
+/// How long a side of the permanent fault is watched at most: one startup timeout, the
+/// remediation after it, and slack.
+pub const PERMANENT_WINDOW: Duration = Duration::from_secs(100);
+/// Exits that make a crash loop (kubelet shows `CrashLoopBackOff` from the second restart).
+pub const CRASH_LOOP: usize = 3;
+
+/// The missing-compute fault a side runs under.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// The first Keystone token has no compute endpoint (the report's transient fault): S5.
+    FirstToken,
+    /// No token ever has one: S7. The fix cannot cure it, only make it loud.
+    Permanent,
+}
+
 /// Remediations that make a loop.
 pub const LOOP: usize = 2;
 /// What Cluster API's MachineHealthCheck controller logs when it marks a Machine
@@ -234,6 +249,62 @@ pub fn verdict(o: &Observed, startup_timeout: Duration) -> RunResult {
     }
 }
 
+/// The verdict under the permanent fault: `passed` when OCCM crash-loops visibly (at least
+/// [`CRASH_LOOP`] exits, each with patch 0004's message: what kubelet shows as
+/// `CrashLoopBackOff`); the bug is shown when OCCM stays up and silent (no exit, cloud-node
+/// skipped) while no Machine gets a nodeRef.
+pub fn crash_loop_verdict(o: &Observed) -> RunResult {
+    let loud =
+        o.exits.len() >= CRASH_LOOP && o.exits.iter().all(|e| e.line.contains(PATCH_0004_MESSAGE));
+    let node_ref = if o.any_node_ref {
+        "a Machine got a nodeRef"
+    } else {
+        "no Machine got a nodeRef"
+    };
+    let remediations = match o.remediations.len() {
+        0 => "no remediation".to_string(),
+        n => format!("{n} remediation{}", if n == 1 { "" } else { "s" }),
+    };
+    if loud {
+        let last = o.exits.last().map(|e| e.at).unwrap_or_default();
+        let line = shorten(
+            o.exits[0].line.split(", most likely").next().unwrap_or(""),
+            200,
+        );
+        return RunResult {
+            bug_shown: false,
+            ..RunResult::pass(
+                last,
+                format!(
+                    "OCCM crash-looped: {} exits in {last:.1} s, each `{line}` (kubelet shows CrashLoopBackOff); {node_ref}; {remediations}",
+                    o.exits.len()
+                ),
+            )
+        };
+    }
+    let silent = o.exits.is_empty() && o.skipped.is_some() && !o.any_node_ref;
+    let mut evidence = if o.exits.is_empty() {
+        format!(
+            "OCCM kept running {:.0} s without a word of the fault",
+            o.watched
+        )
+    } else {
+        format!(
+            "OCCM exited only {}× in {:.0} s, not a visible crash loop",
+            o.exits.len(),
+            o.watched
+        )
+    };
+    if let Some(l) = &o.skipped {
+        evidence.push_str(&format!(" (log: `{l}`)"));
+    }
+    evidence.push_str(&format!("; {node_ref}; {remediations}"));
+    RunResult {
+        bug_shown: silent,
+        ..RunResult::fail(o.watched, evidence)
+    }
+}
+
 /// The value of `key="…"` in a structured klog line (`Machine="default/workers-x"`).
 fn klog_value<'l>(line: &'l str, key: &str) -> Option<&'l str> {
     let needle = format!(" {key}=\"");
@@ -401,9 +472,10 @@ pub(crate) async fn run(
     bench: &CapiBench<'_>,
     binary: &Path,
     dir: &Path,
+    fault: Fault,
 ) -> Result<RunResult, AcceptError> {
     let mut m = Management::start(bench.binaries, bench.manager, dir).await?;
-    let result = watch(bench, &mut m, binary, dir).await;
+    let result = watch(bench, &mut m, binary, dir, fault).await;
     m.stop().await;
     result
 }
@@ -413,11 +485,15 @@ async fn watch(
     m: &mut Management,
     binary: &Path,
     dir: &Path,
+    fault: Fault,
 ) -> Result<RunResult, AcceptError> {
     let (cp, kube) = (&m.control_plane, &m.kube);
     let io = |e: std::io::Error| AcceptError::Io(format!("{}: {e}", dir.display()));
     bench.cloud.set_state(CloudState {
-        tokens_without_compute: 1,
+        tokens_without_compute: match fault {
+            Fault::FirstToken => 1,
+            Fault::Permanent => u32::MAX,
+        },
         ..CloudState::default()
     });
     let kubeconfig_text = std::fs::read_to_string(&cp.kubeconfig).map_err(io)?;
@@ -429,7 +505,7 @@ async fn watch(
     let cloud_conf = dir.join("cloud.conf");
     std::fs::write(&cloud_conf, bench.cloud.cloud_conf()).map_err(io)?;
     let mut occm = Supervised::new(binary, dir, cloud_conf, cp.kubeconfig.clone());
-    let outcome = observe(bench, m, &mut provider, &mut occm).await;
+    let outcome = observe(bench, m, &mut provider, &mut occm, fault).await;
     occm.stop().await;
     let actions: String = provider
         .log
@@ -457,7 +533,10 @@ async fn watch(
             klog_value(l, "reason").unwrap_or("?")
         )
     });
-    Ok(verdict(&o, NODE_STARTUP_TIMEOUT))
+    Ok(match fault {
+        Fault::FirstToken => verdict(&o, NODE_STARTUP_TIMEOUT),
+        Fault::Permanent => crash_loop_verdict(&o),
+    })
 }
 
 /// Polls every second for at most [`WINDOW`]: the stand-ins and the supervisor act, then
@@ -468,6 +547,7 @@ async fn observe(
     m: &mut Management,
     provider: &mut Provider,
     occm: &mut Supervised<'_>,
+    fault: Fault,
 ) -> Result<Observed, AcceptError> {
     let machines = format!("/apis/cluster.x-k8s.io/v1beta2/namespaces/{NAMESPACE}/machines");
     let t0 = Instant::now();
@@ -531,8 +611,15 @@ async fn observe(
             }
         }
         o.watched = t0.elapsed().as_secs_f64();
-        let looped = !o.any_node_ref && o.remediations.len() >= LOOP;
-        if o.healthy.is_some() || looped || t0.elapsed() >= WINDOW {
+        let done = match fault {
+            Fault::FirstToken => {
+                o.healthy.is_some()
+                    || (!o.any_node_ref && o.remediations.len() >= LOOP)
+                    || t0.elapsed() >= WINDOW
+            }
+            Fault::Permanent => occm.exits.len() >= CRASH_LOOP || t0.elapsed() >= PERMANENT_WINDOW,
+        };
+        if done {
             return Ok(o);
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
@@ -643,6 +730,49 @@ mod tests {
             ..Observed::default()
         };
         assert!(!verdict(&node_ref, NODE_STARTUP_TIMEOUT).bug_shown);
+    }
+
+    #[test]
+    fn a_permanent_fault_passes_when_ours_crash_loops_and_shows_the_bug_when_silent() {
+        let loop3 = Observed {
+            exits: vec![
+                exit(),
+                Exit { at: 14.1, ..exit() },
+                Exit { at: 35.0, ..exit() },
+            ],
+            watched: 35.0,
+            ..Observed::default()
+        };
+        let r = crash_loop_verdict(&loop3);
+        assert!(r.passed && !r.bug_shown, "{r:?}");
+        assert_eq!(
+            r.evidence,
+            "OCCM crash-looped: 3 exits in 35.0 s, each `the cloud-node controller is enabled but did not start` (kubelet shows CrashLoopBackOff); no Machine got a nodeRef; no remediation"
+        );
+        // Exits for another reason are not the patch's loud failure.
+        let mut other = loop3.clone();
+        other.exits[2].line = "panic: nil map".into();
+        assert!(!crash_loop_verdict(&other).passed);
+        let silent = Observed {
+            remediations: vec![remediation("workers-a", 66.0)],
+            skipped: Some("Skipping \"cloud-node-controller\"".into()),
+            watched: 80.0,
+            ..Observed::default()
+        };
+        let r = crash_loop_verdict(&silent);
+        assert!(!r.passed && r.bug_shown, "{r:?}");
+        assert_eq!(
+            r.evidence,
+            "OCCM kept running 80 s without a word of the fault (log: `Skipping \"cloud-node-controller\"`); no Machine got a nodeRef; 1 remediation"
+        );
+        // Two exits are no loop, and not silence either.
+        let two = Observed {
+            exits: vec![exit(), exit()],
+            watched: 80.0,
+            ..Observed::default()
+        };
+        let r = crash_loop_verdict(&two);
+        assert!(!r.passed && !r.bug_shown, "{r:?}");
     }
 
     #[test]

@@ -140,7 +140,7 @@ pub fn verdict(o: &Observed) -> RunResult {
         .steps
         .iter()
         .map(|s| match s.reached {
-            Some(t) => format!("{} in {t:.1} s (hash {})", s.what, short(&s.hash)),
+            Some(t) => format!("{} in {t:.1} s (binding hash {})", s.what, short(&s.hash)),
             None => format!(
                 "{} NOT reached (DaemonSet image {}, binding hash {}, expected {} / {})",
                 s.what,
@@ -474,7 +474,7 @@ mod tests {
         assert!(r.passed && !r.bug_shown, "{r:?}");
         assert_eq!(r.seconds, 1.5);
         assert!(
-            r.evidence.starts_with("Reconcile: applied in 4.0 s (hash sha256:0123456789ab); crs-secret → ours in 1.5 s")
+            r.evidence.starts_with("Reconcile: applied in 4.0 s (binding hash sha256:0123456789ab); crs-secret → ours in 1.5 s")
                 && r.evidence.contains(&format!("ApplyOnce Secret {LEGACY_SECRET}: applied once in 3.0 s; crs-secret refused (`Secret x is named by the cluster UUID`)"))
                 && r.evidence.ends_with("did not reach the workload in 30 s (image registry.k8s.io/provider-os/openstack-cloud-controller-manager:v1.34.1, hash unchanged)"),
             "{}",
