@@ -75,10 +75,15 @@ pub struct Entry {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub inputs: Option<BuildInputs>,
     /// Whether this image passed `build --accept` (ours passes every scenario, the control shows
-    /// the bugs of S1, S2 and S5) before it was recorded; absent (false) otherwise. `build --accept` rebuilds an entry
+    /// the bugs of S1, S2, S5, S7 and S8) before it was recorded; absent (false) otherwise. `build --accept` rebuilds an entry
     /// recorded without it.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub accepted: bool,
+    /// The scenarios that acceptance ran (`[S1, …, S8]`), when `accepted`; an entry accepted on
+    /// fewer scenarios than this occm-forge runs (or recorded before this field) is accepted again
+    /// under `build --accept`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub accepted_scenarios: Vec<String>,
     /// How the SBOM and provenance went to the registry (`--referrers`): `subject` (OCI 1.1
     /// referrers), `tag-schema` (the registry refused `subject`: the referrer manifests recorded
     /// in `sbom` and `provenance` carry none and are listed in their subject's `sha256-<hex>`
@@ -586,6 +591,7 @@ mod tests {
             built_at: "2026-11-29T00:00:00Z".into(),
             inputs: None,
             accepted: false,
+            accepted_scenarios: vec![],
             referrers: Some(ReferrersPushed::Subject),
             mirrors: vec![],
         }

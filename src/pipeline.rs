@@ -441,6 +441,14 @@ fn entry(
         mirrors: vec![],
         inputs: plan.inputs(),
         accepted: plan.accept,
+        accepted_scenarios: if plan.accept {
+            crate::accept::Scenario::ALL
+                .iter()
+                .map(|s| s.to_string())
+                .collect()
+        } else {
+            vec![]
+        },
         referrers: published.map(|p| p.referrers),
     }
 }

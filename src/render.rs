@@ -397,6 +397,8 @@ mod tests {
             built_at: "2026-11-29T00:00:00Z".into(),
             inputs: None,
             accepted: false,
+            accepted_scenarios: vec![],
+            accepted_scenarios: vec![],
             referrers: None,
         }
     }

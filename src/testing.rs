@@ -139,6 +139,7 @@ pub fn image(tag: &str) -> FixtureImage {
         built_at: "2026-12-01T00:00:00Z".into(),
         inputs: None,
         accepted: false,
+        accepted_scenarios: vec![],
         referrers: Some(crate::registry::publish::ReferrersPushed::Subject),
         mirrors: vec![],
     };

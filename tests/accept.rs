@@ -1,6 +1,6 @@
 //! `occm-forge accept`: the simulated OpenStack against a real HTTP client (offline), bad input
 //! of the command (offline, on the fixture upstream), and the gated end-to-end run on the real
-//! v1.34.1 (ours passes S1–S7, the unpatched control fails S1, S2, S5 and S7; S6 has no control).
+//! v1.34.1 (ours passes S1–S8, the unpatched control fails S1, S2, S5, S7 and S8; S6 has no control).
 
 mod common;
 
@@ -339,6 +339,22 @@ fn build_accept_that_fails_pushes_and_records_nothing() {
         Some(404),
         "something was pushed"
     );
+
+    // Accepted by an older occm-forge on fewer scenarios: `--accept` runs the new ones.
+    let mut lock: serde_norway::Value = serde_norway::from_slice(&recorded).unwrap();
+    let entry = &mut lock["images"]["1.34"];
+    entry["accepted"] = true.into();
+    entry["accepted_scenarios"] = serde_norway::from_str("[S1, S2, S3, S4]").unwrap();
+    std::fs::write(&f.lock, serde_norway::to_string(&lock).unwrap()).unwrap();
+    let o = build(&["--accept"]);
+    assert_eq!(o.status.code(), Some(12), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains(
+            "1.34 needs a build: images.lock.yaml records 1.34 accepted without S5 S6 S7 S8, and --accept runs them"
+        ),
+        "{}",
+        stderr(&o)
+    );
 }
 
 fn executable(path: &std::path::Path, text: &str) {
@@ -585,7 +601,7 @@ async fn an_occm_that_crashes_fails_the_scenario_and_nothing_is_left_running() {
 /// through the Go module proxy, the control built from the unpatched tag.
 #[test]
 #[ignore = "needs OCCM_FORGE_UPSTREAM_MIRROR (a mirror of kubernetes/cloud-provider-openstack) and the Go module proxy"]
-fn real_v1_34_ours_passes_every_scenario_and_upstream_fails_s1_s2_s5_and_s7() {
+fn real_v1_34_ours_passes_every_scenario_and_upstream_fails_s1_s2_s5_s7_and_s8() {
     let mirror = std::env::var("OCCM_FORGE_UPSTREAM_MIRROR").expect(
         "set OCCM_FORGE_UPSTREAM_MIRROR to a mirror of kubernetes/cloud-provider-openstack",
     );
@@ -635,9 +651,8 @@ fn real_v1_34_ours_passes_every_scenario_and_upstream_fails_s1_s2_s5_and_s7() {
         .find(|l| l.starts_with("occm-forge: accept "))
         .map(str::to_string);
     assert!(
-        accept_line.as_deref().is_some_and(
-            |l| l.ends_with("ours passes S1 S2 S3 S4 S5 S6 S7; the control fails S1 S2 S5 S7")
-        ),
+        accept_line.as_deref().is_some_and(|l| l
+            .ends_with("ours passes S1 S2 S3 S4 S5 S6 S7 S8; the control fails S1 S2 S5 S7 S8")),
         "{}",
         stderr(&o)
     );
@@ -661,7 +676,7 @@ fn real_v1_34_ours_passes_every_scenario_and_upstream_fails_s1_s2_s5_and_s7() {
     assert_eq!(o.status.code(), Some(0), "accept failed");
     assert_eq!(report["verdict"], "accepted");
     let rows = report["rows"].as_array().unwrap();
-    assert_eq!(rows.len(), 7);
+    assert_eq!(rows.len(), 8);
     let control_passes = [
         json!(false),
         json!(false),
@@ -669,6 +684,7 @@ fn real_v1_34_ours_passes_every_scenario_and_upstream_fails_s1_s2_s5_and_s7() {
         json!(true),
         json!(false),
         Value::Null,
+        json!(false),
         json!(false),
     ];
     for (row, control_passes) in rows.iter().zip(control_passes) {
@@ -769,6 +785,26 @@ fn real_v1_34_ours_passes_every_scenario_and_upstream_fails_s1_s2_s5_and_s7() {
             && ev(6, "control").contains("Skipping \"cloud-node-controller\""),
         "{}",
         ev(6, "control")
+    );
+    // S8: magnum-cluster-api's MachineHealthCheck beside two healthy workers.
+    assert!(
+        ev(7, "ours").contains("NodeHealthy True")
+            && ev(7, "ours").contains("; no remediation; old workers ")
+            && ev(7, "ours").ends_with(" none remediated"),
+        "{}",
+        ev(7, "ours")
+    );
+    assert_eq!(
+        rows[7]["control"]["bug_shown"], true,
+        "{}",
+        rows[7]["control"]
+    );
+    assert!(
+        ev(7, "control").starts_with("no Machine got a nodeRef")
+            && ev(7, "control").contains("NodeStartupTimeout")
+            && ev(7, "control").ends_with(" none remediated"),
+        "{}",
+        ev(7, "control")
     );
     assert_eq!(
         report["unsimulated_requests"],

@@ -21,8 +21,8 @@ pub struct AcceptArgs {
     /// The OCI layout holding the images (`build --output`); logs go to <DIR>/accept/<minor>.
     #[arg(long, default_value = "out", value_name = "DIR")]
     layout: PathBuf,
-    /// Run only these scenarios (repeatable): S1 … S7 (see README, "accept").
-    #[arg(long = "scenario", value_name = "S1..S7")]
+    /// Run only these scenarios (repeatable): S1 … S8 (see README, "accept").
+    #[arg(long = "scenario", value_name = "S1..S8")]
     scenario: Vec<Scenario>,
     /// Keep <DIR>/accept/<minor> (OCCM, etcd and kube-apiserver logs, the simulated cloud's
     /// request log) even when the minor is accepted.

@@ -81,6 +81,18 @@ async fn freshness(plan: &BuildPlan, registry: &dyn Registry) -> Result<Freshnes
             plan.minor
         ));
     }
+    let missing: Vec<String> = crate::accept::Scenario::ALL
+        .iter()
+        .map(|s| s.to_string())
+        .filter(|s| !entry.accepted_scenarios.contains(s))
+        .collect();
+    if plan.accept && !missing.is_empty() {
+        return stale(format!(
+            "{at} records {} accepted without {}, and --accept runs them",
+            plan.minor,
+            missing.join(" ")
+        ));
+    }
     let Some(recorded) = &entry.inputs else {
         return stale(format!(
             "{at} records no inputs for {} (an older occm-forge built it)",

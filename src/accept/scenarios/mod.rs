@@ -82,6 +82,11 @@ pub enum Scenario {
     /// exit with patch 0004's message (the fix makes the failure loud, it cannot cure it); the
     /// control keeps running, silent (see [`remediation::crash_loop_verdict`]).
     S7,
+    /// magnum-cluster-api's own MachineHealthCheck (remediation while at most 80 % are
+    /// unhealthy) with two healthy workers: OCCM restarts, its first token without compute,
+    /// and a third worker joins. Ours initialises it without remediation; the control never
+    /// does and the new worker is remediated.
+    S8,
 }
 
 impl Scenario {
@@ -108,6 +113,9 @@ impl Scenario {
             Scenario::S7 => {
                 "Cluster API: no token ever has compute → OCCM crash-loops visibly with the patch's message"
             }
+            Scenario::S8 => {
+                "Cluster API, magnum-cluster-api's MachineHealthCheck (80 %), two healthy workers: OCCM restarts without compute, a third joins → initialised, no remediation"
+            }
         }
     }
 
@@ -122,10 +130,13 @@ impl Scenario {
 
     /// Whether it needs Cluster API (built into the cache as well).
     pub fn needs_cluster_api(self) -> bool {
-        matches!(self, Scenario::S5 | Scenario::S6 | Scenario::S7)
+        matches!(
+            self,
+            Scenario::S5 | Scenario::S6 | Scenario::S7 | Scenario::S8
+        )
     }
 
-    /// What the unpatched upstream binary is expected to do: fail S1, S2, S5 and S7 (the bugs),
+    /// What the unpatched upstream binary is expected to do: fail S1, S2, S5, S7 and S8 (the bugs),
     /// pass S3 and S4 (its normal job); S6 does not run it.
     pub fn control_expected_to_pass(self) -> bool {
         matches!(self, Scenario::S3 | Scenario::S4 | Scenario::S6)
@@ -188,6 +199,8 @@ pub fn stage_name(s: Scenario, side: Side) -> &'static str {
         (Scenario::S6, Side::Control) => "S6 control",
         (Scenario::S7, Side::Ours) => "S7 ours",
         (Scenario::S7, Side::Control) => "S7 control",
+        (Scenario::S8, Side::Ours) => "S8 ours",
+        (Scenario::S8, Side::Control) => "S8 control",
     }
 }
 
@@ -414,7 +427,9 @@ fn cloud_state(s: Scenario) -> (CloudState, Vec<Server>) {
     let new1 = Server::active("8e2d5d8c-0b3a-4f2e-9d41-1c0a5e7f0001", "new-1", "10.0.0.11");
     let new2 = Server::active("8e2d5d8c-0b3a-4f2e-9d41-1c0a5e7f0002", "new-2", "10.0.0.12");
     let servers = match s {
-        Scenario::S1 | Scenario::S2 | Scenario::S5 | Scenario::S6 | Scenario::S7 => vec![],
+        Scenario::S1 | Scenario::S2 | Scenario::S5 | Scenario::S6 | Scenario::S7 | Scenario::S8 => {
+            vec![]
+        }
         Scenario::S3 => vec![new1],
         Scenario::S4 => vec![new1, new2],
     };
@@ -464,15 +479,15 @@ pub(crate) async fn run(
         Scenario::S3 => s3(&ctx, &mut reps, &servers[0]).await,
         Scenario::S4 => s4(&ctx, &mut reps, &servers).await,
         // On control planes of its own; the servers come from its infrastructure provider.
-        Scenario::S5 | Scenario::S6 | Scenario::S7 => match &bench.capi {
+        Scenario::S5 | Scenario::S6 | Scenario::S7 | Scenario::S8 => match &bench.capi {
             Some(capi) if scenario == Scenario::S6 => {
                 resource_set::run(capi, &capi.images, dir).await
             }
             Some(capi) => {
-                let fault = if scenario == Scenario::S5 {
-                    remediation::Fault::FirstToken
-                } else {
-                    remediation::Fault::Permanent
+                let fault = match scenario {
+                    Scenario::S5 => remediation::Fault::FirstToken,
+                    Scenario::S7 => remediation::Fault::Permanent,
+                    _ => remediation::Fault::MagnumHealthCheck,
                 };
                 remediation::run(capi, binary, dir, fault).await
             }
@@ -783,9 +798,9 @@ mod tests {
         assert!(
             "S9".parse::<Scenario>()
                 .unwrap_err()
-                .ends_with("(known: S1, S2, S3, S4, S5, S6, S7)")
+                .ends_with("(known: S1, S2, S3, S4, S5, S6, S7, S8)")
         );
-        assert_eq!(Scenario::ALL.last(), Some(&Scenario::S7));
+        assert_eq!(Scenario::ALL.last(), Some(&Scenario::S8));
         assert_eq!(Scenario::S6.sides(), [Side::Ours]);
         assert_eq!(Scenario::S5.sides(), [Side::Ours, Side::Control]);
         assert!(Scenario::S6.needs_cluster_api());

@@ -31,7 +31,7 @@ use super::{CapiBench, PATCH_0004_MESSAGE, RunResult, spawn_occm};
 use crate::accept::AcceptError;
 use crate::accept::sim::capi::Management;
 use crate::accept::sim::cloud::CloudState;
-use crate::accept::sim::kube::NodeInit;
+use crate::accept::sim::kube::{Kube, NodeInit};
 use crate::accept::sim::process::{Process, klog_message, last_error, shorten};
 use crate::accept::sim::provider::{self, GROUP, Provider};
 
@@ -39,6 +39,19 @@ use crate::accept::sim::provider::{self, GROUP, Provider};
 /// apply without the webhook; magnum-cluster-api sets none, so Cluster API's default 600 s
 /// applies there: shortened to fit the run).
 pub const NODE_STARTUP_TIMEOUT: Duration = Duration::from_secs(60);
+/// [`Fault::MagnumHealthCheck`]'s `nodeStartupTimeoutSeconds`: longer, as the restarted OCCM
+/// first waits out the stopped leader's Lease (15 s), twice.
+pub const MAGNUM_NODE_STARTUP_TIMEOUT: Duration = Duration::from_secs(90);
+
+impl Fault {
+    /// The MachineHealthCheck's `nodeStartupTimeoutSeconds` for this case.
+    pub fn node_startup_timeout(self) -> Duration {
+        match self {
+            Fault::MagnumHealthCheck => MAGNUM_NODE_STARTUP_TIMEOUT,
+            _ => NODE_STARTUP_TIMEOUT,
+        }
+    }
+}
 /// How long a side is watched at most: two startup timeouts plus the MachineHealthCheck's
 /// reconcile cadence (remediation came 1–11 s after the timeout).
 pub const WINDOW: Duration = Duration::from_secs(150);
@@ -48,14 +61,22 @@ pub const PERMANENT_WINDOW: Duration = Duration::from_secs(100);
 /// Exits that make a crash loop (kubelet shows `CrashLoopBackOff` from the second restart).
 pub const CRASH_LOOP: usize = 3;
 
-/// The missing-compute fault a side runs under.
+/// The case a side runs: the missing-compute fault and the MachineHealthCheck it runs under.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Fault {
-    /// The first Keystone token has no compute endpoint (the report's transient fault): S5.
+    /// The first Keystone token has no compute endpoint (the report's transient fault), one
+    /// worker, the MachineHealthCheck remediating at 100 %: S5.
     FirstToken,
     /// No token ever has one: S7. The fix cannot cure it, only make it loud.
     Permanent,
+    /// magnum-cluster-api's own MachineHealthCheck (remediation while at most 80 % are
+    /// unhealthy): two workers become healthy first, then OCCM restarts, its first token without
+    /// compute, and the pool scales to three: S8.
+    MagnumHealthCheck,
 }
+
+/// How long the old workers of [`Fault::MagnumHealthCheck`] may take to become healthy.
+pub const WARM_UP: Duration = Duration::from_secs(90);
 
 /// Remediations that make a loop.
 pub const LOOP: usize = 2;
@@ -164,12 +185,15 @@ pub struct Observed {
     pub skipped: Option<String>,
     /// Cluster API's first `marking for remediation` line, when logged.
     pub capi_line: Option<String>,
+    /// The workers that were healthy before the fault ([`Fault::MagnumHealthCheck`]): not
+    /// candidates for `healthy` or `any_node_ref`; a remediation of one is still counted.
+    pub old: Vec<String>,
 }
 
 /// The verdict: `passed` when a Machine became healthy within `startup_timeout` of being seen
 /// with no remediation; the bug is shown when no Machine got a nodeRef and at least [`LOOP`]
 /// were remediated.
-pub fn verdict(o: &Observed, startup_timeout: Duration) -> RunResult {
+pub fn verdict(o: &Observed, startup_timeout: Duration, loop_len: usize) -> RunResult {
     let exits = if o.exits.is_empty() {
         "OCCM did not exit".to_string()
     } else {
@@ -217,13 +241,14 @@ pub fn verdict(o: &Observed, startup_timeout: Duration) -> RunResult {
             ..RunResult::pass(
                 *secs,
                 format!(
-                    "Machine {machine} Running, nodeRef {machine}, NodeHealthy True after {secs:.1} s (nodeStartupTimeout {} s), Node {node}; {exits}; {remediations}",
-                    startup_timeout.as_secs()
+                    "Machine {machine} Running, nodeRef {machine}, NodeHealthy True after {secs:.1} s (nodeStartupTimeout {} s), Node {node}; {exits}; {remediations}{}",
+                    startup_timeout.as_secs(),
+                    old_workers(o)
                 ),
             )
         };
     }
-    let bug = !o.any_node_ref && o.remediations.len() >= LOOP;
+    let bug = !o.any_node_ref && o.remediations.len() >= loop_len;
     let mut evidence = match &o.healthy {
         Some((machine, _, secs)) => format!(
             "Machine {machine} healthy only after {secs:.1} s (nodeStartupTimeout {} s)",
@@ -242,7 +267,7 @@ pub fn verdict(o: &Observed, startup_timeout: Duration) -> RunResult {
     if let Some(l) = &o.skipped {
         evidence.push_str(&format!("; OCCM: `{l}`"));
     }
-    evidence.push_str(&format!("; {exits}"));
+    evidence.push_str(&format!("; {exits}{}", old_workers(o)));
     RunResult {
         bug_shown: bug,
         ..RunResult::fail(o.watched, evidence)
@@ -305,6 +330,28 @@ pub fn crash_loop_verdict(o: &Observed) -> RunResult {
     }
 }
 
+/// `; old workers a, b healthy before the fault` when there were any (and which were remediated).
+fn old_workers(o: &Observed) -> String {
+    if o.old.is_empty() {
+        return String::new();
+    }
+    let lost: Vec<&str> = o
+        .old
+        .iter()
+        .filter(|w| o.remediations.iter().any(|r| &r.machine == *w))
+        .map(String::as_str)
+        .collect();
+    format!(
+        "; old workers {} healthy before the fault{}",
+        o.old.join(", "),
+        if lost.is_empty() {
+            ", none remediated".to_string()
+        } else {
+            format!(", {} remediated", lost.join(", "))
+        }
+    )
+}
+
 /// The value of `key="…"` in a structured klog line (`Machine="default/workers-x"`).
 fn klog_value<'l>(line: &'l str, key: &str) -> Option<&'l str> {
     let needle = format!(" {key}=\"");
@@ -317,7 +364,16 @@ fn klog_value<'l>(line: &'l str, key: &str) -> Option<&'l str> {
 /// AcceptMachineTemplate, MachineSet and MachineHealthCheck. `apiserver` is
 /// `https://127.0.0.1:<port>`, `kubeconfig` the text of a kubeconfig for it, `version` the
 /// Kubernetes version (`v1.34.1`).
-pub fn objects(apiserver: &str, kubeconfig: &str, version: &str) -> Vec<(String, Value)> {
+pub fn objects(
+    apiserver: &str,
+    kubeconfig: &str,
+    version: &str,
+    fault: Fault,
+) -> Vec<(String, Value)> {
+    let (replicas, trigger) = match fault {
+        Fault::MagnumHealthCheck => (2, "80%"),
+        _ => (1, "100%"),
+    };
     let cluster_label = json!({"cluster.x-k8s.io/cluster-name": CLUSTER});
     let pool_labels = json!({"cluster.x-k8s.io/cluster-name": CLUSTER, "nodepool": POOL});
     let capi = |kind: &str| format!("/apis/cluster.x-k8s.io/v1beta2/namespaces/{NAMESPACE}/{kind}");
@@ -345,7 +401,7 @@ pub fn objects(apiserver: &str, kubeconfig: &str, version: &str) -> Vec<(String,
                          "annotations": {"machineset.cluster.x-k8s.io/skip-preflight-checks": "All"}},
             "spec": {
                 "clusterName": CLUSTER,
-                "replicas": 1,
+                "replicas": replicas,
                 "selector": {"matchLabels": pool_labels},
                 "template": {
                     "metadata": {"labels": pool_labels},
@@ -366,13 +422,13 @@ pub fn objects(apiserver: &str, kubeconfig: &str, version: &str) -> Vec<(String,
                 "clusterName": CLUSTER,
                 "selector": {"matchLabels": {"nodepool": POOL}},
                 "checks": {
-                    "nodeStartupTimeoutSeconds": NODE_STARTUP_TIMEOUT.as_secs(),
+                    "nodeStartupTimeoutSeconds": fault.node_startup_timeout().as_secs(),
                     "unhealthyNodeConditions": [
                         {"type": "Ready", "status": "Unknown", "timeoutSeconds": 300},
                         {"type": "Ready", "status": "False", "timeoutSeconds": 300}
                     ]
                 },
-                "remediation": {"triggerIf": {"unhealthyLessThanOrEqualTo": "100%"}}
+                "remediation": {"triggerIf": {"unhealthyLessThanOrEqualTo": trigger}}
             }}),
         ),
     ]);
@@ -449,6 +505,17 @@ impl<'a> Supervised<'a> {
         Ok(())
     }
 
+    /// Stops the running OCCM (a Pod deleted, a node drained) and starts it again at once; the
+    /// stop is not an exit.
+    async fn restart(&mut self) -> Result<(), AcceptError> {
+        if let Some(p) = &mut self.proc {
+            let _ = p.stop(Duration::from_secs(5)).await;
+        }
+        self.proc = None;
+        self.restart_at = Some(Instant::now());
+        self.tick()
+    }
+
     /// Every start's log so far.
     fn logs(&self) -> String {
         (1..=self.starts)
@@ -493,11 +560,12 @@ async fn watch(
         tokens_without_compute: match fault {
             Fault::FirstToken => 1,
             Fault::Permanent => u32::MAX,
+            Fault::MagnumHealthCheck => 0,
         },
         ..CloudState::default()
     });
     let kubeconfig_text = std::fs::read_to_string(&cp.kubeconfig).map_err(io)?;
-    for (path, object) in objects(&cp.url, &kubeconfig_text, bench.kubernetes) {
+    for (path, object) in objects(&cp.url, &kubeconfig_text, bench.kubernetes, fault) {
         kube.create(&path, object).await?;
     }
     let mut provider = Provider::new(NAMESPACE);
@@ -505,7 +573,31 @@ async fn watch(
     let cloud_conf = dir.join("cloud.conf");
     std::fs::write(&cloud_conf, bench.cloud.cloud_conf()).map_err(io)?;
     let mut occm = Supervised::new(binary, dir, cloud_conf, cp.kubeconfig.clone());
-    let outcome = observe(bench, m, &mut provider, &mut occm, fault).await;
+    let outcome = async {
+        let old = match fault {
+            Fault::MagnumHealthCheck => match warm_up(bench, m, &mut provider, &mut occm).await? {
+                Ok(old) => old,
+                Err(evidence) => return Ok(Err(evidence)),
+            },
+            _ => Vec::new(),
+        };
+        if fault == Fault::MagnumHealthCheck {
+            bench.cloud.fail_next_tokens(1);
+            occm.restart().await?;
+            m.kube
+                .merge_patch(
+                    &format!(
+                        "/apis/cluster.x-k8s.io/v1beta2/namespaces/{NAMESPACE}/machinesets/{POOL}"
+                    ),
+                    json!({"spec": {"replicas": 3}}),
+                )
+                .await?;
+        }
+        observe(bench, m, &mut provider, &mut occm, fault, old)
+            .await
+            .map(Ok)
+    }
+    .await;
     occm.stop().await;
     let actions: String = provider
         .log
@@ -513,7 +605,15 @@ async fn watch(
         .map(|(t, a)| format!("{t:7.1} s {a:?}\n"))
         .collect();
     let _ = std::fs::write(dir.join("provider.log"), actions);
-    let mut o = outcome?;
+    let mut o = match outcome? {
+        Ok(o) => o,
+        Err(evidence) => {
+            return Ok(RunResult {
+                bug_shown: false,
+                ..RunResult::fail(WARM_UP.as_secs_f64(), evidence)
+            });
+        }
+    };
     o.exits = occm.exits.clone();
     let logs = occm.logs();
     o.skipped = logs
@@ -534,9 +634,84 @@ async fn watch(
         )
     });
     Ok(match fault {
-        Fault::FirstToken => verdict(&o, NODE_STARTUP_TIMEOUT),
+        Fault::FirstToken => verdict(&o, NODE_STARTUP_TIMEOUT, LOOP),
+        Fault::MagnumHealthCheck => verdict(&o, MAGNUM_NODE_STARTUP_TIMEOUT, 1),
         Fault::Permanent => crash_loop_verdict(&o),
     })
+}
+
+/// The description of `m`'s Node when the Machine is healthy: `Running` with a nodeRef,
+/// `NodeHealthy=True`, and the Node initialised with its server's provider ID and address.
+async fn healthy_node(
+    kube: &Kube,
+    provider: &Provider,
+    m: &MachineView,
+) -> Result<Option<String>, AcceptError> {
+    if m.phase != "Running" || m.node_ref.is_empty() || m.node_healthy != "True" {
+        return Ok(None);
+    }
+    let Some(node) = kube.node(&m.node_ref).await? else {
+        return Ok(None);
+    };
+    let init = NodeInit::of(&node);
+    Ok(provider
+        .provisioned()
+        .get(&m.name)
+        .filter(|s| init.done(&s.server_id, &s.ip))
+        .map(|_| init.describe()))
+}
+
+/// [`Fault::MagnumHealthCheck`]'s start: OCCM, the stand-ins and Cluster API act, with compute
+/// in every token, until both workers are healthy: their names, or (`Err`) the evidence that
+/// they were not within [`WARM_UP`].
+async fn warm_up(
+    bench: &CapiBench<'_>,
+    m: &mut Management,
+    provider: &mut Provider,
+    occm: &mut Supervised<'_>,
+) -> Result<Result<Vec<String>, String>, AcceptError> {
+    let machines = format!("/apis/cluster.x-k8s.io/v1beta2/namespaces/{NAMESPACE}/machines");
+    let t0 = Instant::now();
+    loop {
+        crate::accept::check_interrupt()?;
+        if let Some(c) = m.crashed() {
+            return Err(AcceptError::ControlPlane {
+                part: "cluster-api".into(),
+                message: c,
+            });
+        }
+        occm.tick()?;
+        provider.tick(&m.kube, bench.cloud).await?;
+        let listed: Vec<MachineView> = m
+            .kube
+            .list(&machines)
+            .await?
+            .iter()
+            .map(MachineView::of)
+            .collect();
+        let mut healthy = Vec::new();
+        for machine in &listed {
+            if healthy_node(&m.kube, provider, machine).await?.is_some() {
+                healthy.push(machine.name.clone());
+            }
+        }
+        if healthy.len() >= 2 {
+            return Ok(Ok(healthy));
+        }
+        if t0.elapsed() >= WARM_UP {
+            return Ok(Err(format!(
+                "the two workers before the fault were not healthy within {} s (healthy: {}; OCCM: `{}`)",
+                WARM_UP.as_secs(),
+                if healthy.is_empty() {
+                    "none".to_string()
+                } else {
+                    healthy.join(", ")
+                },
+                last_error(&occm.logs())
+            )));
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
 }
 
 /// Polls every second for at most [`WINDOW`]: the stand-ins and the supervisor act, then
@@ -548,10 +723,14 @@ async fn observe(
     provider: &mut Provider,
     occm: &mut Supervised<'_>,
     fault: Fault,
+    old: Vec<String>,
 ) -> Result<Observed, AcceptError> {
     let machines = format!("/apis/cluster.x-k8s.io/v1beta2/namespaces/{NAMESPACE}/machines");
     let t0 = Instant::now();
-    let mut o = Observed::default();
+    let mut o = Observed {
+        old: old.clone(),
+        ..Observed::default()
+    };
     let mut first_seen: std::collections::BTreeMap<String, Instant> = Default::default();
     let mut reasons: std::collections::BTreeMap<String, String> = Default::default();
     loop {
@@ -578,23 +757,17 @@ async fn observe(
             if !m.unhealthy_reason.is_empty() {
                 reasons.insert(m.name.clone(), m.unhealthy_reason.clone());
             }
+            if old.contains(&m.name) {
+                continue;
+            }
             if !m.node_ref.is_empty() {
                 o.any_node_ref = true;
             }
             if o.healthy.is_none()
-                && m.phase == "Running"
-                && !m.node_ref.is_empty()
-                && m.node_healthy == "True"
-                && let Some(node) = kube.node(&m.node_ref).await?
+                && let Some(node) = healthy_node(kube, provider, m).await?
             {
-                let init = NodeInit::of(&node);
-                let server = provider.provisioned().get(&m.name).cloned();
-                if let Some(s) = server
-                    && init.done(&s.server_id, &s.ip)
-                {
-                    let secs = first_seen[&m.name].elapsed().as_secs_f64();
-                    o.healthy = Some((m.name.clone(), init.describe(), secs));
-                }
+                let secs = first_seen[&m.name].elapsed().as_secs_f64();
+                o.healthy = Some((m.name.clone(), node, secs));
             }
         }
         // A Machine seen before and now deleting or gone was remediated (nothing else deletes
@@ -612,6 +785,11 @@ async fn observe(
         }
         o.watched = t0.elapsed().as_secs_f64();
         let done = match fault {
+            Fault::MagnumHealthCheck => {
+                o.healthy.is_some()
+                    || (!o.any_node_ref && !o.remediations.is_empty())
+                    || t0.elapsed() >= WINDOW
+            }
             Fault::FirstToken => {
                 o.healthy.is_some()
                     || (!o.any_node_ref && o.remediations.len() >= LOOP)
@@ -656,7 +834,7 @@ mod tests {
             watched: 28.4,
             ..Observed::default()
         };
-        let r = verdict(&o, NODE_STARTUP_TIMEOUT);
+        let r = verdict(&o, NODE_STARTUP_TIMEOUT, LOOP);
         assert!(r.passed && !r.bug_shown, "{r:?}");
         assert!(
             r.evidence.starts_with("Machine workers-a Running, nodeRef workers-a, NodeHealthy True after 28.4 s (nodeStartupTimeout 60 s)")
@@ -675,7 +853,7 @@ mod tests {
             watched: 61.0,
             ..Observed::default()
         };
-        let r = verdict(&late, NODE_STARTUP_TIMEOUT);
+        let r = verdict(&late, NODE_STARTUP_TIMEOUT, LOOP);
         assert!(!r.passed && !r.bug_shown, "{r:?}");
         let after = Observed {
             healthy: Some(("workers-b".into(), String::new(), 20.0)),
@@ -684,7 +862,7 @@ mod tests {
             watched: 90.0,
             ..Observed::default()
         };
-        let r = verdict(&after, NODE_STARTUP_TIMEOUT);
+        let r = verdict(&after, NODE_STARTUP_TIMEOUT, LOOP);
         assert!(!r.passed && !r.bug_shown, "{r:?}");
         assert!(
             r.evidence
@@ -703,7 +881,7 @@ mod tests {
             capi_line: Some("Machine has failed health check, marking for remediation` (2×; Machine default/workers-a, reason NodeStartupTimeout)".into()),
             ..Observed::default()
         };
-        let r = verdict(&looped, NODE_STARTUP_TIMEOUT);
+        let r = verdict(&looped, NODE_STARTUP_TIMEOUT, LOOP);
         assert!(!r.passed && r.bug_shown, "{r:?}");
         assert!(
             r.evidence.starts_with("no Machine got a nodeRef in 130 s; 2 remediations (workers-a at 65.5 s NodeStartupTimeout, workers-b at 130.5 s NodeStartupTimeout); Cluster API: `Machine has failed health check, marking for remediation` (2×; Machine default/workers-a, reason NodeStartupTimeout)")
@@ -718,7 +896,7 @@ mod tests {
             watched: 150.0,
             ..Observed::default()
         };
-        assert!(!verdict(&once, NODE_STARTUP_TIMEOUT).bug_shown);
+        assert!(!verdict(&once, NODE_STARTUP_TIMEOUT, LOOP).bug_shown);
         // A nodeRef, even late, is not the bug.
         let node_ref = Observed {
             any_node_ref: true,
@@ -729,7 +907,7 @@ mod tests {
             watched: 150.0,
             ..Observed::default()
         };
-        assert!(!verdict(&node_ref, NODE_STARTUP_TIMEOUT).bug_shown);
+        assert!(!verdict(&node_ref, NODE_STARTUP_TIMEOUT, LOOP).bug_shown);
     }
 
     #[test]
@@ -776,6 +954,57 @@ mod tests {
     }
 
     #[test]
+    fn with_magnum_s_health_check_one_remediation_of_a_new_worker_shows_the_bug() {
+        let old = vec!["workers-a".to_string(), "workers-b".to_string()];
+        let ours = Observed {
+            healthy: Some(("workers-c".into(), "providerID openstack:///x".into(), 25.0)),
+            any_node_ref: true,
+            exits: vec![exit()],
+            watched: 25.0,
+            old: old.clone(),
+            ..Observed::default()
+        };
+        let r = verdict(&ours, NODE_STARTUP_TIMEOUT, 1);
+        assert!(r.passed, "{r:?}");
+        assert!(
+            r.evidence
+                .ends_with("; no remediation; old workers workers-a, workers-b healthy before the fault, none remediated"),
+            "{}",
+            r.evidence
+        );
+        let control = Observed {
+            remediations: vec![remediation("workers-c", 76.5)],
+            watched: 76.5,
+            old: old.clone(),
+            ..Observed::default()
+        };
+        let r = verdict(&control, NODE_STARTUP_TIMEOUT, 1);
+        assert!(!r.passed && r.bug_shown, "{r:?}");
+        // The same under S5's rule is no loop.
+        assert!(!verdict(&control, NODE_STARTUP_TIMEOUT, LOOP).bug_shown);
+        // An old worker remediated is named.
+        let lost = Observed {
+            remediations: vec![remediation("workers-a", 70.0)],
+            ..control
+        };
+        assert!(verdict(&lost, NODE_STARTUP_TIMEOUT, 1).evidence.ends_with(
+            "old workers workers-a, workers-b healthy before the fault, workers-a remediated"
+        ),);
+        let objs = objects(
+            "https://127.0.0.1:6443",
+            "{}",
+            "v1.34.1",
+            Fault::MagnumHealthCheck,
+        );
+        assert_eq!(objs[6].1["spec"]["replicas"], 2);
+        assert_eq!(objs[7].1["spec"]["checks"]["nodeStartupTimeoutSeconds"], 90);
+        assert_eq!(
+            objs[7].1["spec"]["remediation"]["triggerIf"]["unhealthyLessThanOrEqualTo"],
+            "80%"
+        );
+    }
+
+    #[test]
     fn structured_klog_values_are_read() {
         let l = "I1202 02:21:20.000774   12336 machinehealthcheck_controller.go:539] \"Machine has failed health check, marking for remediation\" controller=\"machinehealthcheck\" Machine=\"default/workers-d84x8\" Node=\"\" reason=\"NodeStartupTimeout\" message=<";
         assert_eq!(klog_value(l, "Machine"), Some("default/workers-d84x8"));
@@ -809,7 +1038,7 @@ mod tests {
 
     #[test]
     fn the_objects_carry_what_the_webhooks_would_add() {
-        let objs = objects("https://127.0.0.1:6443", "{}", "v1.34.1");
+        let objs = objects("https://127.0.0.1:6443", "{}", "v1.34.1", Fault::FirstToken);
         let kinds: Vec<_> = objs
             .iter()
             .map(|(_, o)| o["kind"].as_str().unwrap())

@@ -222,6 +222,16 @@ impl SimulatedCloud {
             .clear();
     }
 
+    /// Makes the next `n` Keystone tokens come without the compute endpoint, keeping the servers
+    /// and the request log (a fault that strikes a running cloud).
+    pub fn fail_next_tokens(&self, n: u32) {
+        self.shared
+            .state
+            .lock()
+            .expect("cloud state lock")
+            .tokens_without_compute = n;
+    }
+
     /// Adds `server` to Nova (a server an infrastructure provider created).
     pub fn add_server(&self, server: Server) {
         self.shared

@@ -33,8 +33,14 @@ pub const RESOURCE_SET_TYPE: &str = "addons.cluster.x-k8s.io/resource-set";
 /// control-plane node selector, host network, the `uninitialized` toleration, `RollingUpdate`).
 pub fn occm_manifests(image: &str) -> String {
     let (ns, name) = DAEMONSET;
-    format!(
-        r#"---
+    OCCM_RENDERING
+        .replace("{ns}", ns)
+        .replace("{name}", name)
+        .replace("{image}", image)
+}
+
+/// [`occm_manifests`] with `{ns}`, `{name}` and `{image}` to fill in.
+const OCCM_RENDERING: &str = r#"---
 # Source: openstack-cloud-controller-manager/templates/serviceaccount.yaml
 apiVersion: v1
 kind: ServiceAccount
@@ -130,9 +136,7 @@ spec:
       - name: cloud-config-volume
         secret:
           secretName: cloud-config
-"#
-    )
-}
+"#;
 
 /// The Secret's keys and their text for an OCCM `image`; `cloud_conf` is the cloud.conf OCCM
 /// gets.
