@@ -398,7 +398,6 @@ mod tests {
             inputs: None,
             accepted: false,
             accepted_scenarios: vec![],
-            accepted_scenarios: vec![],
             referrers: None,
         }
     }

@@ -320,6 +320,7 @@ fn digest_manifest_bytes() {
         built_at: "2026-12-01T00:00:00Z".into(),
         inputs: None,
         accepted: false,
+        accepted_scenarios: vec![],
         referrers: Some(ReferrersPushed::TagSchema),
         // Empty mirrors are not written: digest manifests without copies stay byte-identical.
         mirrors: vec![],

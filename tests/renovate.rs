@@ -222,6 +222,7 @@ fn entry(repository: &str, tag: &str, digest: &str) -> Entry {
         built_at: String::new(),
         inputs: None,
         accepted: false,
+        accepted_scenarios: vec![],
         referrers: None,
     }
 }

@@ -661,6 +661,32 @@ async fn healthy_node(
         .map(|_| init.describe()))
 }
 
+/// One round of a side: stops on a signal or a crashed manager or control plane, lets the
+/// supervisor and the stand-ins act, and lists Cluster API's Machines.
+async fn round(
+    bench: &CapiBench<'_>,
+    m: &mut Management,
+    provider: &mut Provider,
+    occm: &mut Supervised<'_>,
+) -> Result<Vec<MachineView>, AcceptError> {
+    crate::accept::check_interrupt()?;
+    if let Some(c) = m.crashed() {
+        return Err(AcceptError::ControlPlane {
+            part: "cluster-api".into(),
+            message: c,
+        });
+    }
+    occm.tick()?;
+    provider.tick(&m.kube, bench.cloud).await?;
+    let machines = format!("/apis/cluster.x-k8s.io/v1beta2/namespaces/{NAMESPACE}/machines");
+    Ok(m.kube
+        .list(&machines)
+        .await?
+        .iter()
+        .map(MachineView::of)
+        .collect())
+}
+
 /// [`Fault::MagnumHealthCheck`]'s start: OCCM, the stand-ins and Cluster API act, with compute
 /// in every token, until both workers are healthy: their names, or (`Err`) the evidence that
 /// they were not within [`WARM_UP`].
@@ -670,25 +696,9 @@ async fn warm_up(
     provider: &mut Provider,
     occm: &mut Supervised<'_>,
 ) -> Result<Result<Vec<String>, String>, AcceptError> {
-    let machines = format!("/apis/cluster.x-k8s.io/v1beta2/namespaces/{NAMESPACE}/machines");
     let t0 = Instant::now();
     loop {
-        crate::accept::check_interrupt()?;
-        if let Some(c) = m.crashed() {
-            return Err(AcceptError::ControlPlane {
-                part: "cluster-api".into(),
-                message: c,
-            });
-        }
-        occm.tick()?;
-        provider.tick(&m.kube, bench.cloud).await?;
-        let listed: Vec<MachineView> = m
-            .kube
-            .list(&machines)
-            .await?
-            .iter()
-            .map(MachineView::of)
-            .collect();
+        let listed = round(bench, m, provider, occm).await?;
         let mut healthy = Vec::new();
         for machine in &listed {
             if healthy_node(&m.kube, provider, machine).await?.is_some() {
@@ -725,7 +735,6 @@ async fn observe(
     fault: Fault,
     old: Vec<String>,
 ) -> Result<Observed, AcceptError> {
-    let machines = format!("/apis/cluster.x-k8s.io/v1beta2/namespaces/{NAMESPACE}/machines");
     let t0 = Instant::now();
     let mut o = Observed {
         old: old.clone(),
@@ -734,22 +743,8 @@ async fn observe(
     let mut first_seen: std::collections::BTreeMap<String, Instant> = Default::default();
     let mut reasons: std::collections::BTreeMap<String, String> = Default::default();
     loop {
-        crate::accept::check_interrupt()?;
-        if let Some(c) = m.crashed() {
-            return Err(AcceptError::ControlPlane {
-                part: "cluster-api".into(),
-                message: c,
-            });
-        }
+        let listed = round(bench, m, provider, occm).await?;
         let kube = &m.kube;
-        occm.tick()?;
-        provider.tick(kube, bench.cloud).await?;
-        let listed: Vec<MachineView> = kube
-            .list(&machines)
-            .await?
-            .iter()
-            .map(MachineView::of)
-            .collect();
         for m in &listed {
             first_seen
                 .entry(m.name.clone())
