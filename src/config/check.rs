@@ -23,6 +23,73 @@ fn error_at(path: &Path, text: &str, span: Option<Range<usize>>, message: String
     }
 }
 
+/// Whether `r` is `host` or `host:port` as a registry is named in a reference: a DNS name or
+/// IPv4 address, or a bracketed IPv6 address, and a numeric port up to 65535.
+fn is_host_port(r: &str) -> bool {
+    let (host, port) = match r.rsplit_once(':') {
+        Some((h, p)) if !h.ends_with(':') && (h.starts_with('[') || !h.contains(':')) => {
+            (h, Some(p))
+        }
+        _ => (r, None),
+    };
+    let host_ok = if let Some(v6) = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
+        v6.parse::<std::net::Ipv6Addr>().is_ok()
+    } else {
+        !host.is_empty()
+            && host
+                .split('.')
+                .all(|l| !l.is_empty() && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-'))
+    };
+    host_ok && port.is_none_or(|p| p.parse::<u16>().is_ok_and(|n| n > 0))
+}
+
+/// The dotted key whose value (or line) is at byte `pos` of `text`, as TOML names it
+/// (`minors."1.34".revision`, `defaults.platforms`, a table header's own name): the nearest
+/// `key = …` line at or above `pos`, under the nearest `[table]` header above it. `None` before
+/// any key.
+fn key_at(text: &str, pos: usize) -> Option<String> {
+    let pos = pos.min(text.len());
+    let before = &text[..text[..pos].rfind('\n').map_or(0, |i| i + 1)];
+    let line_end = text[pos..].find('\n').map_or(text.len(), |i| pos + i);
+    let this_line = &text[before.len()..line_end];
+    let lines = before.lines().rev();
+    let mut key = None;
+    for line in std::iter::once(this_line).chain(lines) {
+        let t = line.trim();
+        if t.starts_with('[') {
+            let header = t
+                .trim_start_matches('[')
+                .split(']')
+                .next()?
+                .trim()
+                .to_string();
+            return Some(match key {
+                Some(k) => format!("{header}.{k}"),
+                None => header,
+            });
+        }
+        if key.is_none()
+            && !t.starts_with('#')
+            && let Some((k, _)) = t.split_once('=')
+        {
+            key = Some(k.trim().to_string());
+        }
+    }
+    key
+}
+
+/// `key: message` when the key at `span` is known and the message does not name it already
+/// (`unknown field` does).
+fn with_key(text: &str, span: Option<&Range<usize>>, message: String) -> String {
+    if message.starts_with("unknown field") {
+        return message;
+    }
+    match span.and_then(|s| key_at(text, s.start)) {
+        Some(k) => format!("{k}: {message}"),
+        None => message,
+    }
+}
+
 /// Where keys are in the text, for messages.
 struct Spans<'a> {
     path: &'a Path,
@@ -90,8 +157,14 @@ pub(super) fn parse_checked(
     text: &str,
     check_files: bool,
 ) -> Result<Config, ConfigError> {
-    let raw: RawConfig = toml::from_str(text)
-        .map_err(|e| error_at(path, text, e.span(), e.message().trim().replace('\n', " ")))?;
+    let raw: RawConfig = toml::from_str(text).map_err(|e| {
+        let message = with_key(
+            text,
+            e.span().as_ref(),
+            e.message().trim().replace('\n', " "),
+        );
+        error_at(path, text, e.span(), message)
+    })?;
     let s = Spans {
         path,
         text,
@@ -135,10 +208,12 @@ pub(super) fn parse_checked(
         check_files.then_some(patches_dir.as_path()),
     )?;
     for r in &raw.registry.insecure {
-        if r.contains('/') || r.is_empty() {
+        if !is_host_port(r) {
             return Err(s.err(
                 s.of(&["registry", "insecure"]),
-                format!("registry.insecure entry `{r}` must be host[:port]"),
+                format!(
+                    "registry.insecure entry `{r}` must be host[:port] (e.g. `127.0.0.1:5000`, no scheme or path)"
+                ),
             ));
         }
     }

@@ -415,6 +415,62 @@ test_packages = ["./pkg/openstack/"]
     }
 
     #[test]
+    fn type_and_duplicate_key_errors_name_the_key() {
+        let e = parse_str(&GOOD.replace("revision = 1", "revision = \"1\"")).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "/x/images.toml:14:12: minors.\"1.34\".revision: invalid type: string \"1\", expected u32"
+        );
+        let e = parse_str(&GOOD.replace("revision = 1", "revision = 1\nrevision = 2")).unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("/x/images.toml:15:1: minors.\"1.34\".revision: duplicate key"),
+            "{e}"
+        );
+        let e = parse_str(&GOOD.replace(
+            "platforms = [\"linux/amd64\", \"linux/arm64\"]",
+            "platforms = [\n  \"linux/amd64\",\n  3,\n]",
+        ))
+        .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains(": minors.\"1.34\".platforms: invalid type: integer `3`"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn insecure_registries_are_host_and_port() {
+        for good in [
+            "127.0.0.1:5000",
+            "registry.example.internal",
+            "reg-1:443",
+            "[::1]:5000",
+        ] {
+            let c = parse_str(&format!("{GOOD}\n[registry]\ninsecure = [\"{good}\"]\n"));
+            assert!(c.is_ok(), "{good}: {:?}", c.err());
+        }
+        for bad in [
+            "http://127.0.0.1:5000",
+            "not a host",
+            "reg:port",
+            "reg:0",
+            "",
+            "reg/x",
+            "::1",
+        ] {
+            let e =
+                parse_str(&format!("{GOOD}\n[registry]\ninsecure = [\"{bad}\"]\n")).unwrap_err();
+            assert!(
+                e.to_string().contains(&format!(
+                    "registry.insecure entry `{bad}` must be host[:port]"
+                )),
+                "{bad}: {e}"
+            );
+        }
+    }
+
+    #[test]
     fn parses_and_resolves_paths() {
         let c = parse_str(GOOD).unwrap();
         assert_eq!(c.digest_manifest, Path::new("/x/images.lock.yaml"));
