@@ -401,7 +401,8 @@ async fn current(kube: &Kube, images: &Images, cloud_conf: &str) -> Result<Vec<S
     {
         return Ok(steps);
     }
-    let (hash, _) = crs_secret(kube, &secret, &images.ours).await?;
+    // What the operator keeps to revert with: the image crs-secret says the DaemonSet ran.
+    let (hash, revert_to) = crs_secret(kube, &secret, &images.ours).await?;
     if !step("crs-secret → ours", &images.ours, hash, REACH_BOUND).await? {
         return Ok(steps);
     }
@@ -420,11 +421,10 @@ async fn current(kube: &Kube, images: &Images, cloud_conf: &str) -> Result<Vec<S
     if !step("crs-secret → ours again", &images.ours, hash, REACH_BOUND).await? {
         return Ok(steps);
     }
-    let (hash, previous) = crs_secret(kube, &secret, &images.upstream).await?;
-    debug_assert_eq!(previous, images.ours);
+    let (hash, _) = crs_secret(kube, &secret, &revert_to).await?;
     step(
         "crs-secret --image revert → upstream",
-        &images.upstream,
+        &revert_to,
         hash,
         REACH_BOUND,
     )
