@@ -475,14 +475,11 @@ async fn accept_subject_inner(
             // A minor whose Kubernetes version the proxy refuses cannot have an image either;
             // say that rather than "no image". A layout that is not there at all is a wrong
             // path: said at once, without fetching upstream or asking the proxy.
-            let layout_exists = run.layout_dir.join("index.json").is_file();
-            let go_mod = match layout_exists {
-                true => tokio::task::block_in_place(|| upstream_go_mod(subject, run.cache_dir)),
-                false => Err(crate::Error::Io("no layout".into())),
-            };
-            if let Ok(go_mod) = &go_mod
+            if run.layout_dir.join("index.json").is_file()
+                && let Ok(go_mod) =
+                    tokio::task::block_in_place(|| upstream_go_mod(subject, run.cache_dir))
                 && let Ok(versions) =
-                    control_plane::versions_from_go_mod(&String::from_utf8_lossy(go_mod))
+                    control_plane::versions_from_go_mod(&String::from_utf8_lossy(&go_mod))
                 && let Err(AcceptError::NotVerified(reason)) = tokio::task::block_in_place(|| {
                     control_plane::kubernetes_go_mod(&versions, &toolchain, run.cache_dir)
                 })

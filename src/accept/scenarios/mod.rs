@@ -27,6 +27,7 @@ use super::AcceptError;
 use super::sim::cloud::{CloudState, Server, SimulatedCloud};
 use super::sim::kube::{Kube, NodeInit};
 use super::sim::process::{Process, free_port, klog_message, last_error, shorten};
+use remediation::Fault;
 
 /// How long a scenario's own check may take (S1 deletion, S2 exit, S3 initialisation, S4
 /// failover), counted from its start.
@@ -479,23 +480,27 @@ pub(crate) async fn run(
         Scenario::S3 => s3(&ctx, &mut reps, &servers[0]).await,
         Scenario::S4 => s4(&ctx, &mut reps, &servers).await,
         // On control planes of its own; the servers come from its infrastructure provider.
-        Scenario::S5 | Scenario::S6 | Scenario::S7 | Scenario::S8 => match &bench.capi {
-            Some(capi) if scenario == Scenario::S6 => {
-                resource_set::run(capi, &capi.images, dir).await
-            }
-            Some(capi) => {
-                let fault = match scenario {
-                    Scenario::S5 => remediation::Fault::FirstToken,
-                    Scenario::S7 => remediation::Fault::Permanent,
-                    _ => remediation::Fault::MagnumHealthCheck,
-                };
-                remediation::run(capi, binary, dir, fault).await
-            }
-            None => Err(AcceptError::Input {
-                part: scenario.to_string(),
-                message: "Cluster API was not prepared for this run".into(),
-            }),
-        },
+        // On management clusters of their own; the servers come from the infrastructure
+        // provider.
+        Scenario::S5 => {
+            remediation::run(capi(bench, scenario)?, binary, dir, Fault::FirstToken).await
+        }
+        Scenario::S6 => {
+            let capi = capi(bench, scenario)?;
+            resource_set::run(capi, &capi.images, dir).await
+        }
+        Scenario::S7 => {
+            remediation::run(capi(bench, scenario)?, binary, dir, Fault::Permanent).await
+        }
+        Scenario::S8 => {
+            remediation::run(
+                capi(bench, scenario)?,
+                binary,
+                dir,
+                Fault::MagnumHealthCheck,
+            )
+            .await
+        }
     };
     for r in &mut reps {
         let _ = r.proc.stop(Duration::from_secs(5)).await;
@@ -513,6 +518,14 @@ pub(crate) async fn run(
             acc
         });
     Ok(result)
+}
+
+/// What the Cluster API scenarios need, or the error that it was not prepared.
+fn capi<'b>(bench: &'b Bench<'_>, scenario: Scenario) -> Result<&'b CapiBench<'b>, AcceptError> {
+    bench.capi.as_ref().ok_or_else(|| AcceptError::Input {
+        part: scenario.to_string(),
+        message: "Cluster API was not prepared for this run".into(),
+    })
 }
 
 struct Ctx<'a> {

@@ -289,11 +289,9 @@ async fn wait_for(
 /// The legacy cluster: its Secret and ApplyOnce set, the refusal, the hand edit.
 async fn legacy(kube: &Kube, images: &Images, cloud_conf: &str) -> Result<Legacy, AcceptError> {
     let secrets = format!("/api/v1/namespaces/{NAMESPACE}/secrets");
-    let driver = magnum::secret(
-        LEGACY_SECRET,
-        &magnum::secret_keys(&images.upstream, cloud_conf),
-    );
-    let hash = crs::secret_hash(&driver.to_string()).map_err(|e| bench_fault(e.0))?;
+    let keys = magnum::secret_keys(&images.upstream, cloud_conf);
+    let hash = magnum::keys_hash(&keys);
+    let driver = magnum::secret(LEGACY_SECRET, &keys);
     kube.create(&secrets, driver).await?;
     kube.create(
         &crs_path(),
@@ -364,11 +362,22 @@ async fn crs_secret(kube: &Kube, name: &str, image: &str) -> Result<(String, Str
     Ok((out.hash, out.previous_image))
 }
 
-/// The current cluster: the driver's Secret and Reconcile set, then each write.
+/// One write of the current cluster's Secret.
+enum Write<'a> {
+    /// `crs-secret` on the stored Secret with this image (`kubectl get | crs-secret | kubectl
+    /// replace`); `None`: the image crs-secret said the DaemonSet ran before (the revert).
+    CrsSecret(Option<&'a str>),
+    /// The driver's Secret from the labels again (`coe cluster upgrade`).
+    Driver,
+}
+
+/// The current cluster: the driver's Secret and Reconcile set, then each write, stopping at the
+/// first that does not reach the workload.
 async fn current(kube: &Kube, images: &Images, cloud_conf: &str) -> Result<Vec<Step>, AcceptError> {
     let secret = format!("{CLUSTER}-cloud-provider");
-    let driver = magnum::secret(&secret, &magnum::secret_keys(&images.upstream, cloud_conf));
-    let driver_hash = crs::secret_hash(&driver.to_string()).map_err(|e| bench_fault(e.0))?;
+    let keys = magnum::secret_keys(&images.upstream, cloud_conf);
+    let driver_hash = magnum::keys_hash(&keys);
+    let driver = magnum::secret(&secret, &keys);
     kube.create(
         &format!("/api/v1/namespaces/{NAMESPACE}/secrets"),
         driver.clone(),
@@ -379,57 +388,72 @@ async fn current(kube: &Kube, images: &Images, cloud_conf: &str) -> Result<Vec<S
         magnum::cluster_resource_set(&secret, CLUSTER, &secret, "Reconcile"),
     )
     .await?;
-    let mut steps = Vec::new();
-    let mut step = async |what: &str, image: &str, hash: String, bound| {
-        let (reached, seen) = wait_for(kube, CLUSTER, &secret, (image, &hash), bound).await?;
-        steps.push(Step {
-            what: what.to_string(),
-            image: image.to_string(),
-            hash,
-            reached,
-            seen,
-        });
-        Ok::<bool, AcceptError>(reached.is_some())
-    };
-    if !step(
+    let first = wait_step(
+        kube,
+        &secret,
         "applied",
         &images.upstream,
         driver_hash.clone(),
         FIRST_APPLY_BOUND,
     )
-    .await?
-    {
-        return Ok(steps);
-    }
-    // What the operator keeps to revert with: the image crs-secret says the DaemonSet ran.
-    let (hash, revert_to) = crs_secret(kube, &secret, &images.ours).await?;
-    if !step("crs-secret → ours", &images.ours, hash, REACH_BOUND).await? {
-        return Ok(steps);
-    }
-    kube.replace(&secret_path(&secret), driver).await?;
-    if !step(
-        "driver upgrade → upstream again",
-        &images.upstream,
-        driver_hash,
-        REACH_BOUND,
-    )
-    .await?
-    {
-        return Ok(steps);
-    }
-    let (hash, _) = crs_secret(kube, &secret, &images.ours).await?;
-    if !step("crs-secret → ours again", &images.ours, hash, REACH_BOUND).await? {
-        return Ok(steps);
-    }
-    let (hash, _) = crs_secret(kube, &secret, &revert_to).await?;
-    step(
-        "crs-secret --image revert → upstream",
-        &revert_to,
-        hash,
-        REACH_BOUND,
-    )
     .await?;
+    let mut steps = vec![first];
+    let writes = [
+        ("crs-secret → ours", Write::CrsSecret(Some(&images.ours))),
+        ("driver upgrade → upstream again", Write::Driver),
+        (
+            "crs-secret → ours again",
+            Write::CrsSecret(Some(&images.ours)),
+        ),
+        (
+            "crs-secret --image revert → upstream",
+            Write::CrsSecret(None),
+        ),
+    ];
+    // What the operator keeps to revert with: the image crs-secret says the DaemonSet ran.
+    let mut revert_to: Option<String> = None;
+    for (what, write) in writes {
+        if steps.last().is_some_and(|s| s.reached.is_none()) {
+            break;
+        }
+        let (image, hash) = match write {
+            Write::Driver => {
+                kube.replace(&secret_path(&secret), driver.clone()).await?;
+                (images.upstream.clone(), driver_hash.clone())
+            }
+            Write::CrsSecret(image) => {
+                let image = image
+                    .map(str::to_string)
+                    .or_else(|| revert_to.clone())
+                    .unwrap_or_else(|| images.upstream.clone());
+                let (hash, previous) = crs_secret(kube, &secret, &image).await?;
+                revert_to.get_or_insert(previous);
+                (image, hash)
+            }
+        };
+        steps.push(wait_step(kube, &secret, what, &image, hash, REACH_BOUND).await?);
+    }
     Ok(steps)
+}
+
+/// Waits for a write of `secret` to reach the workload: `image` on the DaemonSet and `hash` in
+/// the binding, within `bound`.
+async fn wait_step(
+    kube: &Kube,
+    secret: &str,
+    what: &str,
+    image: &str,
+    hash: String,
+    bound: Duration,
+) -> Result<Step, AcceptError> {
+    let (reached, seen) = wait_for(kube, CLUSTER, secret, (image, &hash), bound).await?;
+    Ok(Step {
+        what: what.to_string(),
+        image: image.to_string(),
+        hash,
+        reached,
+        seen,
+    })
 }
 
 #[cfg(test)]

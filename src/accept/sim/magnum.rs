@@ -164,6 +164,16 @@ pub fn secret_keys(image: &str, cloud_conf: &str) -> BTreeMap<String, String> {
     ])
 }
 
+/// The hash Cluster API records for a Secret holding `keys` ([`crate::crs::resource_set_hash`]).
+pub fn keys_hash(keys: &BTreeMap<String, String>) -> String {
+    crate::crs::resource_set_hash(
+        &keys
+            .iter()
+            .map(|(k, v)| (k.clone(), v.as_bytes().to_vec()))
+            .collect(),
+    )
+}
+
 /// The Secret `name` in [`NAMESPACE`] holding `keys` (base64 in `data`, as the API server keeps
 /// it), as the driver writes it: a full object from the cluster's labels, no server-set
 /// metadata.
@@ -269,7 +279,9 @@ mod tests {
             h.update(&data[k]);
         }
         assert_eq!(out.hash, format!("sha256:{}", hex::encode(h.finalize())));
+        // The Secret as the driver wrote it hashes as its keys do.
         let before = crate::crs::secret_hash(&serde_json::to_string(&s).unwrap()).unwrap();
+        assert_eq!(before, keys_hash(&keys));
         assert_ne!(out.hash, before);
     }
 
