@@ -311,6 +311,7 @@ pub fn rebuild_plan(
         wait_for_lock: true,
         force: true,
         accept: false,
+        accept_output: None,
         referrers: Default::default(),
     };
     BuildPlan::resolve(&config, minor, &overrides)

@@ -116,6 +116,8 @@ pub struct Overrides {
     pub force: bool,
     /// `--accept`: run the acceptance stage before publish.
     pub accept: bool,
+    /// `--accept-output`: the acceptance document the stage writes its report into.
+    pub accept_output: Option<PathBuf>,
     /// `--referrers`: how the SBOM and provenance referrers are pushed.
     pub referrers: ReferrersMode,
 }
@@ -195,6 +197,8 @@ pub struct BuildPlan {
     pub force: bool,
     /// Run the acceptance stage (`crate::stages::AcceptStage`) after describe, before publish.
     pub accept: bool,
+    /// The acceptance document the stage writes its report into ([`crate::accept::write_document`]).
+    pub accept_output: Option<PathBuf>,
     /// How the referrers are pushed; not an input of the image (its digest is the same).
     pub referrers: ReferrersMode,
 }
@@ -264,6 +268,7 @@ impl BuildPlan {
             fragment_reset: o.manifest_fragment.is_some(),
             force: o.force,
             accept: o.accept,
+            accept_output: o.accept_output.clone(),
             referrers: o.referrers,
         })
     }

@@ -157,7 +157,7 @@ impl Reporter for Labelled<'_> {
     }
     fn finished(&self, r: &StageReport) {
         self.inner.finished(&StageReport {
-            stage: r.stage,
+            stage: r.stage.clone(),
             seconds: r.seconds,
             detail: format!("{}: {}", self.label, r.detail),
         });

@@ -16,10 +16,11 @@ use serde::Serialize;
 use crate::Error;
 
 /// One finished stage, as shown on stderr and written by `--timings`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct StageReport {
-    /// Stage name: source, patches, test, build, image, describe, publish, record.
-    pub stage: &'static str,
+    /// Stage name: source, patches, test, build, image, describe, publish, record (owned only
+    /// when read back from a stored report).
+    pub stage: std::borrow::Cow<'static, str>,
     /// Wall time in seconds.
     pub seconds: f64,
     /// One line of what it did.
@@ -128,7 +129,7 @@ impl<'a> Runner<'a> {
     /// Reports and records the end of the stage `name` started at `started`.
     fn record(&mut self, name: &'static str, started: Instant, detail: String) {
         let report = StageReport {
-            stage: name,
+            stage: name.into(),
             seconds: started.elapsed().as_secs_f64(),
             detail,
         };

@@ -38,7 +38,7 @@ pub fn host_platform() -> Result<Platform, AcceptError> {
 }
 
 /// Where ours came from.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct Extracted {
     /// The binary written.
     pub path: PathBuf,

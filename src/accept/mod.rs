@@ -22,7 +22,9 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-pub use report::{AcceptReport, ScenarioRow, Verdict, document, render_markdown, require_accepted};
+pub use report::{
+    AcceptReport, ScenarioRow, Verdict, document, render_markdown, require_accepted, write_document,
+};
 pub use scenarios::{Scenario, Side};
 
 use crate::config::{Config, Minor};

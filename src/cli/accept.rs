@@ -7,7 +7,6 @@ use clap::Args;
 use occm_forge::Error;
 use occm_forge::accept::{self, MinorRequest, RunOptions, Scenario};
 use occm_forge::progress::Terminal;
-use occm_forge::util::write_file_atomically;
 
 use super::output::print_stdout;
 use super::{Cli, Inputs, MinorSelection};
@@ -86,8 +85,7 @@ pub async fn run(cli: &Cli, args: &AcceptArgs) -> Result<u8, Error> {
     };
     if let Some(path) = &args.output {
         let now = time::OffsetDateTime::now_utc().unix_timestamp();
-        write_file_atomically(path, accept::document(&reports, now).as_bytes())
-            .map_err(|e| Error::Io(format!("{}: {e}", path.display())))?;
+        accept::report::write_document(path, &reports, now)?;
     }
     let text = match (args.json, reports.as_slice()) {
         (true, [one]) => serde_json::to_string(one).expect("report serialises"),

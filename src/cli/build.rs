@@ -64,6 +64,11 @@ pub struct BuildArgs {
     /// accepted stops before publish and record (exit 12). Not run for an up-to-date minor.
     #[arg(long)]
     accept: bool,
+    /// With `--accept`: write each accepted (or refused) minor's report into this acceptance
+    /// document as `accept --output` does (its reports kept beside it as .json; other minors'
+    /// rows stay).
+    #[arg(long, value_name = "FILE", requires = "accept")]
+    accept_output: Option<PathBuf>,
     /// With several minors, stop at the first one that fails.
     #[arg(long)]
     fail_fast: bool,
@@ -95,6 +100,7 @@ impl BuildArgs {
             wait_for_lock: !self.no_wait,
             force: self.force,
             accept: self.accept,
+            accept_output: self.accept_output.clone(),
             referrers: self.referrers,
         })
     }

@@ -71,7 +71,7 @@ pub async fn run(cli: &Cli, args: &CopyArgs) -> Result<u8, Error> {
     };
     let c = &outcome.copied;
     reporter.finished(&StageReport {
-        stage: "copy",
+        stage: "copy".into(),
         seconds: started.elapsed().as_secs_f64(),
         detail: format!(
             "{} ({} manifests, {} referrers; {} blobs uploaded, {} already present, {} mounted); {}",

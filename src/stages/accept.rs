@@ -1,7 +1,8 @@
 //! Stage 7 with `build --accept`, `accept`: the image's binary for the host platform, taken from
 //! the layout just written, and the unpatched control run against a real kube-apiserver and the
 //! simulated OpenStack (`crate::accept`). A minor that is not accepted stops the build before
-//! publish and record.
+//! publish and record. With `--accept-output` the report goes into that acceptance document first,
+//! accepted or not.
 
 use async_trait::async_trait;
 
@@ -41,6 +42,10 @@ impl Stage for AcceptStage<'_> {
             keep_logs: false,
         };
         let report = accept::accept_subject(&subject, &run, cx.reporter).await?;
+        if let Some(path) = &self.plan.accept_output {
+            let now = time::OffsetDateTime::now_utc().unix_timestamp();
+            accept::write_document(path, std::slice::from_ref(&report), now)?;
+        }
         accept::require_accepted(std::slice::from_ref(&report))?;
         let detail = report.summary_line();
         Ok(Done::new(report, detail))

@@ -54,7 +54,17 @@ pub const DELETING_LINE: &str = "deleting node since it is no longer present in 
 /// One acceptance scenario. Every variant is in the default set [`Scenario::ALL`] (derived from
 /// the enum itself, so a new scenario cannot be left out of it by mistake).
 #[derive(
-    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, strum::VariantArray,
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    serde::Deserialize,
+    strum::VariantArray,
 )]
 pub enum Scenario {
     /// Criterion 1: a NotReady Node with an empty provider ID and no Nova server is deleted
@@ -206,7 +216,7 @@ pub fn stage_name(s: Scenario, side: Side) -> &'static str {
 }
 
 /// The outcome of one scenario on one binary.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 pub struct RunResult {
     /// Whether the scenario's criterion held.
     pub passed: bool,

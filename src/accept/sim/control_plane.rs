@@ -21,7 +21,7 @@ use crate::accept::AcceptError;
 use crate::go::Toolchain;
 
 /// The Kubernetes and etcd versions an upstream tag builds against.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct Versions {
     /// `k8s.io/kubernetes` version, e.g. `v1.34.1`.
     pub kubernetes: String,
