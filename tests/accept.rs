@@ -346,8 +346,41 @@ fn build_accept_that_fails_pushes_and_records_nothing() {
     entry["accepted"] = true.into();
     entry["accepted_scenarios"] = serde_norway::from_str("[S1, S2, S3, S4]").unwrap();
     std::fs::write(&f.lock, serde_norway::to_string(&lock).unwrap()).unwrap();
-    let o = build(&["--accept"]);
+    // With --accept-output the run's row goes into the acceptance document, beside the rows
+    // of other minors already there, even though the run ends in an error.
+    let doc = f.path().join("docs").join("acceptance.md");
+    std::fs::create_dir_all(doc.parent().unwrap()).unwrap();
+    let mut other: Value = serde_json::from_str(
+        r#"{"minor":"1.35","upstream_tag":"v1.35.0","image_tag":"v1.35.0-occmforge.1","verdict":"accepted","reason":null,"ours":null,"control":null,"versions":null,"apiserver_version":null,"go":"1.25.5","rows":[],"unsimulated_requests":[],"timings":[],"logs":null}"#,
+    )
+    .unwrap();
+    other["recorded_at"] = "2026-12-01T00:00:00Z".into();
+    std::fs::write(
+        doc.with_extension("json"),
+        serde_json::to_vec(&[&other]).unwrap(),
+    )
+    .unwrap();
+    let o = build(&["--accept", "--accept-output", doc.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(12), "{}", stderr(&o));
+    let text = std::fs::read_to_string(&doc).unwrap();
+    assert!(
+        text.contains(&format!(
+            "FAILED: accept: image v1.34.1-occmforge.1: has no {host} manifest"
+        )),
+        "{text}"
+    );
+    assert!(text.contains("| 1.35 | v1.35.0 |"), "{text}");
+    assert!(
+        text.contains("- 1.35 (run recorded 2026-12-01T00:00:00Z)"),
+        "{text}"
+    );
+    let reports: Vec<Value> =
+        serde_json::from_slice(&std::fs::read(doc.with_extension("json")).unwrap()).unwrap();
+    let minors: Vec<&str> = reports
+        .iter()
+        .map(|r| r["minor"].as_str().unwrap())
+        .collect();
+    assert_eq!(minors, ["1.34", "1.35"]);
     assert!(
         stderr(&o).contains(
             "1.34 needs a build: images.lock.yaml records 1.34 accepted without S5 S6 S7 S8, and --accept runs them"

@@ -420,6 +420,19 @@ impl Subject {
     fn blank(&self) -> AcceptReport {
         AcceptReport::new(self.minor, &self.upstream_tag, &self.tag, &self.go)
     }
+
+    /// The report of a run of this minor that ended in `e` before a verdict: NOT VERIFIED when
+    /// ours is not in the layout, FAILED naming `e` otherwise; `None` for an interrupt (no
+    /// report: the run did not end).
+    pub fn report_of_error(&self, e: &crate::Error) -> Option<AcceptReport> {
+        match e {
+            crate::Error::Interrupted(_) => None,
+            crate::Error::Accept(AcceptError::Input { part, .. }) if part.starts_with("layout") => {
+                Some(self.blank().not_verified(e.to_string()))
+            }
+            _ => Some(self.blank().failed(e.to_string())),
+        }
+    }
 }
 
 /// [`accept_subject`] for one minor of images.toml.
@@ -888,15 +901,7 @@ pub async fn matrix(
         let subject = Subject::from_config(req.config, minor, req.source)?;
         match accept_subject(&subject, &run, reporter(minor).as_ref()).await {
             Ok(r) => out.push(r),
-            Err(crate::Error::Interrupted(s)) => return Err(crate::Error::Interrupted(s)),
-            Err(e) => {
-                let not_there = matches!(&e, crate::Error::Accept(AcceptError::Input { part, .. }) if part.starts_with("layout"));
-                out.push(if not_there {
-                    subject.blank().not_verified(e.to_string())
-                } else {
-                    subject.blank().failed(e.to_string())
-                });
-            }
+            Err(e) => out.push(subject.report_of_error(&e).ok_or(e)?),
         }
     }
     Ok(out)

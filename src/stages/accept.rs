@@ -2,7 +2,8 @@
 //! the layout just written, and the unpatched control run against a real kube-apiserver and the
 //! simulated OpenStack (`crate::accept`). A minor that is not accepted stops the build before
 //! publish and record. With `--accept-output` the report goes into that acceptance document first,
-//! accepted or not.
+//! accepted or not (a run that ends in an error as a FAILED or NOT VERIFIED row, as `accept --all`
+//! records it).
 
 use async_trait::async_trait;
 
@@ -41,11 +42,18 @@ impl Stage for AcceptStage<'_> {
             scenarios: Scenario::ALL,
             keep_logs: false,
         };
-        let report = accept::accept_subject(&subject, &run, cx.reporter).await?;
+        let result = accept::accept_subject(&subject, &run, cx.reporter).await;
         if let Some(path) = &self.plan.accept_output {
-            let now = time::OffsetDateTime::now_utc().unix_timestamp();
-            accept::write_document(path, std::slice::from_ref(&report), now)?;
+            let recorded = match &result {
+                Ok(report) => Some(report.clone()),
+                Err(e) => subject.report_of_error(e),
+            };
+            if let Some(report) = recorded {
+                let now = time::OffsetDateTime::now_utc().unix_timestamp();
+                accept::write_document(path, &[report], now)?;
+            }
         }
+        let report = result?;
         accept::require_accepted(std::slice::from_ref(&report))?;
         let detail = report.summary_line();
         Ok(Done::new(report, detail))
