@@ -32,6 +32,7 @@ pub mod go;
 pub mod image;
 pub mod inputs;
 pub mod interrupt;
+pub mod kubernetes;
 pub mod patches;
 pub mod pin;
 pub mod pipeline;

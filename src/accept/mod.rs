@@ -206,7 +206,7 @@ async fn run(
         .map_err(|e| AcceptError::Io(format!("{}: {e}", req.work_dir.display())))?;
     check_interrupt()?;
     let (cloud, mut cp) = start_bench(req, req.control_plane, report, runner).await?;
-    let kube = kube::Kube::new(&cp.url, &cp.ca_pem, &cp.token)?;
+    let kube = kube::client(&cp.url, &cp.ca_pem, &cp.token).await?;
     let kubeconfig = cp.kubeconfig.clone();
     let bench = scenarios::Bench {
         cloud: &cloud,

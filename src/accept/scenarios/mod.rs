@@ -25,7 +25,7 @@ pub mod resource_set;
 
 use super::AcceptError;
 use super::sim::cloud::{CloudState, Server, SimulatedCloud};
-use super::sim::kube::{Kube, NodeInit};
+use super::sim::kube::{Kube, NodeInit, Nodes as _};
 use super::sim::process::{Process, free_port, klog_message, last_error, shorten};
 use remediation::Fault;
 

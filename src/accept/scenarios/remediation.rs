@@ -31,7 +31,7 @@ use super::{CapiBench, PATCH_0004_MESSAGE, RunResult, spawn_occm};
 use crate::accept::AcceptError;
 use crate::accept::sim::capi::Management;
 use crate::accept::sim::cloud::CloudState;
-use crate::accept::sim::kube::{Kube, NodeInit};
+use crate::accept::sim::kube::{Kube, NodeInit, Nodes as _};
 use crate::accept::sim::process::{Process, klog_message, last_error, shorten};
 use crate::accept::sim::provider::{self, GROUP, Provider};
 

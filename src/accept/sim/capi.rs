@@ -247,7 +247,7 @@ pub async fn install_crds(kube: &Kube, crds: &[PathBuf]) -> Result<f64, AcceptEr
                 .map_err(|e| AcceptError::Io(format!("{}: {e}", f.display())))?,
         );
     }
-    kube.apply_crds(objects, ESTABLISHED_TIMEOUT).await
+    Ok(kube.apply_crds(objects, ESTABLISHED_TIMEOUT).await?)
 }
 
 /// A running Cluster API manager.
@@ -379,7 +379,7 @@ impl Management {
         )
         .await?;
         let started = async {
-            let kube = Kube::new(&cp.url, &cp.ca_pem, &cp.token)?;
+            let kube = super::kube::client(&cp.url, &cp.ca_pem, &cp.token).await?;
             install_crds(&kube, &manager.crds).await?;
             kube.apply_crds(super::provider::crds(), ESTABLISHED_TIMEOUT)
                 .await?;

@@ -19,6 +19,7 @@ use super::helper::{go_build, helper_failure, lock_entry, run_go};
 use super::process::{Process, free_port, last_error, wait_ready};
 use crate::accept::AcceptError;
 use crate::go::Toolchain;
+use crate::kubernetes::Kube;
 
 /// The Kubernetes and etcd versions an upstream tag builds against.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
@@ -466,11 +467,9 @@ impl ControlPlane {
 
         let url = format!("https://127.0.0.1:{api_port}");
         let mut apiserver = spawn_apiserver(binaries, dir, &pki, &etcd_url, api_port)?;
-        let tls = apiserver_client(&pki.ca_pem)?;
-        let readyz = format!("{url}/readyz");
+        let kube = Kube::with_token(&url, &pki.ca_pem, &token, Duration::from_secs(5)).await?;
         let ready = wait_ready(&mut apiserver, ready_timeout, || async {
-            matches!(tls.get(&readyz).bearer_auth(&token).send().await,
-                Ok(r) if r.status().is_success())
+            kube.get_text("/readyz").await.is_ok()
         })
         .await;
         if let Err(e) = ready {
@@ -478,7 +477,7 @@ impl ControlPlane {
             let _ = etcd.stop(Duration::from_secs(5)).await;
             return Err(e);
         }
-        let version = apiserver_version(&tls, &url, &token).await;
+        let version = kube.version().await.unwrap_or_default();
         let kubeconfig = write_kubeconfig(dir, &url, &token)?;
         Ok(ControlPlane {
             url,
@@ -619,38 +618,6 @@ fn spawn_apiserver(
             message: format!("cannot start {}: {e}", binaries.kube_apiserver.display()),
         }
     })
-}
-
-/// An HTTPS client trusting only the CA in `ca_pem` (PEM), with a 5 s request timeout.
-///
-/// Errors: [`AcceptError::Io`] when the CA certificate cannot be parsed or the client built.
-fn apiserver_client(ca_pem: &str) -> Result<reqwest::Client, AcceptError> {
-    let ca = reqwest::Certificate::from_pem(ca_pem.as_bytes())
-        .map_err(|e| AcceptError::Io(format!("CA certificate: {e}")))?;
-    reqwest::Client::builder()
-        .tls_certs_only([ca])
-        .timeout(Duration::from_secs(5))
-        .build()
-        .map_err(|e| AcceptError::Io(format!("HTTP client: {e}")))
-}
-
-/// The `gitVersion` the apiserver at `url` reports at `/version` (e.g. `v1.34.1`), asked with
-/// the bearer `token`; empty when the request or its JSON fails.
-async fn apiserver_version(tls: &reqwest::Client, url: &str, token: &str) -> String {
-    match tls
-        .get(format!("{url}/version"))
-        .bearer_auth(token)
-        .send()
-        .await
-    {
-        Ok(r) => r
-            .json::<serde_json::Value>()
-            .await
-            .ok()
-            .and_then(|v| v["gitVersion"].as_str().map(str::to_string))
-            .unwrap_or_default(),
-        Err(_) => String::new(),
-    }
 }
 
 /// Writes `dir/kubeconfig` (JSON): cluster `accept` at `url` trusting `dir/pki/ca.crt`, user

@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use super::cloud::{Server, SimulatedCloud};
-use super::kube::Kube;
+use super::kube::{Kube, Nodes as _};
 use crate::accept::AcceptError;
 
 /// The stand-in infrastructure provider's API group.
@@ -327,7 +327,8 @@ impl Provider {
             json!({"status": {"initialization": {"controlPlaneInitialized": true},
                               "initialized": true, "ready": true}}),
         )
-        .await
+        .await?;
+        Ok(())
     }
 
     /// One round: lists the AcceptMachines, does what [`plan`] says, and posts the status and
@@ -442,7 +443,8 @@ impl Provider {
             &format!("/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{node}"),
             json!({"spec": {"renewTime": micro_now()}}),
         )
-        .await
+        .await?;
+        Ok(())
     }
 
     /// The servers this provider created and has not deleted, by machine.
