@@ -25,7 +25,6 @@ pub mod accept;
 pub mod audit;
 pub mod config;
 pub mod copy;
-pub mod crs;
 pub mod describe;
 pub mod digest_manifest;
 pub mod go;
@@ -115,7 +114,7 @@ pub enum Error {
     Copy(#[from] copy::CopyError),
     /// `render --format crs-secret` cannot rewrite the Secret.
     #[error(transparent)]
-    Crs(#[from] crs::CrsError),
+    Crs(#[from] render::crs_secret::CrsError),
     /// A local file-system failure outside the stages.
     #[error("{0}")]
     Io(String),

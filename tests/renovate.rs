@@ -26,7 +26,7 @@ use common::*;
 use occm_forge::config::{Config, Minor};
 use occm_forge::digest_manifest::Entry;
 use occm_forge::plan::{BuildPlan, Overrides};
-use occm_forge::render::{Format, RenderOptions, render_with};
+use occm_forge::render::{EntryFormat, RenderOptions, render_with};
 use serde_json::{Value, json};
 
 const OCCM: &str = "openstack-cloud-controller-manager";
@@ -227,7 +227,7 @@ fn entry(repository: &str, tag: &str, digest: &str) -> Entry {
     }
 }
 
-fn rendered(format: Format, entries: &[(Minor, Entry)], prefix: Option<&str>) -> String {
+fn rendered(format: EntryFormat, entries: &[(Minor, Entry)], prefix: Option<&str>) -> String {
     let refs: Vec<(Minor, &Entry)> = entries.iter().map(|(m, e)| (*m, e)).collect();
     let opts = RenderOptions {
         prefix: prefix.map(str::to_string),
@@ -367,7 +367,7 @@ fn operator_repo(
     let atmosphere = "inventory/group_vars/all/occm.yml";
     std::fs::write(
         dir.join(atmosphere),
-        rendered(Format::AtmosphereVars, &pinned, None),
+        rendered(EntryFormat::AtmosphereVars, &pinned, None),
     )
     .unwrap();
     for t in tags {
@@ -381,7 +381,7 @@ fn operator_repo(
         .collect();
     std::fs::write(
         dir.join("clusters/values.yaml"),
-        rendered(Format::HelmValues, &helm, None),
+        rendered(EntryFormat::HelmValues, &helm, None),
     )
     .unwrap();
     let prefix = ours.rsplit_once('/').unwrap().0;
@@ -398,7 +398,7 @@ fn operator_repo(
             ("clusters/templates.sh".into(), rev2.clone()),
             t.bump.clone(),
         );
-        let label = rendered(Format::MagnumTag, &[(t.minor, at(rev2))], Some(prefix));
+        let label = rendered(EntryFormat::MagnumTag, &[(t.minor, at(rev2))], Some(prefix));
         script.push_str(&format!(
             "# renovate: image={ours}\nopenstack coe cluster template create k8s-v{} --coe kubernetes \\\n  --labels kube_tag=v{}.0,{} --merge-labels\n",
             t.minor,

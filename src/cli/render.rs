@@ -4,8 +4,9 @@ use std::path::PathBuf;
 
 use clap::Args;
 use occm_forge::config::{self, Minor};
+use occm_forge::render::crs_secret as crs;
 use occm_forge::render::{Format, RenderOptions};
-use occm_forge::{Error, crs, digest_manifest, render};
+use occm_forge::{Error, digest_manifest, render};
 
 use super::output::{note, print_stdout};
 
@@ -18,8 +19,8 @@ pub struct RenderArgs {
     /// Render every minor of the digest manifest.
     #[arg(long)]
     all: bool,
-    /// magnum-tag, magnum-prefix-tag, helm-values, atmosphere-vars, crs-secret or magnum-label.
-    #[arg(long, value_name = "FORMAT")]
+    /// What to render (crs-secret: rewrite the Secret on stdin).
+    #[arg(long, value_name = "FORMAT", value_parser = format_parser())]
     format: Format,
     /// images.toml (for the digest manifest's path).
     #[arg(long, default_value = "images.toml", value_name = "FILE")]
@@ -43,6 +44,17 @@ pub struct RenderArgs {
     /// crs-secret: also set updateStrategy OnDelete, so pods are replaced as you delete them.
     #[arg(long)]
     on_delete: bool,
+    /// crs-secret: write an image of a newer Kubernetes minor than the Secret runs now (only once
+    /// the cluster's control plane runs that minor).
+    #[arg(long)]
+    allow_skew: bool,
+}
+
+/// `--format`: the names of [`Format`], listed by clap in `--help` and in its errors.
+fn format_parser() -> impl clap::builder::TypedValueParser<Value = Format> {
+    use clap::builder::TypedValueParser as _;
+    clap::builder::PossibleValuesParser::new(Format::names())
+        .map(|s| s.parse::<Format>().expect("a listed name parses"))
 }
 
 pub fn run(args: &RenderArgs, quiet: bool) -> Result<u8, Error> {
@@ -52,9 +64,9 @@ pub fn run(args: &RenderArgs, quiet: bool) -> Result<u8, Error> {
             "crs-secret takes --k8s MINOR or --image REF; --image is for crs-secret only".into(),
         ));
     }
-    if !crs_secret && (args.observable || args.on_delete) {
+    if !crs_secret && (args.observable || args.on_delete || args.allow_skew) {
         return Err(Error::Usage(
-            "--observable and --on-delete are for --format crs-secret only".into(),
+            "--observable, --on-delete and --allow-skew are for --format crs-secret only".into(),
         ));
     }
     let opts = RenderOptions {
@@ -62,13 +74,14 @@ pub fn run(args: &RenderArgs, quiet: bool) -> Result<u8, Error> {
         prefix: args.prefix.clone(),
         patched_magnum_cluster_api: args.patched_magnum_cluster_api,
     };
-    if crs_secret {
-        return run_crs_secret(args, &opts, quiet);
-    }
+    let format = match args.format {
+        Format::CrsSecret => return run_crs_secret(args, &opts, quiet),
+        Format::Entries(format) => format,
+    };
     let config = config::load(&args.config)?;
     let manifest = digest_manifest::read(&config.digest_manifest)?;
     let entries = render::select(&manifest, &config.digest_manifest, args.k8s)?;
-    let out = render::render_with(args.format, &entries, &opts)?;
+    let out = render::render_with(format, &entries, &opts)?;
     for w in &out.warnings {
         note(quiet, &format!("warning: {w}"));
     }
@@ -97,6 +110,7 @@ fn run_crs_secret(args: &RenderArgs, opts: &RenderOptions, quiet: bool) -> Resul
             image,
             observable: args.observable,
             on_delete: args.on_delete,
+            allow_skew: args.allow_skew,
         },
     )?;
     for w in &out.warnings {
@@ -120,6 +134,10 @@ fn run_crs_secret(args: &RenderArgs, opts: &RenderOptions, quiet: bool) -> Resul
             "once Cluster API applied it, the ClusterResourceSetBinding records hash {} for this Secret",
             out.hash
         ),
+    );
+    note(
+        quiet,
+        "write it with `kubectl replace -f -`, not `kubectl apply`: a client-side apply copies the whole Secret, OpenStack credentials included, into its last-applied-configuration annotation",
     );
     print_stdout(&out.secret)?;
     Ok(0)

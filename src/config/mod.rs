@@ -49,6 +49,29 @@ pub struct Minor {
     pub minor: u32,
 }
 
+impl Minor {
+    /// The minor of a Kubernetes version or of an image tag that starts with one: `v1.34.1`,
+    /// `1.34.1`, `v1.34.1-occmforge.1`, `v1.35.0-rc.1`, `v1.34` give 1.34. `None` for anything
+    /// else (`latest`, `main`, `sha-abc`).
+    pub fn of_version(version: &str) -> Option<Minor> {
+        let v = version.strip_prefix('v').unwrap_or(version);
+        let mut parts = v.splitn(3, '.');
+        let major = parts.next()?;
+        let minor: String = parts
+            .next()?
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect();
+        if major.is_empty() || !major.bytes().all(|b| b.is_ascii_digit()) || minor.is_empty() {
+            return None;
+        }
+        Some(Minor {
+            major: major.parse().ok()?,
+            minor: minor.parse().ok()?,
+        })
+    }
+}
+
 impl FromStr for Minor {
     type Err = String;
 
@@ -391,6 +414,19 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn minors_are_read_off_versions_and_tags() {
+        let m = |s: &str| Minor::of_version(s).map(|m| m.to_string());
+        assert_eq!(m("v1.34.1").as_deref(), Some("1.34"));
+        assert_eq!(m("1.35.0").as_deref(), Some("1.35"));
+        assert_eq!(m("v1.34.1-occmforge.2").as_deref(), Some("1.34"));
+        assert_eq!(m("v1.36.0-rc.1").as_deref(), Some("1.36"));
+        assert_eq!(m("v1.9").as_deref(), Some("1.9"));
+        for none in ["latest", "main", "v", "v1", "sha-1.2", "1.x.0", ".34.1"] {
+            assert_eq!(m(none), None, "{none}");
+        }
+    }
 
     const GOOD: &str = r#"
 repository = "registry.example.internal/occm/openstack-cloud-controller-manager"

@@ -24,7 +24,7 @@
 //! watched; `ApplyClusterResourceSet` applies a resource when its scope `needsApply`),
 //! clusterresourceset_scope.go (`Reconcile`: applied again, by merge patch, when the hash
 //! differs from the binding's; `ApplyOnce`: created once, never again) and
-//! clusterresourceset_helpers.go (the hash, [`crate::crs::resource_set_hash`]).
+//! clusterresourceset_helpers.go (the hash, [`crate::render::crs_secret::resource_set_hash`]).
 
 use std::time::{Duration, Instant};
 
@@ -36,7 +36,7 @@ use crate::accept::sim::capi::Management;
 use crate::accept::sim::kube::Kube;
 use crate::accept::sim::magnum::{self, NAMESPACE};
 use crate::accept::sim::provider::{self, Provider};
-use crate::crs;
+use crate::render::crs_secret as crs;
 
 /// How long a change of the Secret may take to reach the workload DaemonSet (and the binding's
 /// hash); also how long the legacy Secret's change is watched not to.

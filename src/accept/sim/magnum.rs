@@ -144,7 +144,7 @@ pub fn secret_keys(image: &str, cloud_conf: &str) -> BTreeMap<String, String> {
     let b64 = base64::engine::general_purpose::STANDARD.encode(cloud_conf.as_bytes());
     BTreeMap::from([
         (
-            crate::crs::SECRET_KEY.to_string(),
+            crate::render::crs_secret::SECRET_KEY.to_string(),
             occm_manifests(image),
         ),
         (
@@ -164,9 +164,9 @@ pub fn secret_keys(image: &str, cloud_conf: &str) -> BTreeMap<String, String> {
     ])
 }
 
-/// The hash Cluster API records for a Secret holding `keys` ([`crate::crs::resource_set_hash`]).
+/// The hash Cluster API records for a Secret holding `keys` ([`crate::render::crs_secret::resource_set_hash`]).
 pub fn keys_hash(keys: &BTreeMap<String, String>) -> String {
-    crate::crs::resource_set_hash(
+    crate::render::crs_secret::resource_set_hash(
         &keys
             .iter()
             .map(|(k, v)| (k.clone(), v.as_bytes().to_vec()))
@@ -240,9 +240,9 @@ mod tests {
         let s = secret("kube-abc12-cloud-provider", &keys);
         let ours = "registry.example.internal/occm:v1.34.1-occmforge.1@sha256:".to_string()
             + &"ab".repeat(32);
-        let out = crate::crs::rewrite_secret(
+        let out = crate::render::crs_secret::rewrite_secret(
             &serde_json::to_string(&s).unwrap(),
-            &crate::crs::RewriteOptions {
+            &crate::render::crs_secret::RewriteOptions {
                 image: ours.clone(),
                 ..Default::default()
             },
@@ -264,7 +264,7 @@ mod tests {
             })
             .collect();
         assert_eq!(
-            String::from_utf8(data[crate::crs::SECRET_KEY].clone()).unwrap(),
+            String::from_utf8(data[crate::render::crs_secret::SECRET_KEY].clone()).unwrap(),
             occm_manifests(&ours)
         );
         // Cluster API's hash: sha256 over the decoded values in key order.
@@ -280,7 +280,8 @@ mod tests {
         }
         assert_eq!(out.hash, format!("sha256:{}", hex::encode(h.finalize())));
         // The Secret as the driver wrote it hashes as its keys do.
-        let before = crate::crs::secret_hash(&serde_json::to_string(&s).unwrap()).unwrap();
+        let before =
+            crate::render::crs_secret::secret_hash(&serde_json::to_string(&s).unwrap()).unwrap();
         assert_eq!(before, keys_hash(&keys));
         assert_ne!(out.hash, before);
     }
@@ -289,9 +290,9 @@ mod tests {
     fn the_legacy_secret_named_by_the_cluster_uuid_is_refused() {
         let keys = secret_keys("registry.k8s.io/x:v1", "");
         let s = secret("3f5e6a7b-1c2d-4e5f-8a9b-0c1d2e3f4a5b", &keys);
-        let e = crate::crs::rewrite_secret(
+        let e = crate::render::crs_secret::rewrite_secret(
             &serde_json::to_string(&s).unwrap(),
-            &crate::crs::RewriteOptions {
+            &crate::render::crs_secret::RewriteOptions {
                 image: "x:y".into(),
                 ..Default::default()
             },
@@ -301,8 +302,10 @@ mod tests {
             e.0.contains("named by the cluster UUID") && e.0.contains("ApplyOnce"),
             "{e}"
         );
-        assert!(!crate::crs::is_legacy_name("kube-abc12-cloud-provider"));
-        assert!(!crate::crs::is_legacy_name(
+        assert!(!crate::render::crs_secret::is_legacy_name(
+            "kube-abc12-cloud-provider"
+        ));
+        assert!(!crate::render::crs_secret::is_legacy_name(
             "3f5e6a7b-1c2d-4e5f-8a9b-0c1d2e3f4a5"
         ));
     }

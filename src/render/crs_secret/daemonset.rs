@@ -1,315 +1,16 @@
-//! `render --format crs-secret`: change the OCCM image of a running magnum-cluster-api cluster
-//! through the source its ClusterResourceSet reconciles.
-//!
-//! magnum-cluster-api keeps the OCCM manifests in the Secret `magnum-system/<stack_id>-cloud-provider`
-//! (type `addons.cluster.x-k8s.io/resource-set`), key `cloud-controller-manager.yaml`: the output of
-//! `helm template` of the OCCM chart as release `openstack-ccm` in `kube-system`
-//! (`src/addons/cloud_controller_manager.rs:167-183`, v0.36.6 and v0.38.1); Python adds
-//! `cloud-config-secret.yaml` and, with Cinder, the CSI manifests to the same Secret
-//! (`resources.py:210-262`). Its ClusterResourceSet has `strategy: Reconcile` (`src/magnum.rs:309`),
-//! so Cluster API applies the Secret again to the workload cluster when its content changes. The
-//! Secret is rendered from the cluster's labels only at create and upgrade (`driver.py:114, 414`),
-//! so an upgrade overwrites what this module writes.
-//!
-//! [`rewrite_secret`] reads the Secret as `kubectl get secret -o yaml` prints it, replaces the
-//! image of the one OCCM DaemonSet inside that key by editing that one line of text (the embedded
-//! YAML is never re-serialised, so every other byte of every document stays), and returns a
-//! Secret for `kubectl apply -f -`: server-set metadata dropped, every other key's value verbatim.
-//! On request it also makes the rollout observable ([`RewriteOptions::observable`]) and
-//! operator-driven ([`RewriteOptions::on_delete`]).
+//! The OCCM chart's rendering inside the Secret key: a multi-document YAML stream as `helm
+//! template` prints it, edited as text so that every byte but the intended lines stays. Finds the
+//! one DaemonSet running OCCM, changes its container's `image:` line, and on request adds probes,
+//! `minReadySeconds` and the `OnDelete` strategy; the edited document must parse to the original
+//! with exactly those changes.
 
-use base64::Engine as _;
 use serde_norway::{Mapping, Value};
 
-use crate::render::MCAPI_IMAGE_NAME;
-
-/// The Secret key magnum-cluster-api renders the OCCM chart into.
-pub const SECRET_KEY: &str = "cloud-controller-manager.yaml";
-/// The OCCM container's name in the chart's DaemonSet (`templates/daemonset.yaml:47`).
-pub const CONTAINER_NAME: &str = "openstack-cloud-controller-manager";
-/// OCCM's default secure (HTTPS) port, which serves `/healthz` (k8s.io/cloud-provider
-/// `CloudControllerManagerPort`).
-pub const DEFAULT_SECURE_PORT: u16 = 10258;
-/// `minReadySeconds` set by [`RewriteOptions::observable`]: a new pod counts as available only
-/// after it stayed ready this long, so a replica that crashes soon after start stalls the rollout.
-pub const MIN_READY_SECONDS: u32 = 60;
-
-/// Metadata fields the API server sets; `kubectl apply` of a Secret carrying them would fail on
-/// a stale `resourceVersion` or fight over `managedFields`.
-const SERVER_SET_METADATA: &[&str] = &[
-    "resourceVersion",
-    "uid",
-    "managedFields",
-    "creationTimestamp",
-    "generation",
-    "selfLink",
-    "deletionTimestamp",
-    "deletionGracePeriodSeconds",
-];
-const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
-
-/// What to write.
-#[derive(Debug, Clone, Default)]
-pub struct RewriteOptions {
-    /// The new image reference (`repository:tag@sha256:<hex>`, or any earlier reference to revert).
-    pub image: String,
-    /// Also set `minReadySeconds` ([`MIN_READY_SECONDS`]) on the DaemonSet and, where the OCCM
-    /// container has none, readiness and liveness probes on `https://127.0.0.1:<secure port>/healthz`
-    /// (the pod uses the host network and OCCM binds 127.0.0.1 unless told otherwise).
-    pub observable: bool,
-    /// Also set the DaemonSet's `updateStrategy` to `OnDelete`: nothing rolls until the operator
-    /// deletes pods, so the leader can be replaced last.
-    pub on_delete: bool,
-}
-
-/// The rewritten Secret and what changed.
-#[derive(Debug, Clone)]
-pub struct Rewritten {
-    /// The Secret as YAML for `kubectl apply -f -`.
-    pub secret: String,
-    /// `namespace/name` of the OCCM DaemonSet.
-    pub daemonset: String,
-    /// The image the DaemonSet ran before (what `--image` reverts to).
-    pub previous_image: String,
-    /// Whether the key's content changed at all.
-    pub changed: bool,
-    /// Things the user must know (an image without digest, a probe kept as it was).
-    pub warnings: Vec<String>,
-    /// The hash Cluster API will record for the written Secret in the cluster's
-    /// ClusterResourceSetBinding once it applied it ([`resource_set_hash`]).
-    pub hash: String,
-}
-
-/// The hash Cluster API records for a Secret of a ClusterResourceSet in the
-/// ClusterResourceSetBinding (`spec.bindings[].resources[].hash`) once it applied it, and
-/// compares to decide whether a `strategy: Reconcile` set must be applied again:
-/// `sha256:<64 hex>` of the values of the Secret's `data`, base64-decoded (a value that does not
-/// decode counts as empty), concatenated in the byte order of their keys
-/// (internal/controllers/clusterresourceset/clusterresourceset_helpers.go `normalizeData` and
-/// `computeHash`, Cluster API v1.13). `data` maps each key to its decoded bytes.
-pub fn resource_set_hash(data: &std::collections::BTreeMap<String, Vec<u8>>) -> String {
-    use sha2::Digest as _;
-    let mut h = sha2::Sha256::new();
-    for v in data.values() {
-        h.update(v);
-    }
-    format!("sha256:{}", hex::encode(h.finalize()))
-}
-
-/// The [`resource_set_hash`] of the Secret `input` (YAML or JSON, as `kubectl get -o yaml|json`
-/// prints it, or as written for `kubectl apply`) once the API server stored it.
-///
-/// Errors: input that is not one Secret.
-pub fn secret_hash(input: &str) -> Result<String, CrsError> {
-    Ok(resource_set_hash(&stored_data(&parse_secret(input)?)))
-}
-
-/// What the API server stores as the Secret's `data` once it is written: `data` decoded, with
-/// `stringData` merged over it (core/v1 `Secret.stringData`).
-fn stored_data(secret: &Mapping) -> std::collections::BTreeMap<String, Vec<u8>> {
-    let mut out = std::collections::BTreeMap::new();
-    let entries = |field: &str| {
-        secret
-            .get(field)
-            .and_then(Value::as_mapping)
-            .into_iter()
-            .flatten()
-            .filter_map(|(k, v)| Some((k.as_str()?.to_string(), v.as_str()?.to_string())))
-            .collect::<Vec<_>>()
-    };
-    for (k, v) in entries("data") {
-        let bytes = base64::engine::general_purpose::STANDARD
-            .decode(v.trim())
-            .unwrap_or_default();
-        out.insert(k, bytes);
-    }
-    for (k, v) in entries("stringData") {
-        out.insert(k, v.into_bytes());
-    }
-    out
-}
-
-/// Whether `name` is a UUID (8-4-4-4-12 hex digits): the name magnum-cluster-api before 0.29.2
-/// gave the Secret of a cluster, applied by a ClusterResourceSet of `strategy: ApplyOnce`.
-pub fn is_legacy_name(name: &str) -> bool {
-    let parts: Vec<&str> = name.split('-').collect();
-    parts.len() == 5
-        && parts
-            .iter()
-            .zip([8, 4, 4, 4, 12])
-            .all(|(p, n)| p.len() == n && p.bytes().all(|b| b.is_ascii_hexdigit()))
-}
-
-/// A Secret that cannot be rewritten: one line, naming the key or DaemonSet. Exit status 2.
-#[derive(Debug, thiserror::Error)]
-#[error("crs-secret: {0}")]
-pub struct CrsError(pub String);
-
-fn fail<T>(message: impl Into<String>) -> Result<T, CrsError> {
-    Err(CrsError(message.into()))
-}
-
-/// Rewrites the Secret `input` (YAML or JSON as `kubectl get secret … -o yaml|json` prints it);
-/// see the module documentation. The key may be in `data` (base64, as the API server returns it)
-/// or in `stringData`.
-pub fn rewrite_secret(input: &str, opts: &RewriteOptions) -> Result<Rewritten, CrsError> {
-    let secret = parse_secret(input)?;
-    let name = secret
-        .get("metadata")
-        .and_then(|m| m.get("name"))
-        .and_then(Value::as_str)
-        .unwrap_or("<unnamed>");
-    if is_legacy_name(name) {
-        return fail(format!(
-            "Secret {name} is named by the cluster UUID: magnum-cluster-api before 0.29.2 applies it with a ClusterResourceSet of strategy ApplyOnce, so Cluster API never applies a change of it to the workload cluster; `openstack coe cluster upgrade` the cluster first (magnum-cluster-api 0.29.2 or later writes <stack_id>-cloud-provider under strategy Reconcile), then rewrite that Secret"
-        ));
-    }
-    let key = read_key(&secret, name)?;
-    let edited = set_occm_image(&key.text, opts)
-        .map_err(|e| CrsError(format!("Secret {name}, key {SECRET_KEY}: {}", e.0)))?;
-    let written = write_secret(&secret, key.field, &edited.text)?;
-    let hash = secret_hash(&written)?;
-    Ok(Rewritten {
-        secret: written,
-        hash,
-        daemonset: edited.daemonset,
-        previous_image: edited.previous_image,
-        changed: edited.text != key.text,
-        warnings: edited.warnings,
-    })
-}
-
-/// Reads stdin as one Kubernetes object of kind `Secret`; its top-level mapping (a YAML tag on
-/// it is dropped).
-fn parse_secret(input: &str) -> Result<Mapping, CrsError> {
-    if input.trim().is_empty() {
-        return fail(
-            "stdin is empty: pipe in `kubectl get secret -n magnum-system <stack_id>-cloud-provider -o yaml`",
-        );
-    }
-    let secret: Value = serde_norway::from_str(input).map_err(|e| {
-        CrsError(format!(
-            "stdin is not one YAML document: {}",
-            one_line(&e.to_string())
-        ))
-    })?;
-    let Some(map) = secret.as_mapping() else {
-        return fail("stdin is not a Kubernetes object");
-    };
-    let kind = map.get("kind").and_then(Value::as_str).unwrap_or("");
-    if kind != "Secret" {
-        return fail(format!(
-            "stdin is a {}, not a Secret",
-            if kind.is_empty() {
-                "document without kind"
-            } else {
-                kind
-            }
-        ));
-    }
-    Ok(map.clone())
-}
-
-/// The text of [`SECRET_KEY`] in a Secret and the field that holds it.
-struct KeyText {
-    /// The key's content: the OCCM chart's multi-document YAML stream.
-    text: String,
-    /// `data` (stored base64-encoded) or `stringData` (stored as is).
-    field: &'static str,
-}
-
-/// Finds [`SECRET_KEY`] in exactly one of `data` (decoding base64 to UTF-8) and `stringData` of
-/// the Secret `name`.
-fn read_key(secret: &Mapping, name: &str) -> Result<KeyText, CrsError> {
-    let in_field = |field: &str| secret.get(field).and_then(|f| f.get(SECRET_KEY));
-    match (in_field("data"), in_field("stringData")) {
-        (Some(_), Some(_)) => fail(format!(
-            "Secret {name} has {SECRET_KEY} in both data and stringData"
-        )),
-        (Some(v), None) => {
-            let b64 = v.as_str().ok_or_else(|| {
-                CrsError(format!("Secret {name}: data.{SECRET_KEY} is not a string"))
-            })?;
-            let bytes = base64::engine::general_purpose::STANDARD
-                .decode(b64.trim())
-                .map_err(|e| {
-                    CrsError(format!(
-                        "Secret {name}: data.{SECRET_KEY} is not base64: {e}"
-                    ))
-                })?;
-            let text = String::from_utf8(bytes).map_err(|_| {
-                CrsError(format!(
-                    "Secret {name}: data.{SECRET_KEY} is not UTF-8 text"
-                ))
-            })?;
-            Ok(KeyText {
-                text,
-                field: "data",
-            })
-        }
-        (None, Some(v)) => Ok(KeyText {
-            text: v
-                .as_str()
-                .ok_or_else(|| {
-                    CrsError(format!(
-                        "Secret {name}: stringData.{SECRET_KEY} is not a string"
-                    ))
-                })?
-                .to_string(),
-            field: "stringData",
-        }),
-        (None, None) => fail(format!(
-            "Secret {name} has no key {SECRET_KEY}: is it magnum-cluster-api's <stack_id>-cloud-provider Secret?"
-        )),
-    }
-}
-
-/// The Secret as YAML for `kubectl apply -f -`: server-set metadata dropped, [`SECRET_KEY`] in
-/// `field` replaced by `text` (base64-encoded in `data`), every other key as it was.
-fn write_secret(secret: &Mapping, field: &str, text: &str) -> Result<String, CrsError> {
-    let mut out = Mapping::new();
-    for (k, v) in secret {
-        let mut v = v.clone();
-        match k.as_str() {
-            Some("metadata") => clean_metadata(&mut v),
-            Some(f) if f == field => {
-                let new = if field == "data" {
-                    base64::engine::general_purpose::STANDARD.encode(text.as_bytes())
-                } else {
-                    text.to_string()
-                };
-                v.as_mapping_mut()
-                    .expect("read_key found the key in it")
-                    .insert(SECRET_KEY.into(), Value::String(new));
-            }
-            _ => {}
-        }
-        out.insert(k.clone(), v);
-    }
-    serde_norway::to_string(&Value::Mapping(out))
-        .map_err(|e| CrsError(format!("cannot write the Secret: {e}")))
-}
-
-fn one_line(s: &str) -> String {
-    s.split_whitespace().collect::<Vec<_>>().join(" ")
-}
-
-fn clean_metadata(metadata: &mut Value) {
-    let Some(m) = metadata.as_mapping_mut() else {
-        return;
-    };
-    for f in SERVER_SET_METADATA {
-        m.remove(*f);
-    }
-    let mut empty = false;
-    if let Some(a) = m.get_mut("annotations").and_then(Value::as_mapping_mut) {
-        a.remove(LAST_APPLIED);
-        empty = a.is_empty();
-    }
-    if empty {
-        m.remove("annotations");
-    }
-}
+use super::{
+    CONTAINER_NAME, CrsError, DEFAULT_SECURE_PORT, MIN_READY_SECONDS, RewriteOptions, fail,
+    one_line,
+};
+use crate::render::magnum::MCAPI_IMAGE_NAME;
 
 /// The edited multi-document text of the key.
 #[derive(Debug, Clone)]
@@ -494,6 +195,13 @@ pub fn set_occm_image(text: &str, opts: &RewriteOptions) -> Result<Edited, CrsEr
         previous_image: previous,
         warnings,
     })
+}
+
+/// The image of the one OCCM DaemonSet's OCCM container in `text`.
+///
+/// Errors: [`CrsError`] without exactly one OCCM DaemonSet (as [`set_occm_image`]).
+pub fn occm_image(text: &str) -> Result<String, CrsError> {
+    find_occm_daemonset(text)?.image()
 }
 
 /// A DaemonSet document of the stream with at least one OCCM container.
@@ -916,6 +624,7 @@ mod tests {
                 + &"b".repeat(64),
             observable: true,
             on_delete: true,
+            ..RewriteOptions::default()
         };
         let e = set_occm_image(STREAM, &o).unwrap();
         let v: Value = serde_norway::from_str(
