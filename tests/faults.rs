@@ -661,6 +661,62 @@ fn a_read_only_registry_disk_is_named_in_one_line() {
     assert_eq!(std::fs::read(&f.lock).unwrap(), lock_before);
 }
 
+/// A registry in distribution's read-only maintenance mode (how Atmosphere runs its in-cloud
+/// registry) answers every write with 405 and `Method not allowed`: `copy` to it says so in one
+/// line, is not retried, and records no mirror.
+#[test]
+fn copy_to_a_read_only_registry_is_named_in_one_line() {
+    let src = TestRegistry::start();
+    let ro = TestRegistry::start_with(&RegistryOptions {
+        maintenance_read_only: true,
+        ..Default::default()
+    });
+    let f = fixture(&["linux/amd64"]);
+    f.seed_lock();
+    let repo = src.repo("occm/openstack-cloud-controller-manager");
+    let o = occm_forge(f.path())
+        .args(["build", "--k8s", "1.34", "--push", "--repository", &repo])
+        .args(["--insecure-registry", &src.addr, "--source"])
+        .arg(&f.upstream)
+        .arg("--output")
+        .arg(f.path().join("out"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let lock_before = std::fs::read(&f.lock).unwrap();
+    let o = occm_forge(f.path())
+        .args([
+            "copy",
+            "--k8s",
+            "1.34",
+            "--prefix",
+            &format!("{}/magnum", ro.addr),
+        ])
+        .args([
+            "--insecure-registry",
+            &src.addr,
+            "--insecure-registry",
+            &ro.addr,
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(8), "{}", stderr(&o));
+    let last = stderr(&o).lines().last().unwrap_or_default().to_string();
+    eprintln!("{last}");
+    assert!(
+        last.contains(&ro.addr)
+            && last.contains("HTTP 405 (Method not allowed): the registry refuses writes here (a read-only registry")
+            && last.contains("Atmosphere's in-cloud registry"),
+        "{last}"
+    );
+    assert!(!stderr(&o).contains("retrying in"), "{}", stderr(&o));
+    assert_eq!(
+        std::fs::read(&f.lock).unwrap(),
+        lock_before,
+        "a mirror was recorded"
+    );
+}
+
 /// The chunked upload itself, through the library's registry client with small chunks: a blob
 /// over the threshold goes in `PATCH`es from the start (no monolithic `PUT` with a body); a
 /// `416` to its third chunk is resumed at the byte the upload status names; a blob under the

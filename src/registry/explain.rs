@@ -82,6 +82,28 @@ pub(crate) fn status(code: u16, body: &str) -> (String, Option<ErrorKind>) {
             Some(ErrorKind::Other),
         );
     }
+    if code == 405 {
+        // Only writes reach a registry with methods it refuses: distribution in read-only
+        // maintenance mode (`storage.maintenance.readonly.enabled`, as Atmosphere runs its
+        // in-cloud registry) answers every PUT, POST, PATCH and DELETE so, with `Allow: GET,
+        // HEAD` and the body `Method not allowed`; so do pull-through caches.
+        let said = body
+            .lines()
+            .next()
+            .map(|l| truncate(l, MAX_RAW))
+            .unwrap_or_default();
+        return (
+            format!(
+                "HTTP 405{}: the registry refuses writes here (a read-only registry, such as distribution in read-only maintenance mode, which Atmosphere's in-cloud registry runs, or a pull-through cache); push to a registry you can write to, retrying does not help",
+                if said.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({said})")
+                }
+            ),
+            Some(ErrorKind::Other),
+        );
+    }
     if body.is_empty() {
         return (format!("HTTP {code}"), None);
     }
@@ -213,6 +235,21 @@ mod tests {
         );
         assert_eq!(kind, Some(ErrorKind::Other));
         assert!(!m.contains('{'));
+    }
+
+    #[test]
+    fn a_read_only_registry_is_named_and_not_transient() {
+        let (m, kind) = status(405, "Method not allowed\n");
+        assert!(
+            m.starts_with("HTTP 405 (Method not allowed): the registry refuses writes here (a read-only registry"),
+            "{m}"
+        );
+        assert_eq!(kind, Some(ErrorKind::Other));
+        assert!(
+            status(405, "")
+                .0
+                .starts_with("HTTP 405: the registry refuses writes")
+        );
     }
 
     #[test]

@@ -481,6 +481,9 @@ pub struct RegistryOptions {
     /// The storage directory is a read-only mount (the registry runs in its own user and mount
     /// namespace, `unshare -rm`, where its root directory is bind-mounted read-only).
     pub read_only: bool,
+    /// distribution's read-only maintenance mode (`storage.maintenance.readonly.enabled`), as
+    /// Atmosphere runs its in-cloud registry: pulls work, every write answers 405.
+    pub maintenance_read_only: bool,
 }
 
 /// A CA and a leaf certificate for 127.0.0.1 made with openssl (rustls refuses a self-signed
@@ -595,6 +598,12 @@ impl TestRegistry {
         }
         if opts.relative_urls {
             text.push_str("  relativeurls: true\n");
+        }
+        if opts.maintenance_read_only {
+            text = text.replace(
+                "  delete: {enabled: true}\n",
+                "  delete: {enabled: true}\n  maintenance: {readonly: {enabled: true}}\n",
+            );
         }
         if let Some(htpasswd) = &opts.htpasswd {
             text.push_str(&format!(
@@ -1210,4 +1219,34 @@ pub fn non_loopback_ip() -> String {
         "no non-loopback address: {ip}"
     );
     ip.to_string()
+}
+
+/// A digest-manifest entry of `repository:tag@digest`, as `render` reads it.
+pub fn entry(repository: &str, tag: &str, digest: &str) -> occm_forge::digest_manifest::Entry {
+    occm_forge::digest_manifest::Entry {
+        image: format!("{repository}:{tag}@{digest}"),
+        repository: repository.to_string(),
+        tag: tag.to_string(),
+        digest: digest.to_string(),
+        published: true,
+        mirrors: vec![],
+        upstream_tag: String::new(),
+        upstream_commit: String::new(),
+        patch_series_sha256: String::new(),
+        patches: vec![],
+        already_upstream: vec![],
+        platforms: vec![],
+        manifests: std::collections::BTreeMap::new(),
+        sbom: std::collections::BTreeMap::new(),
+        provenance: None,
+        go_version: String::new(),
+        base_image: String::new(),
+        base_digest: None,
+        source_date_epoch: 0,
+        built_at: String::new(),
+        inputs: None,
+        accepted: false,
+        accepted_scenarios: vec![],
+        referrers: None,
+    }
 }
