@@ -23,6 +23,7 @@
 
 pub mod accept;
 pub mod audit;
+pub mod clusters;
 pub mod config;
 pub mod copy;
 pub mod describe;
@@ -118,6 +119,13 @@ pub enum Error {
     /// A local file-system failure outside the stages.
     #[error("{0}")]
     Io(String),
+    /// `clusters`: the management cluster could not be read or written.
+    #[error(transparent)]
+    Clusters(#[from] clusters::ClustersError),
+    /// `clusters`: a cluster does not run the pinned image of its minor (the table on stdout says
+    /// which and why), or `--fix` could not fix one.
+    #[error("clusters: {0}")]
+    NotPinned(String),
     /// `accept`: a scenario failed on ours, the minor could not be verified, or the acceptance
     /// run itself failed (the message names the part).
     #[error("accept: {0}")]
@@ -129,7 +137,9 @@ impl Error {
     /// changes it does not carry), 5 tests, 6 build (and a Go toolchain that cannot be had),
     /// 7 image, 8 registry, 9 digest manifest, 10 registry does not match the digest manifest
     /// (`verify`), 11 copy found the target holding other bytes, 12 acceptance failed or not
-    /// verified (`accept`, `build --accept`), 1 anything else.
+    /// verified (`accept`, `build --accept`), 14 a cluster not running the pinned image of its
+    /// minor (`clusters`), 15 the management cluster cannot be read (`clusters`), 1 anything
+    /// else.
     pub fn exit_code(&self) -> u8 {
         match self {
             Error::Usage(_) | Error::Config(_) | Error::Render(_) | Error::Crs(_) => 2,
@@ -147,6 +157,8 @@ impl Error {
             Error::Interrupted(sig) => (128 + sig).clamp(0, 255) as u8,
             Error::Io(_) => 1,
             Error::Accept(_) => 12,
+            Error::NotPinned(_) => 14,
+            Error::Clusters(_) => 15,
         }
     }
 }

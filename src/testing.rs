@@ -183,3 +183,36 @@ pub async fn published() -> (FixtureImage, crate::registry::memory::MemoryRegist
         .expect("publish");
     (f, reg)
 }
+
+/// A published digest-manifest entry for `minor` at `repository`, tagged
+/// `v<minor>.1-occmforge.1`, with the digest `sha256:<hex of fill>…`.
+pub fn entry(minor: &str, repository: &str, fill: char) -> crate::digest_manifest::Entry {
+    let digest = format!("sha256:{}", fill.to_string().repeat(64));
+    let tag = format!("v{minor}.1-occmforge.1");
+    crate::digest_manifest::Entry {
+        image: format!("{repository}:{tag}@{digest}"),
+        repository: repository.into(),
+        tag,
+        digest,
+        published: true,
+        mirrors: vec![],
+        upstream_tag: format!("v{minor}.1"),
+        upstream_commit: "c".repeat(40),
+        patch_series_sha256: "d".repeat(64),
+        patches: vec![],
+        already_upstream: vec![],
+        platforms: vec!["linux/amd64".into()],
+        manifests: Default::default(),
+        sbom: Default::default(),
+        provenance: None,
+        go_version: "1.25.1".into(),
+        base_image: "static".into(),
+        base_digest: None,
+        source_date_epoch: 0,
+        built_at: "2026-12-01T00:00:00Z".into(),
+        inputs: None,
+        accepted: true,
+        accepted_scenarios: vec![],
+        referrers: None,
+    }
+}

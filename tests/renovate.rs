@@ -197,36 +197,6 @@ fn push_image(dir: &Path, repo: &str, tag: &str) -> String {
     format!("sha256:{}", sha256_hex(raw.as_bytes()))
 }
 
-/// A digest-manifest entry of `repository:tag@digest`, as `render` reads it.
-fn entry(repository: &str, tag: &str, digest: &str) -> Entry {
-    Entry {
-        image: format!("{repository}:{tag}@{digest}"),
-        repository: repository.to_string(),
-        tag: tag.to_string(),
-        digest: digest.to_string(),
-        published: true,
-        mirrors: vec![],
-        upstream_tag: String::new(),
-        upstream_commit: String::new(),
-        patch_series_sha256: String::new(),
-        patches: vec![],
-        already_upstream: vec![],
-        platforms: vec![],
-        manifests: BTreeMap::new(),
-        sbom: BTreeMap::new(),
-        provenance: None,
-        go_version: String::new(),
-        base_image: String::new(),
-        base_digest: None,
-        source_date_epoch: 0,
-        built_at: String::new(),
-        inputs: None,
-        accepted: false,
-        accepted_scenarios: vec![],
-        referrers: None,
-    }
-}
-
 fn rendered(format: EntryFormat, entries: &[(Minor, Entry)], prefix: Option<&str>) -> String {
     let refs: Vec<(Minor, &Entry)> = entries.iter().map(|(m, e)| (*m, e)).collect();
     let opts = RenderOptions {

@@ -4,6 +4,7 @@
 
 mod accept;
 mod build;
+mod clusters;
 mod copy;
 mod manifest;
 mod minors;
@@ -74,6 +75,10 @@ enum Command {
     /// the same tag against a real kube-apiserver and a simulated OpenStack. Exit status 12 when
     /// a minor is not accepted.
     Accept(accept::AcceptArgs),
+    /// Which magnum-cluster-api clusters run which OCCM, read from the Cluster API management
+    /// cluster; --fix rewrites the Secrets of those not running the pinned image of their minor,
+    /// --watch keeps doing it. Exit status 14 when a cluster is not pinned.
+    Clusters(clusters::ClustersArgs),
 }
 
 /// How registries are reached.
@@ -186,5 +191,6 @@ pub async fn run(cli: &Cli) -> Result<u8, Error> {
         Command::Manifest(cmd) => manifest::run(cli, cmd),
         Command::Patches(cmd) => patches::run(cli, cmd).await,
         Command::Accept(args) => accept::run(cli, args).await,
+        Command::Clusters(args) => clusters::run(args, cli.quiet).await,
     }
 }

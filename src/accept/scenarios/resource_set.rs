@@ -258,7 +258,7 @@ async fn seen(kube: &Kube, cluster: &str, secret: &str) -> Result<(String, Strin
         ds.as_ref().and_then(magnum::occm_image).unwrap_or_default(),
         binding
             .as_ref()
-            .and_then(|b| magnum::binding_hash(b, secret, secret))
+            .and_then(|b| crate::clusters::read::binding_hash(b, secret, secret))
             .unwrap_or_default(),
     ))
 }

@@ -18,21 +18,23 @@ use std::collections::BTreeMap;
 use base64::Engine as _;
 use serde_json::{Value, json};
 
-/// The namespace magnum-cluster-api keeps its Cluster API objects in.
-pub const NAMESPACE: &str = "magnum-system";
+pub use crate::clusters::NAMESPACE;
+pub use crate::clusters::assess::UPSTREAM_REPOSITORY;
+use crate::clusters::read::RESOURCE_SET_TYPE;
+
 /// The OCCM DaemonSet the chart renders: `kube-system/openstack-cloud-controller-manager`.
 pub const DAEMONSET: (&str, &str) = ("kube-system", "openstack-cloud-controller-manager");
-/// The repository magnum-cluster-api renders for OCCM without a `container_infra_prefix` (the
-/// chart's `image.repository`).
-pub const UPSTREAM_REPOSITORY: &str =
-    "registry.k8s.io/provider-os/openstack-cloud-controller-manager";
-/// The Secret type Cluster API's ClusterResourceSet controller accepts.
-pub const RESOURCE_SET_TYPE: &str = "addons.cluster.x-k8s.io/resource-set";
 
 /// The chart's rendering of OCCM with `image`, as magnum-cluster-api's values give it (a
 /// control-plane node selector, host network, the `uninitialized` toleration, `RollingUpdate`).
 pub fn occm_manifests(image: &str) -> String {
-    let (ns, name) = DAEMONSET;
+    occm_manifests_in(DAEMONSET.0, image)
+}
+
+/// [`occm_manifests`] into namespace `ns` instead of `kube-system` (several workload clusters
+/// sharing one apiserver keep their objects apart so).
+pub fn occm_manifests_in(ns: &str, image: &str) -> String {
+    let name = DAEMONSET.1;
     OCCM_RENDERING
         .replace("{ns}", ns)
         .replace("{name}", name)
@@ -141,16 +143,21 @@ spec:
 /// The Secret's keys and their text for an OCCM `image`; `cloud_conf` is the cloud.conf OCCM
 /// gets.
 pub fn secret_keys(image: &str, cloud_conf: &str) -> BTreeMap<String, String> {
+    secret_keys_in(DAEMONSET.0, image, cloud_conf)
+}
+
+/// [`secret_keys`] with OCCM and its `cloud-config` in namespace `ns` instead of `kube-system`.
+pub fn secret_keys_in(ns: &str, image: &str, cloud_conf: &str) -> BTreeMap<String, String> {
     let b64 = base64::engine::general_purpose::STANDARD.encode(cloud_conf.as_bytes());
     BTreeMap::from([
         (
             crate::render::crs_secret::SECRET_KEY.to_string(),
-            occm_manifests(image),
+            occm_manifests_in(ns, image),
         ),
         (
             "cloud-config-secret.yaml".to_string(),
             format!(
-                "---\napiVersion: v1\nkind: Secret\nmetadata:\n  name: cloud-config\n  namespace: kube-system\ntype: Opaque\ndata:\n  cloud.conf: {b64}\n"
+                "---\napiVersion: v1\nkind: Secret\nmetadata:\n  name: cloud-config\n  namespace: {ns}\ntype: Opaque\ndata:\n  cloud.conf: {b64}\n"
             ),
         ),
         (
@@ -212,19 +219,6 @@ pub fn occm_image(daemonset: &Value) -> Option<String> {
         .as_array()?
         .iter()
         .find(|c| c["name"] == DAEMONSET.1)?["image"]
-        .as_str()
-        .map(str::to_string)
-}
-
-/// The hash a ClusterResourceSetBinding records for `secret` of the set `crs`, when it has one.
-pub fn binding_hash(binding: &Value, crs: &str, secret: &str) -> Option<String> {
-    binding["spec"]["bindings"]
-        .as_array()?
-        .iter()
-        .find(|b| b["clusterResourceSetName"] == crs)?["resources"]
-        .as_array()?
-        .iter()
-        .find(|r| r["name"] == secret && r["kind"] == "Secret")?["hash"]
         .as_str()
         .map(str::to_string)
 }
@@ -320,9 +314,12 @@ mod tests {
             {"clusterResourceSetName": "other", "resources": [{"name": "s", "kind": "Secret", "hash": "x"}]},
             {"clusterResourceSetName": "crs", "resources": [{"name": "s", "kind": "Secret", "hash": "sha256:1"}]}]}});
         assert_eq!(
-            binding_hash(&binding, "crs", "s").as_deref(),
+            crate::clusters::read::binding_hash(&binding, "crs", "s").as_deref(),
             Some("sha256:1")
         );
-        assert_eq!(binding_hash(&binding, "crs", "t"), None);
+        assert_eq!(
+            crate::clusters::read::binding_hash(&binding, "crs", "t"),
+            None
+        );
     }
 }

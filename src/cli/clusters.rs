@@ -1,0 +1,225 @@
+//! `occm-forge clusters`: which magnum-cluster-api clusters run which OCCM, and `--fix`/`--watch`
+//! (the `clusters` module).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Args;
+use occm_forge::clusters::assess::{AssessOptions, table};
+use occm_forge::clusters::fix::{self, FixOptions, Fixed, WatchOptions};
+use occm_forge::clusters::{NAMESPACE, Row};
+use occm_forge::kubernetes::Kube;
+use occm_forge::{Error, config, digest_manifest};
+
+use super::output::{note, print_stdout};
+
+#[derive(Args)]
+pub struct ClustersArgs {
+    /// Kubeconfig of the management cluster [default: $KUBECONFIG, ~/.kube/config, or the Pod's
+    /// ServiceAccount inside a cluster].
+    #[arg(long, value_name = "FILE")]
+    kubeconfig: Option<PathBuf>,
+    /// Kubeconfig context to use [default: its current context].
+    #[arg(long, value_name = "NAME")]
+    context: Option<String>,
+    /// Namespace of the Cluster API objects.
+    #[arg(short, long, default_value = NAMESPACE, value_name = "NS")]
+    namespace: String,
+    /// images.toml (for the digest manifest's path).
+    #[arg(
+        long,
+        default_value = "images.toml",
+        value_name = "FILE",
+        conflicts_with = "manifest"
+    )]
+    config: PathBuf,
+    /// Read this digest manifest (images.lock.yaml) instead of images.toml's.
+    #[arg(long, value_name = "FILE")]
+    manifest: Option<PathBuf>,
+    /// Pin the image at <PREFIX>/openstack-cloud-controller-manager (a mirror recorded by `copy`).
+    #[arg(long, value_name = "PREFIX")]
+    prefix: Option<String>,
+    /// Rewrite the Secrets of clusters that do not run the pinned image of their minor.
+    #[arg(long)]
+    fix: bool,
+    /// With --fix: wait until Cluster API applied each rewrite (the binding records its hash).
+    #[arg(long, requires = "fix")]
+    wait: bool,
+    /// How long --wait waits per cluster.
+    #[arg(long, default_value_t = 120, value_name = "SECONDS")]
+    timeout: u64,
+    /// Keep fixing: again whenever a resource-set Secret or a Cluster changes, and every
+    /// --resync seconds. Runs until SIGTERM.
+    #[arg(long)]
+    watch: bool,
+    /// With --watch: read everything again at least this often.
+    #[arg(long, default_value_t = 60, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(5..))]
+    resync: u64,
+    /// Print the rows (and rewrites) as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+impl ClustersArgs {
+    fn manifest_path(&self) -> Result<PathBuf, Error> {
+        match &self.manifest {
+            Some(m) => Ok(m.clone()),
+            None => Ok(config::load(&self.config)?.digest_manifest),
+        }
+    }
+}
+
+pub async fn run(args: &ClustersArgs, quiet: bool) -> Result<u8, Error> {
+    let manifest_path = args.manifest_path()?;
+    let manifest = digest_manifest::read(&manifest_path)?;
+    let kube = Kube::from_kubeconfig(args.kubeconfig.as_deref(), args.context.as_deref())
+        .await
+        .map_err(occm_forge::clusters::ClustersError::from)?;
+    let assess_opts = AssessOptions {
+        prefix: args.prefix.clone(),
+    };
+    let fix_opts = FixOptions {
+        wait: (args.wait || args.watch).then(|| Duration::from_secs(args.timeout)),
+    };
+    if args.watch {
+        return watch(args, &kube, &manifest_path, &assess_opts, &fix_opts, quiet).await;
+    }
+    let (fleet, rows, fixed) = fix::pass(
+        &kube,
+        &args.namespace,
+        &manifest,
+        &assess_opts,
+        args.fix.then_some(&fix_opts),
+    )
+    .await?;
+    note(
+        quiet,
+        &format!(
+            "{} clusters with an OCCM ClusterResourceSet in {} at {}{}",
+            rows.len(),
+            args.namespace,
+            kube.server(),
+            if fleet.without_occm.is_empty() {
+                String::new()
+            } else {
+                format!("; without one: {}", fleet.without_occm.join(", "))
+            }
+        ),
+    );
+    if args.json {
+        let v = serde_json::json!({"clusters": rows, "fixed": fixed, "without_occm": fleet.without_occm});
+        print_stdout(&format!(
+            "{}\n",
+            serde_json::to_string_pretty(&v).expect("serialises")
+        ))?;
+    } else {
+        print_stdout(&table(&rows))?;
+        for f in &fixed {
+            print_stdout(&format!("{}\n", f.describe()))?;
+        }
+    }
+    let bad: Vec<&str> = rows
+        .iter()
+        .filter(|r| {
+            !r.ok
+                && !fixed
+                    .iter()
+                    .any(|f| f.cluster == r.cluster && f.succeeded())
+        })
+        .map(|r| r.cluster.as_str())
+        .collect();
+    if bad.is_empty() {
+        return Ok(0);
+    }
+    Err(Error::NotPinned(format!(
+        "{} of {} clusters do not run the pinned image of their minor: {}",
+        bad.len(),
+        rows.len(),
+        bad.join(", ")
+    )))
+}
+
+/// `--watch`: the table once, then a line per change of a row and per rewrite.
+async fn watch(
+    args: &ClustersArgs,
+    kube: &Kube,
+    manifest_path: &std::path::Path,
+    assess_opts: &AssessOptions,
+    fix_opts: &FixOptions,
+    quiet: bool,
+) -> Result<u8, Error> {
+    note(
+        quiet,
+        &format!(
+            "watching {} at {} (resync every {} s)",
+            args.namespace,
+            kube.server(),
+            args.resync
+        ),
+    );
+    let mut previous: Option<Vec<Row>> = None;
+    let json = args.json;
+    let report = |rows: &[Row], fixed: &[Fixed]| {
+        let out = watch_report(previous.as_deref(), rows, fixed, json);
+        if !out.is_empty() {
+            let _ = print_stdout(&out);
+        }
+        previous = Some(rows.to_vec());
+    };
+    let opts = WatchOptions {
+        resync: Duration::from_secs(args.resync),
+        ..WatchOptions::default()
+    };
+    fix::watch(
+        kube,
+        &args.namespace,
+        manifest_path,
+        assess_opts,
+        fix_opts,
+        &opts,
+        report,
+    )
+    .await;
+    Ok(0)
+}
+
+/// What a watch pass prints: the table (or a JSON line) on the first pass, then one line per
+/// row that changed and per rewrite.
+fn watch_report(previous: Option<&[Row]>, rows: &[Row], fixed: &[Fixed], json: bool) -> String {
+    let changed: Vec<&Row> = match previous {
+        None => rows.iter().collect(),
+        Some(prev) => rows
+            .iter()
+            .filter(|r| !prev.iter().any(|p| p == *r))
+            .collect(),
+    };
+    if json {
+        if changed.is_empty() && fixed.is_empty() {
+            return String::new();
+        }
+        let v = serde_json::json!({"clusters": changed, "fixed": fixed});
+        return format!("{}\n", serde_json::to_string(&v).expect("serialises"));
+    }
+    let mut out = String::new();
+    if previous.is_none() {
+        out.push_str(&table(rows));
+    } else {
+        for r in changed {
+            let findings = r.findings();
+            out.push_str(&format!(
+                "{}: {}{}\n",
+                r.cluster,
+                r.describe_image(),
+                if findings.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({findings})")
+                }
+            ));
+        }
+    }
+    for f in fixed {
+        out.push_str(&format!("{}\n", f.describe()));
+    }
+    out
+}

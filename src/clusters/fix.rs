@@ -1,0 +1,356 @@
+//! `clusters --fix`: the rewrites [`super::assess`] decided, written with the resourceVersion
+//! that was read, and `--watch`: the same again whenever a resource-set Secret or a Cluster
+//! changes (magnum-cluster-api's `coe cluster upgrade` writes both in one call).
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt as _;
+use serde::Serialize;
+
+use super::read::{ADDONS_GROUP, CLUSTER_GROUP, Fleet, RESOURCE_SET_TYPE, binding_hash, observe};
+use super::{Action, ClustersError, Observed, Row, assess};
+use crate::digest_manifest::DigestManifest;
+use crate::kubernetes::{Kube, KubeError, collection};
+use crate::render::crs_secret::{self, RewriteOptions};
+
+/// What became of one rewrite.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "outcome", rename_all = "kebab-case")]
+pub enum Outcome {
+    /// Written; not waited for.
+    Written,
+    /// Written, and Cluster API applied it (the binding records the new hash) after this many
+    /// seconds.
+    Applied {
+        /// Seconds from the write.
+        seconds: f64,
+    },
+    /// Written, but the binding did not record the new hash within the wait.
+    NotApplied {
+        /// The hash the binding records.
+        binding_hash: Option<String>,
+    },
+    /// The Secret changed since it was read (409 Conflict): nothing written; the next pass reads
+    /// it again.
+    Conflict,
+    /// The rewrite or the write failed.
+    Failed {
+        /// Why, in one line.
+        reason: String,
+    },
+}
+
+/// One rewrite of a cluster's Secret.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Fixed {
+    /// `namespace/name` of the Cluster.
+    pub cluster: String,
+    /// The Secret.
+    pub secret: String,
+    /// The image it ran.
+    pub from: String,
+    /// The image written.
+    pub to: String,
+    /// The hash Cluster API will record once it applied the new content.
+    pub hash: String,
+    /// What happened.
+    pub outcome: Outcome,
+}
+
+impl Fixed {
+    /// Whether it ended as intended (written, and applied when waited for).
+    pub fn succeeded(&self) -> bool {
+        matches!(self.outcome, Outcome::Written | Outcome::Applied { .. })
+    }
+
+    /// One line for the log or stdout.
+    pub fn describe(&self) -> String {
+        let what = format!(
+            "{}: Secret {} {} → {}",
+            self.cluster, self.secret, self.from, self.to
+        );
+        match &self.outcome {
+            Outcome::Written => format!("{what}: written (binding hash to come: {})", self.hash),
+            Outcome::Applied { seconds } => format!(
+                "{what}: applied by Cluster API after {seconds:.1} s (binding hash {})",
+                self.hash
+            ),
+            Outcome::NotApplied { binding_hash } => format!(
+                "{what}: written, but the ClusterResourceSetBinding still records {} (expected {})",
+                binding_hash.as_deref().unwrap_or("nothing"),
+                self.hash
+            ),
+            Outcome::Conflict => {
+                format!("{what}: the Secret changed since it was read (409 Conflict), not written")
+            }
+            Outcome::Failed { reason } => format!("{what}: failed: {reason}"),
+        }
+    }
+}
+
+/// Options of [`fix`].
+#[derive(Debug, Clone, Default)]
+pub struct FixOptions {
+    /// Wait this long per write for the binding to record the new hash.
+    pub wait: Option<Duration>,
+}
+
+/// Rewrites the Secret of every row whose action is [`Action::Rewrite`] (rows and `fleet`'s
+/// clusters in the same order, as [`assess`] gives them): `render --format crs-secret`'s edit of
+/// the Secret as read, a `PUT` with its resourceVersion, then with `opts.wait` polling the
+/// Cluster's ClusterResourceSetBinding every 500 ms for the new hash. Other rows are left alone.
+/// A failure of one cluster is its [`Outcome`]; the others go on.
+pub async fn fix(kube: &Kube, fleet: &Fleet, rows: &[Row], opts: &FixOptions) -> Vec<Fixed> {
+    let mut out = Vec::new();
+    for (c, row) in fleet.clusters.iter().zip(rows) {
+        let Action::Rewrite { image } = &row.action else {
+            continue;
+        };
+        out.push(rewrite(kube, fleet, c, row, image, opts).await);
+    }
+    out
+}
+
+async fn rewrite(
+    kube: &Kube,
+    fleet: &Fleet,
+    c: &Observed,
+    row: &Row,
+    image: &str,
+    opts: &FixOptions,
+) -> Fixed {
+    let set = c
+        .sets
+        .iter()
+        .find(|s| s.secret == row.secret)
+        .expect("the row's Secret is one of the cluster's sets");
+    let mut fixed = Fixed {
+        cluster: row.cluster.clone(),
+        secret: row.secret.clone(),
+        from: row.image.clone(),
+        to: image.to_string(),
+        hash: String::new(),
+        outcome: Outcome::Written,
+    };
+    let written = crs_secret::rewrite_secret(
+        &set.object.to_string(),
+        &RewriteOptions {
+            image: image.to_string(),
+            // `assess` chose the image of the minor the control plane runs.
+            allow_skew: true,
+            ..RewriteOptions::default()
+        },
+    );
+    let out = match written {
+        Ok(o) => o,
+        Err(e) => {
+            fixed.outcome = Outcome::Failed { reason: e.0 };
+            return fixed;
+        }
+    };
+    fixed.hash = out.hash.clone();
+    let mut object: serde_json::Value =
+        serde_norway::from_str(&out.secret).expect("crs-secret writes YAML that parses");
+    object["metadata"]["resourceVersion"] = set.resource_version.clone().into();
+    let path = format!(
+        "{}/{}",
+        collection("", "v1", &c.namespace, "secrets"),
+        set.secret
+    );
+    match kube.replace(&path, object).await {
+        Ok(_) => {}
+        Err(e) if e.code() == Some(409) => {
+            fixed.outcome = Outcome::Conflict;
+            return fixed;
+        }
+        Err(e) => {
+            fixed.outcome = Outcome::Failed {
+                reason: e.to_string(),
+            };
+            return fixed;
+        }
+    }
+    if let Some(limit) = opts.wait {
+        fixed.outcome = wait_applied(kube, fleet, c, &set.resource_set, &fixed, limit).await;
+    }
+    fixed
+}
+
+/// Polls the Cluster's binding until it records `fixed.hash` for its Secret, at most `limit`.
+async fn wait_applied(
+    kube: &Kube,
+    fleet: &Fleet,
+    c: &Observed,
+    set: &str,
+    fixed: &Fixed,
+    limit: Duration,
+) -> Outcome {
+    let path = format!(
+        "{}/{}",
+        collection(
+            ADDONS_GROUP,
+            &fleet.addons_version,
+            &c.namespace,
+            "clusterresourcesetbindings"
+        ),
+        c.name
+    );
+    let t = Instant::now();
+    let mut last = None;
+    loop {
+        match kube.get(&path).await {
+            Ok(b) => last = b.and_then(|b| binding_hash(&b, set, &fixed.secret)),
+            Err(e) => tracing::warn!("{}: {e}", c.id()),
+        }
+        if last.as_deref() == Some(fixed.hash.as_str()) {
+            return Outcome::Applied {
+                seconds: t.elapsed().as_secs_f64(),
+            };
+        }
+        if t.elapsed() >= limit || crate::interrupt::signal().is_some() {
+            return Outcome::NotApplied { binding_hash: last };
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// One pass: read, assess, and (with `fix_opts`) fix. Returns the fleet, its rows and the
+/// rewrites.
+///
+/// Errors: [`ClustersError`] when the management cluster cannot be read, or the digest manifest.
+pub async fn pass(
+    kube: &Kube,
+    namespace: &str,
+    manifest: &DigestManifest,
+    assess_opts: &super::assess::AssessOptions,
+    fix_opts: Option<&FixOptions>,
+) -> Result<(Fleet, Vec<Row>, Vec<Fixed>), ClustersError> {
+    let fleet = observe(kube, namespace).await?;
+    let rows = assess(&fleet.clusters, manifest, assess_opts);
+    let fixed = match fix_opts {
+        Some(o) => fix(kube, &fleet, &rows, o).await,
+        None => Vec::new(),
+    };
+    Ok((fleet, rows, fixed))
+}
+
+/// Options of [`watch`].
+#[derive(Debug, Clone)]
+pub struct WatchOptions {
+    /// Read everything again at least this often, events or not (a control plane's version
+    /// changes on an object not watched).
+    pub resync: Duration,
+    /// After an event, wait this long for the rest of a burst (the driver writes several
+    /// objects in one call) before the next pass.
+    pub settle: Duration,
+}
+
+impl Default for WatchOptions {
+    fn default() -> Self {
+        WatchOptions {
+            resync: Duration::from_secs(60),
+            settle: Duration::from_secs(1),
+        }
+    }
+}
+
+/// Runs [`pass`] with fixing, then again after every change of a resource-set Secret or a
+/// Cluster of `namespace` (watched from the resourceVersions the pass read) or after
+/// `opts.resync`, until a signal stops it. The digest manifest is read from `manifest_path`
+/// before every pass (a ConfigMap update reaches the next pass). Each pass's rows and rewrites
+/// go to `report`. A pass that fails (the API unreachable, a 403) is logged and retried with
+/// back-off from 1 s to 60 s.
+pub async fn watch(
+    kube: &Kube,
+    namespace: &str,
+    manifest_path: &Path,
+    assess_opts: &super::assess::AssessOptions,
+    fix_opts: &FixOptions,
+    opts: &WatchOptions,
+    mut report: impl FnMut(&[Row], &[Fixed]),
+) {
+    let mut backoff = Duration::from_secs(1);
+    while crate::interrupt::signal().is_none() {
+        let manifest = match crate::digest_manifest::read(manifest_path) {
+            Ok(m) => m,
+            Err(e) => {
+                tracing::warn!("{e}; retrying in {} s", backoff.as_secs());
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(60));
+                continue;
+            }
+        };
+        match pass(kube, namespace, &manifest, assess_opts, Some(fix_opts)).await {
+            Ok((fleet, rows, fixed)) => {
+                backoff = Duration::from_secs(1);
+                report(&rows, &fixed);
+                wait_for_change(kube, namespace, &fleet, opts).await;
+            }
+            Err(e) => {
+                tracing::warn!("{e}; retrying in {} s", backoff.as_secs());
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(60));
+            }
+        }
+    }
+}
+
+/// Waits until a resource-set Secret or a Cluster of `namespace` changes after what `fleet`
+/// read (then `opts.settle` more), or `opts.resync` passed, or a watch ended or failed.
+async fn wait_for_change(kube: &Kube, namespace: &str, fleet: &Fleet, opts: &WatchOptions) {
+    let timeout = opts.resync;
+    let secrets = format!(
+        "{}?fieldSelector=type%3D{}",
+        collection("", "v1", namespace, "secrets"),
+        RESOURCE_SET_TYPE.replace('/', "%2F")
+    );
+    let clusters = collection(
+        CLUSTER_GROUP,
+        &fleet.cluster_api_version,
+        namespace,
+        "clusters",
+    );
+    // Resolves at the first real event; a watch that ends or fails never does (the resync
+    // sleep then ends the wait), so a refused watch cannot turn into a busy loop.
+    let first_event = |path: String, rv: String| async move {
+        match kube.watch(&path, &rv, timeout).await {
+            Ok(stream) => {
+                let mut stream = std::pin::pin!(stream);
+                while let Some(e) = stream.next().await {
+                    match e {
+                        Ok(e) if e.kind != "BOOKMARK" => {
+                            tracing::debug!("{path}: {} {}", e.kind, e.object["metadata"]["name"]);
+                            return;
+                        }
+                        Ok(_) => {}
+                        Err(e) => {
+                            log_watch_failure(&e);
+                            break;
+                        }
+                    }
+                }
+            }
+            Err(e) => log_watch_failure(&e),
+        }
+        std::future::pending::<()>().await
+    };
+    let changed = tokio::select! {
+        _ = first_event(secrets, fleet.secrets_version.clone()) => true,
+        _ = first_event(clusters, fleet.clusters_version.clone()) => true,
+        _ = tokio::time::sleep(timeout) => false,
+    };
+    if changed {
+        tokio::time::sleep(opts.settle).await;
+    }
+}
+
+/// A 410 Gone (the resourceVersion is too old: the next pass lists again) is routine; anything
+/// else is worth a warning.
+fn log_watch_failure(e: &KubeError) {
+    if e.code() == Some(410) {
+        tracing::debug!("{e}");
+    } else {
+        tracing::warn!("watch: {e}");
+    }
+}

@@ -1,0 +1,542 @@
+//! `occm-forge clusters` against a real kube-apiserver and Cluster API's real
+//! ClusterResourceSet controller (the accept bench's management cluster: etcd, kube-apiserver
+//! v1.34.1 and Cluster API v1.13.2's manager built through the Go module proxy; the workload
+//! clusters are the same apiserver, each cluster's objects in a namespace of its own). The
+//! command runs with the token of deploy/clusters/rbac.yaml's ServiceAccount, so the RBAC it
+//! ships is what it is tested with, and the same token is refused everything else.
+//!
+//! Gated: `cargo test --test clusters -- --ignored` (needs the Go module proxy the first time;
+//! `OCCM_FORGE_GATED_CACHE` names a cache to reuse, an empty one otherwise).
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+use occm_forge::accept::sim::capi::{self, Management};
+use occm_forge::accept::sim::magnum;
+use occm_forge::accept::sim::provider::{self, Provider};
+use occm_forge::config::ClusterApi;
+use occm_forge::digest_manifest::DigestManifest;
+use occm_forge::kubernetes::Kube;
+use serde_json::{Value, json};
+
+const NS: &str = "magnum-system";
+const UPSTREAM: &str = "registry.k8s.io/provider-os/openstack-cloud-controller-manager";
+const OURS: &str = "r.example/occm/openstack-cloud-controller-manager";
+
+fn ours(minor: &str) -> String {
+    let fill = if minor == "1.34" { "b" } else { "c" };
+    format!("{OURS}:v{minor}.1-occmforge.1@sha256:{}", fill.repeat(64))
+}
+
+fn upstream(tag: &str) -> String {
+    format!("{UPSTREAM}:{tag}")
+}
+
+/// The digest manifest: ours for 1.34 and 1.35, published.
+fn write_manifest(path: &Path) {
+    let mut m = DigestManifest::default();
+    for minor in ["1.34", "1.35"] {
+        let image = ours(minor);
+        let (rest, digest) = image.split_once('@').unwrap();
+        let tag = rest.rsplit_once(':').unwrap().1;
+        m.images
+            .insert(minor.parse().unwrap(), entry(OURS, tag, digest));
+    }
+    std::fs::write(path, serde_norway::to_string(&m).unwrap()).unwrap();
+}
+
+fn real_parts(
+    cache: &Path,
+) -> (
+    occm_forge::accept::sim::control_plane::Binaries,
+    capi::Manager,
+) {
+    use occm_forge::accept::sim::control_plane::{self, Versions};
+    let toolchain = occm_forge::go::Toolchain::new("1.25.1", cache);
+    let bins = control_plane::build(
+        &Versions {
+            kubernetes: "v1.34.1".into(),
+            etcd: "v3.6.5".into(),
+        },
+        &toolchain,
+        cache,
+    )
+    .unwrap();
+    let manager = capi::build(&ClusterApi::default(), cache).unwrap();
+    (bins, manager)
+}
+
+/// One test cluster: its name, workload namespace, versions and Secret.
+struct TestCluster {
+    name: &'static str,
+    workload_ns: &'static str,
+    /// The control plane's spec.version (what the Cluster asks for) and status.version.
+    versions: (&'static str, &'static str),
+    secret: &'static str,
+    strategy: &'static str,
+    image: String,
+}
+
+async fn create(kube: &Kube, m: &Management, c: &TestCluster) {
+    let kubeconfig = std::fs::read_to_string(&m.control_plane.kubeconfig).unwrap();
+    kube.create(
+        "/api/v1/namespaces",
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": c.workload_ns}}),
+    )
+    .await
+    .unwrap();
+    for (path, object) in
+        provider::cluster_objects(NS, c.name, &m.control_plane.url, &kubeconfig, c.versions.0)
+    {
+        kube.create(&path, object).await.unwrap();
+    }
+    Provider::new(NS)
+        .mark_cluster_ready(kube, c.name)
+        .await
+        .unwrap();
+    set_control_plane_version(kube, c.name, c.versions.1).await;
+    let keys = magnum::secret_keys_in(c.workload_ns, &c.image, "[Global]\n");
+    kube.create(
+        &format!("/api/v1/namespaces/{NS}/secrets"),
+        magnum::secret(c.secret, &keys),
+    )
+    .await
+    .unwrap();
+    kube.create(
+        &format!("/apis/addons.cluster.x-k8s.io/v1beta2/namespaces/{NS}/clusterresourcesets"),
+        magnum::cluster_resource_set(c.secret, c.name, c.secret, c.strategy),
+    )
+    .await
+    .unwrap();
+}
+
+async fn set_control_plane_version(kube: &Kube, cluster: &str, version: &str) {
+    let path = format!(
+        "{}/{cluster}/status",
+        provider::collection(provider::CONTROL_PLANE_GROUP, "AcceptControlPlane", NS)
+    );
+    assert!(
+        kube.merge_patch(&path, json!({"status": {"version": version}}))
+            .await
+            .unwrap()
+    );
+}
+
+/// The workload DaemonSet's OCCM image in `ns` and the binding hash of `cluster`'s Secret.
+async fn seen(kube: &Kube, cluster: &str, secret: &str, ns: &str) -> (String, String) {
+    let ds = kube
+        .get(&format!(
+            "/apis/apps/v1/namespaces/{ns}/daemonsets/openstack-cloud-controller-manager"
+        ))
+        .await
+        .unwrap();
+    let binding = kube
+        .get(&format!(
+            "/apis/addons.cluster.x-k8s.io/v1beta2/namespaces/{NS}/clusterresourcesetbindings/{cluster}"
+        ))
+        .await
+        .unwrap();
+    (
+        ds.as_ref().and_then(magnum::occm_image).unwrap_or_default(),
+        binding
+            .as_ref()
+            .and_then(|b| occm_forge::clusters::read::binding_hash(b, secret, secret))
+            .unwrap_or_default(),
+    )
+}
+
+/// Waits until `cluster`'s workload DaemonSet runs `image` (and, when given, the binding records
+/// `hash`): the seconds it took.
+async fn reached(
+    kube: &Kube,
+    c: &TestCluster,
+    image: &str,
+    hash: Option<&str>,
+    bound: Duration,
+) -> f64 {
+    let t = Instant::now();
+    loop {
+        let (i, h) = seen(kube, c.name, c.secret, c.workload_ns).await;
+        if i == image && hash.is_none_or(|x| x == h) {
+            return t.elapsed().as_secs_f64();
+        }
+        assert!(
+            t.elapsed() < bound,
+            "{}: DaemonSet runs {i} (binding hash {h}), not {image} ({hash:?}) after {bound:?}",
+            c.name
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// Creates each object of the multi-document YAML `text` (ServiceAccount, Role, RoleBinding,
+/// ConfigMap, Deployment), with `?dryRun=All` when `dry_run`.
+async fn create_manifests(kube: &Kube, text: &str, dry_run: bool) -> Vec<Value> {
+    let mut out = Vec::new();
+    for doc in serde_norway::Deserializer::from_str(text) {
+        let v: Value = serde::Deserialize::deserialize(doc).unwrap();
+        if v.is_null() {
+            continue;
+        }
+        let ns = v["metadata"]["namespace"].as_str().unwrap_or(NS);
+        let path = match v["kind"].as_str().unwrap() {
+            "ServiceAccount" => format!("/api/v1/namespaces/{ns}/serviceaccounts"),
+            "ConfigMap" => format!("/api/v1/namespaces/{ns}/configmaps"),
+            "Role" => format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles"),
+            "RoleBinding" => {
+                format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings")
+            }
+            "Deployment" => format!("/apis/apps/v1/namespaces/{ns}/deployments"),
+            k => panic!("a {k} in deploy/clusters"),
+        };
+        let path = if dry_run {
+            format!("{path}?dryRun=All")
+        } else {
+            path
+        };
+        out.push(kube.post(&path, v).await.unwrap_or_else(|e| panic!("{e}")));
+    }
+    out
+}
+
+fn forge(dir: &Path) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_occm-forge"));
+    c.current_dir(dir);
+    c
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs the Go module proxy to build etcd, kube-apiserver v1.34.1 and Cluster API v1.13.2 (run with -- --ignored; OCCM_FORGE_GATED_CACHE reuses a cache)"]
+async fn clusters_finds_fixes_and_keeps_the_pinned_occm_through_cluster_api_with_the_shipped_rbac()
+{
+    let gated = gated_cache();
+    let (bins, manager) = tokio::task::block_in_place(|| real_parts(gated.path()));
+    let dir = tempfile::tempdir().unwrap();
+    let m = Management::start(&bins, &manager, &dir.path().join("management"))
+        .await
+        .unwrap();
+    let result = std::panic::AssertUnwindSafe(run(&m, dir.path()));
+    let outcome = futures::FutureExt::catch_unwind(result).await;
+    if outcome.is_err() {
+        eprintln!(
+            "cluster-api log tail: {}",
+            m.manager
+                .log()
+                .lines()
+                .rev()
+                .take(30)
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+    }
+    m.stop().await;
+    if let Err(p) = outcome {
+        std::panic::resume_unwind(p);
+    }
+}
+
+async fn run(m: &Management, dir: &Path) {
+    let kube = &m.kube;
+    kube.create(
+        "/api/v1/namespaces",
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}}),
+    )
+    .await
+    .unwrap();
+    let current = TestCluster {
+        name: "kube-abc12",
+        workload_ns: "kube-system",
+        versions: ("v1.34.1", "v1.34.1"),
+        secret: "kube-abc12-cloud-provider",
+        strategy: "Reconcile",
+        image: upstream("v1.34.1"),
+    };
+    // `coe cluster upgrade` to 1.35 under way: the driver wrote upstream v1.35.0, the control
+    // plane still runs 1.34.
+    let upgrading = TestCluster {
+        name: "kube-up35",
+        workload_ns: "ws-kube-up35",
+        versions: ("v1.35.0", "v1.34.1"),
+        secret: "kube-up35-cloud-provider",
+        strategy: "Reconcile",
+        image: upstream("v1.35.0"),
+    };
+    let legacy = TestCluster {
+        name: "kube-old01",
+        workload_ns: "ws-kube-old01",
+        versions: ("v1.34.1", "v1.34.1"),
+        secret: "3f5e6a7b-1c2d-4e5f-8a9b-0c1d2e3f4a5b",
+        strategy: "ApplyOnce",
+        image: upstream("v1.34.1"),
+    };
+    for c in [&current, &upgrading, &legacy] {
+        create(kube, m, c).await;
+    }
+    for c in [&current, &upgrading, &legacy] {
+        reached(kube, c, &c.image, None, Duration::from_secs(90)).await;
+    }
+
+    // The ServiceAccount of deploy/clusters/rbac.yaml, plus read access to the stand-in control
+    // plane kind (the test's KubeadmControlPlane), and a token for it.
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let rbac = std::fs::read_to_string(root.join("deploy/clusters/rbac.yaml")).unwrap();
+    create_manifests(kube, &rbac, false).await;
+    let stand_in = format!(
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata:\n  name: stand-in-control-plane\n  namespace: {NS}\nrules:\n- apiGroups: [{}]\n  resources: [acceptcontrolplanes]\n  verbs: [get]\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata:\n  name: stand-in-control-plane\n  namespace: {NS}\nroleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: stand-in-control-plane}}\nsubjects:\n- {{kind: ServiceAccount, name: occm-forge, namespace: {NS}}}\n",
+        provider::CONTROL_PLANE_GROUP
+    );
+    create_manifests(kube, &stand_in, false).await;
+    let token = kube
+        .post(
+            &format!("/api/v1/namespaces/{NS}/serviceaccounts/occm-forge/token"),
+            json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+                   "spec": {"expirationSeconds": 3600}}),
+        )
+        .await
+        .unwrap()["status"]["token"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let cp = &m.control_plane;
+    let kubeconfig = dir.join("occm-forge.kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        occm_forge::kubernetes::kubeconfig(&cp.url, &cp.ca_pem, &token),
+    )
+    .unwrap();
+    let lock = dir.join("images.lock.yaml");
+    write_manifest(&lock);
+    let clusters = |extra: &[&str]| {
+        let mut c = forge(dir);
+        c.arg("clusters")
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .arg("--manifest")
+            .arg(&lock)
+            .args(extra);
+        c
+    };
+
+    // What runs where, as JSON: nothing pinned.
+    let o = clusters(&["--json"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(14), "{}", stderr(&o));
+    let report: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let row = |name: &str| -> Value {
+        report["clusters"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["cluster"] == format!("{NS}/{name}"))
+            .unwrap_or_else(|| panic!("no row for {name}: {report}"))
+            .clone()
+    };
+    let r = row("kube-abc12");
+    assert_eq!(
+        (
+            &r["image_kind"]["kind"],
+            &r["strategy"],
+            &r["applied"],
+            &r["action"]
+        ),
+        (
+            &json!("upstream"),
+            &json!("Reconcile"),
+            &json!(true),
+            &json!({"action": "rewrite", "image": ours("1.34")})
+        ),
+        "{r}"
+    );
+    let r = row("kube-up35");
+    assert_eq!(
+        (
+            &r["minor"],
+            &r["upgrading_to"],
+            &r["skew"],
+            &r["action"]["image"]
+        ),
+        (
+            &json!("1.34"),
+            &json!("1.35"),
+            &json!("1.35"),
+            &json!(ours("1.34"))
+        ),
+        "{r}"
+    );
+    let r = row("kube-old01");
+    assert_eq!(r["strategy"], "ApplyOnce", "{r}");
+    assert!(
+        r["action"]["reason"].as_str().unwrap().starts_with(
+            "legacy ClusterResourceSet 3f5e6a7b-1c2d-4e5f-8a9b-0c1d2e3f4a5b (strategy ApplyOnce)"
+        ),
+        "{r}"
+    );
+    assert!(
+        stderr(&o).contains("3 of 3 clusters do not run the pinned image of their minor"),
+        "{}",
+        stderr(&o)
+    );
+
+    // --fix --wait: both Reconcile clusters pinned to 1.34 through Cluster API; the legacy one
+    // refused, so the exit status still says a cluster is not pinned.
+    let t = Instant::now();
+    let o = clusters(&["--fix", "--wait"]).output().unwrap();
+    eprintln!(
+        "--fix --wait: {:.1} s\n{}{}",
+        t.elapsed().as_secs_f64(),
+        stdout(&o),
+        stderr(&o)
+    );
+    assert_eq!(o.status.code(), Some(14));
+    assert!(
+        stderr(&o).contains(
+            "1 of 3 clusters do not run the pinned image of their minor: magnum-system/kube-old01"
+        ),
+        "{}",
+        stderr(&o)
+    );
+    for c in [&current, &upgrading] {
+        let line = stdout(&o)
+            .lines()
+            .find(|l| l.starts_with(&format!("{NS}/{}: Secret", c.name)))
+            .map(str::to_string)
+            .unwrap_or_else(|| panic!("no rewrite of {}: {}", c.name, stdout(&o)));
+        assert!(line.contains(": applied by Cluster API after "), "{line}");
+        reached(kube, c, &ours("1.34"), None, Duration::from_secs(5)).await;
+    }
+    let untouched = seen(kube, legacy.name, legacy.secret, legacy.workload_ns).await;
+    assert_eq!(untouched.0, legacy.image);
+
+    // The legacy cluster gone, everything left runs the pinned image: exit 0.
+    kube.delete(&format!(
+        "/apis/cluster.x-k8s.io/v1beta2/namespaces/{NS}/clusters/kube-old01"
+    ))
+    .await
+    .unwrap();
+    let o = clusters(&[]).output().unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
+    assert!(
+        stdout(&o)
+            .lines()
+            .filter(|l| l.contains("pinned v1.34.1-occmforge.1"))
+            .count()
+            == 2,
+        "{}",
+        stdout(&o)
+    );
+
+    // --watch: a driver-style upgrade (the Secret rendered again from the labels, a full PUT
+    // with upstream's image) is pinned again within seconds; the upgrade finishing moves the
+    // cluster to the 1.35 image.
+    let log = dir.join("watch.log");
+    let mut watcher = clusters(&["--fix", "--watch", "--resync", "5"])
+        .stdout(Stdio::from(std::fs::File::create(&log).unwrap()))
+        .stderr(Stdio::from(
+            std::fs::File::create(dir.join("watch.err")).unwrap(),
+        ))
+        .spawn()
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let driver = magnum::secret(
+        current.secret,
+        &magnum::secret_keys_in(current.workload_ns, &upstream("v1.34.1"), "[Global]\n"),
+    );
+    let written = Instant::now();
+    kube.replace(
+        &format!("/api/v1/namespaces/{NS}/secrets/{}", current.secret),
+        driver,
+    )
+    .await
+    .unwrap();
+    let pinned_hash = magnum::keys_hash(&magnum::secret_keys_in(
+        current.workload_ns,
+        &ours("1.34"),
+        "[Global]\n",
+    ));
+    reached(
+        kube,
+        &current,
+        &ours("1.34"),
+        Some(&pinned_hash),
+        Duration::from_secs(30),
+    )
+    .await;
+    let repinned = written.elapsed().as_secs_f64();
+    eprintln!("driver upgrade PUT → ours again on the workload DaemonSet: {repinned:.1} s");
+
+    set_control_plane_version(kube, upgrading.name, "v1.35.0").await;
+    let t = Instant::now();
+    reached(
+        kube,
+        &upgrading,
+        &ours("1.35"),
+        None,
+        Duration::from_secs(30),
+    )
+    .await;
+    eprintln!(
+        "control plane at 1.35 → the 1.35 image: {:.1} s",
+        t.elapsed().as_secs_f64()
+    );
+
+    // SAFETY: kill(2) on the watcher's pid; no memory is touched.
+    unsafe {
+        libc::kill(watcher.id() as i32, libc::SIGTERM);
+    }
+    let status = watcher.wait().unwrap();
+    let watched = std::fs::read_to_string(&log).unwrap();
+    eprintln!(
+        "watch stdout:\n{watched}\nwatch stderr:\n{}",
+        std::fs::read_to_string(dir.join("watch.err")).unwrap()
+    );
+    assert_eq!(status.code(), Some(143), "SIGTERM ends the watch");
+    assert!(
+        watched.contains(&format!(
+            "{NS}/kube-abc12: Secret kube-abc12-cloud-provider {} → {}: applied by Cluster API",
+            upstream("v1.34.1"),
+            ours("1.34")
+        )),
+        "{watched}"
+    );
+    assert!(
+        watched.contains(&format!(
+            "{NS}/kube-up35: Secret kube-up35-cloud-provider {} → {}: applied by Cluster API",
+            ours("1.34"),
+            ours("1.35")
+        )),
+        "{watched}"
+    );
+
+    // The ServiceAccount's token is refused everything else.
+    let sa = Kube::from_kubeconfig(Some(&kubeconfig), None)
+        .await
+        .unwrap();
+    let secret = format!("/api/v1/namespaces/{NS}/secrets/{}", current.secret);
+    let refusals: Vec<(&str, Result<(), occm_forge::kubernetes::KubeError>)> = vec![
+        ("list Secrets in kube-system", sa.list("/api/v1/namespaces/kube-system/secrets").await.map(drop)),
+        ("create a Secret", sa.post(&format!("/api/v1/namespaces/{NS}/secrets"), json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "x"}})).await.map(drop)),
+        ("patch the Secret", sa.merge_patch(&secret, json!({"metadata": {"labels": {"x": "y"}}})).await.map(drop)),
+        ("delete the Secret", sa.delete(&secret).await),
+        ("update a Cluster", sa.merge_patch(&format!("/apis/cluster.x-k8s.io/v1beta2/namespaces/{NS}/clusters/kube-abc12"), json!({"metadata": {"labels": {"x": "y"}}})).await.map(drop)),
+        ("create a ClusterResourceSet", sa.post(&format!("/apis/addons.cluster.x-k8s.io/v1beta2/namespaces/{NS}/clusterresourcesets"), magnum::cluster_resource_set("x", "x", "x", "Reconcile")).await.map(drop)),
+        ("list Nodes", sa.list("/api/v1/nodes").await.map(drop)),
+        ("read the workload DaemonSet", sa.get("/apis/apps/v1/namespaces/kube-system/daemonsets/openstack-cloud-controller-manager").await.map(drop)),
+    ];
+    for (what, r) in refusals {
+        match r {
+            Err(e) if e.code() == Some(403) => {}
+            other => panic!("{what}: not refused with 403: {other:?}"),
+        }
+    }
+
+    // The Deployment and its ConfigMap are valid objects for this apiserver (server-side dry run).
+    let deployment = std::fs::read_to_string(root.join("deploy/clusters/deployment.yaml")).unwrap();
+    let pins = format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: occm-forge-pins\n  namespace: {NS}\ndata:\n  images.lock.yaml: {}\n",
+        serde_json::to_string(&std::fs::read_to_string(&lock).unwrap()).unwrap()
+    );
+    create_manifests(kube, &format!("{pins}---\n{deployment}"), true).await;
+}
