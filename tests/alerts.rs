@@ -633,7 +633,7 @@ async fn real_kube_state_metrics_with_the_shipped_config_makes_the_series_the_al
     let uid = machine["metadata"]["uid"].as_str().unwrap();
     let series: Vec<&str> = metrics.lines().filter(|l| l.starts_with("capi_")).collect();
     eprintln!("{}", series.join("\n"));
-    let has = |s: &str| series.iter().any(|l| *l == s);
+    let has = |s: &str| series.contains(&s);
     let m = format!(
         "cluster_name=\"kube-abc12\",name=\"kube-abc12-default-worker-aaaaa\",namespace=\"{ns}\""
     );
