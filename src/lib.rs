@@ -43,6 +43,7 @@ pub mod reference;
 pub mod registry;
 pub mod render;
 pub mod report;
+pub mod self_image;
 pub mod source;
 pub mod stage;
 pub mod stages;
@@ -119,6 +120,9 @@ pub enum Error {
     /// A local file-system failure outside the stages.
     #[error("{0}")]
     Io(String),
+    /// `self-image`: the binary cannot be packaged (not a static ELF executable for the platform).
+    #[error(transparent)]
+    SelfImage(#[from] self_image::SelfImageError),
     /// `clusters`: the management cluster could not be read or written.
     #[error(transparent)]
     Clusters(#[from] clusters::ClustersError),
@@ -142,7 +146,11 @@ impl Error {
     /// else.
     pub fn exit_code(&self) -> u8 {
         match self {
-            Error::Usage(_) | Error::Config(_) | Error::Render(_) | Error::Crs(_) => 2,
+            Error::Usage(_)
+            | Error::Config(_)
+            | Error::Render(_)
+            | Error::Crs(_)
+            | Error::SelfImage(_) => 2,
             Error::Copy(e) => e.exit_code(),
             Error::Source(_) => 3,
             Error::Patch(_) => 4,

@@ -378,7 +378,20 @@ pub struct RegistryOverrides {
 /// Errors: [`Error::Usage`] for an `--insecure-registry` that is a URL, or a CA file that cannot
 /// be read or holds no PEM certificate.
 pub fn registry(config: &Config, o: &RegistryOverrides) -> Result<Retrying<OciRegistry>, Error> {
-    let mut insecure = config.insecure_registries.clone();
+    registry_with(&config.insecure_registries, &config.ca_files, o)
+}
+
+/// [`registry`] without images.toml: only `insecure` and `ca_files` (and the overrides) say
+/// how registries are reached.
+///
+/// Errors: [`Error::Usage`] for an `--insecure-registry` that is not `host[:port]` or a CA file
+/// that cannot be read.
+pub fn registry_with(
+    insecure_registries: &[String],
+    ca_files: &[std::path::PathBuf],
+    o: &RegistryOverrides,
+) -> Result<Retrying<OciRegistry>, Error> {
+    let mut insecure = insecure_registries.to_vec();
     for host in &o.insecure {
         if host.contains("://") || host.contains('/') || host.is_empty() {
             return Err(Error::Usage(format!(
@@ -387,7 +400,7 @@ pub fn registry(config: &Config, o: &RegistryOverrides) -> Result<Retrying<OciRe
         }
         insecure.push(host.clone());
     }
-    let mut ca_files = config.ca_files.clone();
+    let mut ca_files = ca_files.to_vec();
     ca_files.extend(o.ca_files.iter().cloned());
     let client = OciRegistry::new(&OciRegistryConfig {
         insecure,

@@ -71,6 +71,7 @@ pub fn image(tag: &str) -> FixtureImage {
     let layout = dir.path().join("out");
     let base = base::static_base(&platforms, 0).expect("static base");
     let image = image::assemble(&image::ImageRequest {
+        program: &crate::image::OCCM,
         binaries: &binaries,
         base: &base,
         tag,

@@ -561,6 +561,7 @@ async fn an_occm_that_crashes_fails_the_scenario_and_nothing_is_left_running() {
     let bins = vec![(host.clone(), std::path::PathBuf::from("/bin/false"))];
     tokio::task::block_in_place(|| {
         image::assemble(&image::ImageRequest {
+            program: &image::OCCM,
             binaries: &bins,
             base: &base,
             tag: "v0.0.0-crash",

@@ -113,6 +113,7 @@ fn assemble(base: &ResolvedBase, dir: &Path) -> (String, BTreeMap<String, String
     let layout = dir.join("layout");
     let bins = fake_binaries(dir);
     let built = image::assemble(&ImageRequest {
+        program: &occm_forge::image::OCCM,
         binaries: &bins,
         base,
         tag: TAG,

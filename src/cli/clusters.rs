@@ -90,6 +90,7 @@ pub async fn run(args: &ClustersArgs, quiet: bool) -> Result<u8, Error> {
         &manifest,
         &assess_opts,
         args.fix.then_some(&fix_opts),
+        &mut |_| {},
     )
     .await?;
     note(
@@ -139,7 +140,8 @@ pub async fn run(args: &ClustersArgs, quiet: bool) -> Result<u8, Error> {
     )))
 }
 
-/// `--watch`: the table once, then a line per change of a row and per rewrite.
+/// `--watch`: the table once, then a line per change of a row, and a line per rewrite as it is
+/// done (JSON lines with `--json`).
 async fn watch(
     args: &ClustersArgs,
     kube: &Kube,
@@ -157,35 +159,58 @@ async fn watch(
             args.resync
         ),
     );
-    let mut previous: Option<Vec<Row>> = None;
     let json = args.json;
-    let report = |rows: &[Row], fixed: &[Fixed]| {
-        let out = watch_report(previous.as_deref(), rows, fixed, json);
+    let mut previous: Option<Vec<Row>> = None;
+    let report = |rows: &[Row]| {
+        let out = watch_report(previous.as_deref(), rows, json);
         if !out.is_empty() {
             let _ = print_stdout(&out);
         }
         previous = Some(rows.to_vec());
     };
+    let mut on_fixed = |f: &Fixed| {
+        let _ = print_stdout(&if json {
+            format!(
+                "{}\n",
+                serde_json::to_string(&serde_json::json!({ "fixed": f })).expect("serialises")
+            )
+        } else {
+            format!("{}\n", f.describe())
+        });
+    };
     let opts = WatchOptions {
         resync: Duration::from_secs(args.resync),
         ..WatchOptions::default()
     };
-    fix::watch(
-        kube,
-        &args.namespace,
-        manifest_path,
-        assess_opts,
-        fix_opts,
-        &opts,
-        report,
-    )
-    .await;
+    // SIGTERM (a Pod stopping) ends the watch cleanly: whatever a pass was doing is started
+    // again by the next occm-forge (a rewrite carries the resourceVersion it read).
+    let _handling = occm_forge::interrupt::handle_here();
+    tokio::select! {
+        _ = fix::watch(
+            kube,
+            &args.namespace,
+            manifest_path,
+            assess_opts,
+            fix_opts,
+            &opts,
+            &mut on_fixed,
+            report,
+        ) => {}
+        _ = occm_forge::interrupt::interrupted() => {}
+    }
+    note(
+        quiet,
+        &format!(
+            "stopped by signal {}",
+            occm_forge::interrupt::signal().unwrap_or(0)
+        ),
+    );
     Ok(0)
 }
 
 /// What a watch pass prints: the table (or a JSON line) on the first pass, then one line per
-/// row that changed and per rewrite.
-fn watch_report(previous: Option<&[Row]>, rows: &[Row], fixed: &[Fixed], json: bool) -> String {
+/// row that changed since the pass before.
+fn watch_report(previous: Option<&[Row]>, rows: &[Row], json: bool) -> String {
     let changed: Vec<&Row> = match previous {
         None => rows.iter().collect(),
         Some(prev) => rows
@@ -194,19 +219,20 @@ fn watch_report(previous: Option<&[Row]>, rows: &[Row], fixed: &[Fixed], json: b
             .collect(),
     };
     if json {
-        if changed.is_empty() && fixed.is_empty() {
+        if changed.is_empty() {
             return String::new();
         }
-        let v = serde_json::json!({"clusters": changed, "fixed": fixed});
+        let v = serde_json::json!({ "clusters": changed });
         return format!("{}\n", serde_json::to_string(&v).expect("serialises"));
     }
-    let mut out = String::new();
     if previous.is_none() {
-        out.push_str(&table(rows));
-    } else {
-        for r in changed {
+        return table(rows);
+    }
+    changed
+        .iter()
+        .map(|r| {
             let findings = r.findings();
-            out.push_str(&format!(
+            format!(
                 "{}: {}{}\n",
                 r.cluster,
                 r.describe_image(),
@@ -215,11 +241,7 @@ fn watch_report(previous: Option<&[Row]>, rows: &[Row], fixed: &[Fixed], json: b
                 } else {
                     format!(" ({findings})")
                 }
-            ));
-        }
-    }
-    for f in fixed {
-        out.push_str(&format!("{}\n", f.describe()));
-    }
-    out
+            )
+        })
+        .collect()
 }

@@ -12,6 +12,7 @@ mod output;
 mod patches;
 mod pin;
 mod render;
+mod self_image;
 mod upstream;
 mod verify;
 
@@ -79,6 +80,9 @@ enum Command {
     /// cluster; --fix rewrites the Secrets of those not running the pinned image of their minor,
     /// --watch keeps doing it. Exit status 14 when a cluster is not pinned.
     Clusters(clusters::ClustersArgs),
+    /// Package this occm-forge (statically linked) as an OCI image for deploy/clusters/: an OCI
+    /// layout, pushed with --push.
+    SelfImage(self_image::SelfImageArgs),
 }
 
 /// How registries are reached.
@@ -192,5 +196,6 @@ pub async fn run(cli: &Cli) -> Result<u8, Error> {
         Command::Patches(cmd) => patches::run(cli, cmd).await,
         Command::Accept(args) => accept::run(cli, args).await,
         Command::Clusters(args) => clusters::run(args, cli.quiet).await,
+        Command::SelfImage(args) => self_image::run(args, cli.quiet).await,
     }
 }

@@ -100,14 +100,23 @@ pub struct FixOptions {
 /// clusters in the same order, as [`assess`] gives them): `render --format crs-secret`'s edit of
 /// the Secret as read, a `PUT` with its resourceVersion, then with `opts.wait` polling the
 /// Cluster's ClusterResourceSetBinding every 500 ms for the new hash. Other rows are left alone.
-/// A failure of one cluster is its [`Outcome`]; the others go on.
-pub async fn fix(kube: &Kube, fleet: &Fleet, rows: &[Row], opts: &FixOptions) -> Vec<Fixed> {
+/// A failure of one cluster is its [`Outcome`]; the others go on. `on_fixed` hears of each
+/// rewrite as soon as it is done (a watch logs it at once, not at the end of the pass).
+pub async fn fix(
+    kube: &Kube,
+    fleet: &Fleet,
+    rows: &[Row],
+    opts: &FixOptions,
+    on_fixed: &mut (dyn FnMut(&Fixed) + Send),
+) -> Vec<Fixed> {
     let mut out = Vec::new();
     for (c, row) in fleet.clusters.iter().zip(rows) {
         let Action::Rewrite { image } = &row.action else {
             continue;
         };
-        out.push(rewrite(kube, fleet, c, row, image, opts).await);
+        let fixed = rewrite(kube, fleet, c, row, image, opts).await;
+        on_fixed(&fixed);
+        out.push(fixed);
     }
     out
 }
@@ -225,11 +234,12 @@ pub async fn pass(
     manifest: &DigestManifest,
     assess_opts: &super::assess::AssessOptions,
     fix_opts: Option<&FixOptions>,
+    on_fixed: &mut (dyn FnMut(&Fixed) + Send),
 ) -> Result<(Fleet, Vec<Row>, Vec<Fixed>), ClustersError> {
     let fleet = observe(kube, namespace).await?;
     let rows = assess(&fleet.clusters, manifest, assess_opts);
     let fixed = match fix_opts {
-        Some(o) => fix(kube, &fleet, &rows, o).await,
+        Some(o) => fix(kube, &fleet, &rows, o, on_fixed).await,
         None => Vec::new(),
     };
     Ok((fleet, rows, fixed))
@@ -258,9 +268,10 @@ impl Default for WatchOptions {
 /// Runs [`pass`] with fixing, then again after every change of a resource-set Secret or a
 /// Cluster of `namespace` (watched from the resourceVersions the pass read) or after
 /// `opts.resync`, until a signal stops it. The digest manifest is read from `manifest_path`
-/// before every pass (a ConfigMap update reaches the next pass). Each pass's rows and rewrites
-/// go to `report`. A pass that fails (the API unreachable, a 403) is logged and retried with
-/// back-off from 1 s to 60 s.
+/// before every pass (a ConfigMap update reaches the next pass). Each pass's rows go to `report`
+/// before its rewrites, each rewrite to `on_fixed` as it is done.
+/// A pass that fails (the API unreachable, a 403) is logged and retried with back-off from 1 s
+/// to 60 s.
 pub async fn watch(
     kube: &Kube,
     namespace: &str,
@@ -268,7 +279,8 @@ pub async fn watch(
     assess_opts: &super::assess::AssessOptions,
     fix_opts: &FixOptions,
     opts: &WatchOptions,
-    mut report: impl FnMut(&[Row], &[Fixed]),
+    on_fixed: &mut (dyn FnMut(&Fixed) + Send),
+    mut report: impl FnMut(&[Row]),
 ) {
     let mut backoff = Duration::from_secs(1);
     while crate::interrupt::signal().is_none() {
@@ -281,10 +293,12 @@ pub async fn watch(
                 continue;
             }
         };
-        match pass(kube, namespace, &manifest, assess_opts, Some(fix_opts)).await {
-            Ok((fleet, rows, fixed)) => {
+        match observe(kube, namespace).await {
+            Ok(fleet) => {
                 backoff = Duration::from_secs(1);
-                report(&rows, &fixed);
+                let rows = assess(&fleet.clusters, &manifest, assess_opts);
+                report(&rows);
+                fix(kube, &fleet, &rows, fix_opts, on_fixed).await;
                 wait_for_change(kube, namespace, &fleet, opts).await;
             }
             Err(e) => {

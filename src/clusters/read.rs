@@ -189,12 +189,18 @@ fn occm_sets(
             .cloned()
             .unwrap_or_default();
         for r in resources.iter().filter(|r| r["kind"] == "Secret") {
-            let Some(secret) = r["name"].as_str().and_then(|n| secrets.get(n)) else {
+            let Some(listed) = r["name"].as_str().and_then(|n| secrets.get(n)) else {
                 continue;
             };
-            if !holds_occm(secret) {
+            if !holds_occm(listed) {
                 continue;
             }
+            // A list's items carry no kind or apiVersion: the Secret as `kubectl get -o json`
+            // prints it.
+            let mut secret = listed.clone();
+            secret["apiVersion"] = "v1".into();
+            secret["kind"] = "Secret".into();
+            let secret = &secret;
             let set_name = name_of(set).to_string();
             let secret_name = name_of(secret).to_string();
             let text = secret.to_string();
@@ -399,6 +405,13 @@ mod tests {
         );
         let mut secret = crate::accept::sim::magnum::secret("kube-abc12-cloud-provider", &keys);
         secret["metadata"]["resourceVersion"] = json!("42");
+        // As a list gives its items: without kind and apiVersion.
+        let secret = {
+            let mut m = secret.as_object().unwrap().clone();
+            m.remove("kind");
+            m.remove("apiVersion");
+            Value::Object(m)
+        };
         let other = json!({"metadata": {"name": "kube-abc12-cni"}, "data": {"cni.yaml": ""}});
         let secrets: HashMap<String, Value> = [
             ("kube-abc12-cloud-provider".to_string(), secret.clone()),

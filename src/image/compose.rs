@@ -4,7 +4,7 @@
 //!
 //! Per platform (OCI image-spec `config.md`, `manifest.md`; Docker manifest v2 schema 2): the
 //! base's config kept as JSON (unknown fields survive) with `created`, `architecture`, `os`,
-//! `variant`, `Cmd [BINARY_PATH]`, the labels, `rootfs.diff_ids` and one history entry per added
+//! `variant`, the program's `Cmd` or `Entrypoint`, the labels, `rootfs.diff_ids` and one history entry per added
 //! layer; a manifest in the base's media-type family, with the labels as annotations for OCI.
 //! On top, an image index (a manifest list for the Docker family) listing every platform.
 
@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 use super::base::{LayerData, PlatformBase, ResolvedBase, STATIC_HISTORY};
 use super::layer::Layer;
 use super::spec::{self, Descriptor, Family, Index, Manifest, PlatformSpec, keys};
-use super::{BINARY_PATH, ImageError, PlatformImage};
+use super::{ImageError, PlatformImage, Program, Start};
 use crate::config::Platform;
 use crate::util::rfc3339;
 
@@ -41,6 +41,8 @@ fn fits(what: impl FnOnce() -> String, bytes: &[u8]) -> Result<(), ImageError> {
 /// What an image is composed from.
 #[derive(Debug, Clone)]
 pub struct Composition<'a> {
+    /// The program the image runs.
+    pub program: &'a Program,
     /// The base, covering every platform of `binaries`.
     pub base: &'a ResolvedBase,
     /// One finished binary layer per platform, in index order.
@@ -94,10 +96,7 @@ pub fn labels(c: &Composition<'_>) -> BTreeMap<String, String> {
     l.insert(keys::REVISION.to_string(), c.revision.to_string());
     l.insert(keys::VERSION.to_string(), c.tag.to_string());
     l.insert(keys::CREATED.to_string(), rfc3339(c.epoch));
-    l.insert(
-        keys::TITLE.to_string(),
-        "openstack-cloud-controller-manager".to_string(),
-    );
+    l.insert(keys::TITLE.to_string(), c.program.title.to_string());
     l.insert(keys::LICENSES.to_string(), "Apache-2.0".to_string());
     if let Some(n) = &c.base.name {
         l.insert(keys::BASE_NAME.to_string(), n.clone());
@@ -216,7 +215,7 @@ fn compose_platform(
     diff_ids.push(bin.diff_id.clone());
     history_added.push(json!({
         "created": created,
-        "created_by": format!("occm-forge: COPY openstack-cloud-controller-manager {BINARY_PATH}"),
+        "created_by": format!("occm-forge: COPY {} {}", c.program.title, c.program.path),
     }));
 
     let config_bytes = config(c, platform, base, labels, &diff_ids, history_added)?;
@@ -289,7 +288,15 @@ fn config(
     let exec = exec
         .as_object_mut()
         .ok_or_else(|| ImageError::Base("base config.config is not an object".into()))?;
-    exec.insert("Cmd".into(), json!([BINARY_PATH]));
+    match c.program.start {
+        Start::Cmd => {
+            exec.insert("Cmd".into(), json!([c.program.path]));
+        }
+        Start::Entrypoint => {
+            exec.insert("Entrypoint".into(), json!([c.program.path]));
+            exec.remove("Cmd");
+        }
+    }
     let mut all_labels: BTreeMap<String, String> = exec
         .get("Labels")
         .and_then(Value::as_object)
@@ -300,7 +307,8 @@ fn config(
         })
         .unwrap_or_default();
     all_labels.extend(
-        DOCKERFILE_LABELS
+        c.program
+            .dockerfile_labels
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string())),
     );

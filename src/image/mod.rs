@@ -28,6 +28,47 @@ use spec::{Descriptor, Family};
 /// Where the binary sits in the image (upstream Dockerfile L72).
 pub const BINARY_PATH: &str = "/bin/openstack-cloud-controller-manager";
 
+/// The program an image runs: where its one binary goes and how the image names and starts it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Program {
+    /// Absolute path of the binary in the image.
+    pub path: &'static str,
+    /// `org.opencontainers.image.title`, and the name in the layer's history entry.
+    pub title: &'static str,
+    /// Config labels a Dockerfile of the program sets, before ours.
+    pub dockerfile_labels: &'static [(&'static str, &'static str)],
+    /// How the image starts it: `Cmd [path]` (arguments replace the whole command, as the OCCM
+    /// chart's `args` do) or `Entrypoint [path]` (arguments are the program's).
+    pub start: Start,
+}
+
+/// How an image starts its program ([`Program::start`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Start {
+    /// `Cmd [path]`, the base's `Entrypoint` kept.
+    Cmd,
+    /// `Entrypoint [path]`, no `Cmd`.
+    Entrypoint,
+}
+
+/// OCCM, as upstream's Dockerfile builds it: `/bin/openstack-cloud-controller-manager` as `Cmd`
+/// (the Helm chart's `args` begin with that path) and upstream's labels.
+pub const OCCM: Program = Program {
+    path: BINARY_PATH,
+    title: "openstack-cloud-controller-manager",
+    dockerfile_labels: compose::DOCKERFILE_LABELS,
+    start: Start::Cmd,
+};
+
+/// occm-forge itself (its own image, `self-image`): `/usr/local/bin/occm-forge` as the
+/// `Entrypoint`, so a Pod's `args` are its command line.
+pub const OCCM_FORGE: Program = Program {
+    path: "/usr/local/bin/occm-forge",
+    title: "occm-forge",
+    dockerfile_labels: &[],
+    start: Start::Entrypoint,
+};
+
 /// Image-stage failures.
 #[derive(Debug, thiserror::Error)]
 pub enum ImageError {
@@ -55,6 +96,8 @@ pub enum ImageError {
 /// What to assemble.
 #[derive(Debug, Clone)]
 pub struct ImageRequest<'a> {
+    /// The program the image runs ([`OCCM`] for the build).
+    pub program: &'a Program,
     /// One binary per platform, in the order the index should list them.
     pub binaries: &'a [(Platform, PathBuf)],
     /// The resolved base, covering every platform.
@@ -128,7 +171,7 @@ impl BuiltImage {
 /// Errors: [`ImageError::Io`] when a binary cannot be read or the layout cannot be written;
 /// [`ImageError::Base`] when the base lacks a requested platform or mixes media-type families.
 pub fn assemble(req: &ImageRequest<'_>) -> Result<BuiltImage, ImageError> {
-    let layers = binary_layers(req.binaries, req.epoch, req.layer_cache)?;
+    let layers = binary_layers(req.program, req.binaries, req.epoch, req.layer_cache)?;
     let binaries: Vec<(Platform, layer::Layer)> = req
         .binaries
         .iter()
@@ -136,6 +179,7 @@ pub fn assemble(req: &ImageRequest<'_>) -> Result<BuiltImage, ImageError> {
         .zip(layers)
         .collect();
     let composed = compose::compose(&compose::Composition {
+        program: req.program,
         base: req.base,
         binaries: &binaries,
         tag: req.tag,
@@ -165,10 +209,11 @@ pub fn assemble(req: &ImageRequest<'_>) -> Result<BuiltImage, ImageError> {
     })
 }
 
-/// The layer holding each binary at [`BINARY_PATH`] (mode 0755, root, mtime `epoch`), in the
+/// The layer holding each binary at the program's path (mode 0755, root, mtime `epoch`), in the
 /// order given, through the compressed-layer cache when there is one. Compressing is the
 /// expensive part: one thread per binary.
 fn binary_layers(
+    program: &Program,
     binaries: &[(Platform, PathBuf)],
     epoch: i64,
     cache: Option<&Path>,
@@ -181,7 +226,7 @@ fn binary_layers(
                 s.spawn(move || {
                     let data = std::fs::read(binary).map_err(|e| io(binary, e))?;
                     let entry =
-                        layer::Entry::file(BINARY_PATH.trim_start_matches('/'), 0o755, data);
+                        layer::Entry::file(program.path.trim_start_matches('/'), 0o755, data);
                     match cache {
                         Some(dir) => layer::build_cached(&[entry], epoch, dir),
                         None => layer::build(&[entry], epoch),
@@ -223,6 +268,7 @@ mod tests {
         std::fs::write(&binary, b"fake occm").unwrap();
         let layout = dir.path().join("out");
         let e = assemble(&ImageRequest {
+            program: &OCCM,
             binaries: &[(platform, binary)],
             base: &base,
             tag: "v1.34.1-occmforge.1",

@@ -67,6 +67,7 @@ impl Stage for ImageStage<'_> {
             .map(|b| (b.platform.clone(), b.path.clone()))
             .collect();
         let image = image::assemble(&image::ImageRequest {
+            program: &crate::image::OCCM,
             binaries: &binaries,
             base: &base,
             tag: &plan.tag,
