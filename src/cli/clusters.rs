@@ -179,23 +179,16 @@ async fn watch(
         });
     };
     let opts = WatchOptions {
+        assess: assess_opts.clone(),
+        fix: fix_opts.clone(),
         resync: Duration::from_secs(args.resync),
-        ..WatchOptions::default()
+        ..WatchOptions::new(&args.namespace, manifest_path)
     };
     // SIGTERM (a Pod stopping) ends the watch cleanly: whatever a pass was doing is started
     // again by the next occm-forge (a rewrite carries the resourceVersion it read).
     let _handling = occm_forge::interrupt::handle_here();
     tokio::select! {
-        _ = fix::watch(
-            kube,
-            &args.namespace,
-            manifest_path,
-            assess_opts,
-            fix_opts,
-            &opts,
-            &mut on_fixed,
-            report,
-        ) => {}
+        _ = fix::watch(kube, &opts, &mut on_fixed, report) => {}
         _ = occm_forge::interrupt::interrupted() => {}
     }
     note(

@@ -245,9 +245,17 @@ pub async fn pass(
     Ok((fleet, rows, fixed))
 }
 
-/// Options of [`watch`].
+/// What [`watch`] watches and how.
 #[derive(Debug, Clone)]
 pub struct WatchOptions {
+    /// The namespace of the Cluster API objects.
+    pub namespace: String,
+    /// The digest manifest, read before every pass.
+    pub manifest_path: std::path::PathBuf,
+    /// How rows are assessed.
+    pub assess: super::assess::AssessOptions,
+    /// How rewrites are made.
+    pub fix: FixOptions,
     /// Read everything again at least this often, events or not (a control plane's version
     /// changes on an object not watched).
     pub resync: Duration,
@@ -256,9 +264,15 @@ pub struct WatchOptions {
     pub settle: Duration,
 }
 
-impl Default for WatchOptions {
-    fn default() -> Self {
+impl WatchOptions {
+    /// `namespace` against `manifest_path`, assessed and fixed with the defaults, a resync every
+    /// 60 s and a settle of 1 s.
+    pub fn new(namespace: &str, manifest_path: &Path) -> WatchOptions {
         WatchOptions {
+            namespace: namespace.to_string(),
+            manifest_path: manifest_path.to_path_buf(),
+            assess: Default::default(),
+            fix: Default::default(),
             resync: Duration::from_secs(60),
             settle: Duration::from_secs(1),
         }
@@ -266,25 +280,22 @@ impl Default for WatchOptions {
 }
 
 /// Runs [`pass`] with fixing, then again after every change of a resource-set Secret or a
-/// Cluster of `namespace` (watched from the resourceVersions the pass read) or after
-/// `opts.resync`, until a signal stops it. The digest manifest is read from `manifest_path`
-/// before every pass (a ConfigMap update reaches the next pass). Each pass's rows go to `report`
+/// Cluster of the namespace (watched from the resourceVersions the pass read) or after
+/// `opts.resync`, until a signal stops it. The digest manifest is read again before every pass
+/// (a ConfigMap update reaches the next pass). Each pass's rows go to `report`
 /// before its rewrites, each rewrite to `on_fixed` as it is done.
 /// A pass that fails (the API unreachable, a 403) is logged and retried with back-off from 1 s
 /// to 60 s.
 pub async fn watch(
     kube: &Kube,
-    namespace: &str,
-    manifest_path: &Path,
-    assess_opts: &super::assess::AssessOptions,
-    fix_opts: &FixOptions,
     opts: &WatchOptions,
     on_fixed: &mut (dyn FnMut(&Fixed) + Send),
     mut report: impl FnMut(&[Row]),
 ) {
+    let namespace = opts.namespace.as_str();
     let mut backoff = Duration::from_secs(1);
     while crate::interrupt::signal().is_none() {
-        let manifest = match crate::digest_manifest::read(manifest_path) {
+        let manifest = match crate::digest_manifest::read(&opts.manifest_path) {
             Ok(m) => m,
             Err(e) => {
                 tracing::warn!("{e}; retrying in {} s", backoff.as_secs());
@@ -296,9 +307,9 @@ pub async fn watch(
         match observe(kube, namespace).await {
             Ok(fleet) => {
                 backoff = Duration::from_secs(1);
-                let rows = assess(&fleet.clusters, &manifest, assess_opts);
+                let rows = assess(&fleet.clusters, &manifest, &opts.assess);
                 report(&rows);
-                fix(kube, &fleet, &rows, fix_opts, on_fixed).await;
+                fix(kube, &fleet, &rows, &opts.fix, on_fixed).await;
                 wait_for_change(kube, namespace, &fleet, opts).await;
             }
             Err(e) => {
