@@ -442,9 +442,10 @@ fn the_atmosphere_values_carry_the_standalone_kube_state_metrics_config_and_rbac
     }
 }
 
-/// The kube-state-metrics release the gated test builds (served by the Go module proxy; v2.17.0
-/// is not).
-const KSM_VERSION: &str = "v2.16.0";
+/// The kube-state-metrics release the gated test builds: the newest the Go module proxy serves
+/// with a checksum-database entry here (v2.17.0 is not served, v2.16.0 has no sum.golang.org
+/// entry).
+const KSM_VERSION: &str = "v2.15.0";
 
 /// Builds kube-state-metrics `KSM_VERSION` through the Go module proxy into `cache` (once).
 fn build_kube_state_metrics(cache: &Path) -> PathBuf {
@@ -457,7 +458,7 @@ fn build_kube_state_metrics(cache: &Path) -> PathBuf {
     std::fs::create_dir_all(&module).unwrap();
     std::fs::write(
         module.join("go.mod"),
-        format!("module occm-forge.invalid/test/ksm\n\ngo 1.24.0\n\nrequire k8s.io/kube-state-metrics/v2 {KSM_VERSION}\n"),
+        format!("module occm-forge.invalid/test/ksm\n\ngo 1.23.0\n\nrequire k8s.io/kube-state-metrics/v2 {KSM_VERSION}\n"),
     )
     .unwrap();
     let toolchain = occm_forge::go::Toolchain::new("1.25.1", cache);
