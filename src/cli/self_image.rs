@@ -94,6 +94,25 @@ pub async fn run(args: &SelfImageArgs, quiet: bool) -> Result<u8, Error> {
         return Ok(0);
     };
     let registry = plan::registry_with(&[], &[], &args.registry.overrides())?;
+    // Tags never move: a tag that serves another image is refused (a rerun of the same bytes is
+    // fine).
+    use occm_forge::registry::Registry as _;
+    if let Some(served) = registry
+        .manifest_digest(&repo, &tag)
+        .await
+        .map_err(Error::Publish)?
+        .filter(|d| *d != built.index.digest)
+    {
+        return Err(Error::Publish(occm_forge::registry::RegistryError {
+            registry: repo.registry.clone(),
+            operation: format!("push {}:{tag}", repo.path),
+            message: format!(
+                "the tag already serves {served}, another image than this one's {}; tags never move: give another --tag",
+                built.index.digest
+            ),
+            kind: occm_forge::registry::ErrorKind::Other,
+        }));
+    }
     let published = publish::publish(
         &registry,
         &repo,
