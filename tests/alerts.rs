@@ -634,20 +634,72 @@ async fn real_kube_state_metrics_with_the_shipped_config_makes_the_series_the_al
     let uid = machine["metadata"]["uid"].as_str().unwrap();
     let series: Vec<&str> = metrics.lines().filter(|l| l.starts_with("capi_")).collect();
     eprintln!("{}", series.join("\n"));
-    let has = |s: &str| series.contains(&s);
-    let m = format!(
-        "cluster_name=\"kube-abc12\",name=\"kube-abc12-default-worker-aaaaa\",namespace=\"{ns}\""
-    );
+    // (kube-state-metrics adds customresource_group, _kind and _version to every series.)
+    let has = |name: &str, labels: &[(&str, &str)], value: &str| {
+        series.iter().any(|line| {
+            let Some((s, v)) = line.rsplit_once(' ') else {
+                return false;
+            };
+            let (n, l) = parse_series(&s.replace("\",", "\", "));
+            n == name
+                && v == value
+                && labels
+                    .iter()
+                    .all(|(k, want)| l.get(*k).map(String::as_str) == Some(*want))
+        })
+    };
+    let machine_labels = [
+        ("cluster_name", "kube-abc12"),
+        ("name", "kube-abc12-default-worker-aaaaa"),
+        ("namespace", ns),
+        ("uid", uid),
+    ];
+    let with = |extra: &[(&'static str, &'static str)]| -> Vec<(&str, &str)> {
+        machine_labels
+            .iter()
+            .copied()
+            .chain(extra.iter().copied())
+            .collect()
+    };
     assert!(
-        has(&format!(
-            "capi_machine_status_phase{{{m},phase=\"Provisioned\",uid=\"{uid}\"}} 1"
-        )),
+        has(
+            "capi_machine_status_phase",
+            &with(&[("phase", "Provisioned")]),
+            "1"
+        ),
         "{series:?}"
     );
     assert!(
-        has(&format!(
-            "capi_machine_status_condition{{{m},status=\"False\",type=\"OwnerRemediated\",uid=\"{uid}\"}} 1"
-        )),
+        has(
+            "capi_machine_status_phase",
+            &with(&[("phase", "Running")]),
+            "0"
+        ),
+        "{series:?}"
+    );
+    assert!(
+        has(
+            "capi_machine_status_condition",
+            &with(&[("type", "OwnerRemediated"), ("status", "False")]),
+            "1"
+        ),
+        "{series:?}"
+    );
+    let mhc = [
+        ("cluster_name", "kube-abc12"),
+        ("name", "kube-abc12-default-worker"),
+        ("namespace", ns),
+    ];
+    assert!(
+        has(
+            "capi_machinehealthcheck_status_expected_machines",
+            &mhc,
+            "3"
+        ),
+        "{series:?}"
+    );
+    assert!(
+        has("capi_machinehealthcheck_status_current_healthy", &mhc, "1"),
         "{series:?}"
     );
 
