@@ -17,8 +17,13 @@ fn main() -> ExitCode {
         (false, 1) => "debug",
         _ => "trace",
     };
-    let filter = tracing_subscriber::EnvFilter::try_from_env("OCCM_FORGE_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("warn,occm_forge={level}")));
+    let filter =
+        tracing_subscriber::EnvFilter::try_from_env("OCCM_FORGE_LOG").unwrap_or_else(|_| {
+            tracing_subscriber::EnvFilter::new(format!(
+                // kube-rs logs every failed request itself; occm-forge says it once, with the cause.
+                "warn,kube_client=off,occm_forge={level}"
+            ))
+        });
     tracing_subscriber::fmt()
         .with_ansi(std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none())
         .with_writer(std::io::stderr)

@@ -561,7 +561,8 @@ fn crs_secret_changes_one_image_line_and_a_revert_restores_the_bytes() {
         assert!(stderr(&o).contains(&line), "{line}\n{}", stderr(&o));
     }
 
-    // The Secret is fit for `kubectl apply -f -`: same identity, type and owner, no server-set
+    // The Secret is fit for `kubectl replace -f -`: same identity, type and owner, the
+    // resourceVersion it was read at (a Secret changed since is a conflict), no other server-set
     // metadata, every other key byte for byte.
     assert_eq!(v["kind"], "Secret");
     assert_eq!(v["apiVersion"], "v1");
@@ -572,13 +573,8 @@ fn crs_secret_changes_one_image_line_and_a_revert_restores_the_bytes() {
         v["metadata"]["ownerReferences"],
         before["metadata"]["ownerReferences"]
     );
-    for gone in [
-        "resourceVersion",
-        "uid",
-        "managedFields",
-        "creationTimestamp",
-        "annotations",
-    ] {
+    assert_eq!(v["metadata"]["resourceVersion"], "8812345");
+    for gone in ["uid", "managedFields", "creationTimestamp", "annotations"] {
         assert!(
             v["metadata"].get(gone).is_none(),
             "metadata.{gone} kept: {out}"
@@ -813,7 +809,11 @@ fn crs_secret_refuses_what_it_cannot_change_in_one_line() {
         &["render", "--format", "crs-secret", "--all"],
         &secret,
     );
-    assert_refused(&o, 2, "crs-secret takes --k8s MINOR or --image REF");
+    assert_refused(
+        &o,
+        2,
+        "crs-secret rewrites one Secret: give --k8s MINOR or --image REF, not --all",
+    );
     // The Secret's credentials never reach the output streams of a refusal.
     let o = crs(&two, &[]);
     assert!(!stderr(&o).contains("not-a-real-secret"));

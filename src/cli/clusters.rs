@@ -11,7 +11,7 @@ use occm_forge::clusters::{NAMESPACE, Row};
 use occm_forge::kubernetes::Kube;
 use occm_forge::{Error, config, digest_manifest};
 
-use super::output::{note, print_stdout};
+use super::output::{note, print_stdout, warn as occm_forge_warn};
 
 #[derive(Args)]
 pub struct ClustersArgs {
@@ -23,7 +23,8 @@ pub struct ClustersArgs {
     #[arg(long, value_name = "NAME")]
     context: Option<String>,
     /// Namespace of the Cluster API objects.
-    #[arg(short, long, default_value = NAMESPACE, value_name = "NS")]
+    #[arg(short, long, default_value = NAMESPACE, value_name = "NS",
+          value_parser = clap::builder::NonEmptyStringValueParser::new())]
     namespace: String,
     /// images.toml (for the digest manifest's path).
     #[arg(
@@ -45,15 +46,17 @@ pub struct ClustersArgs {
     /// With --fix: wait until Cluster API applied each rewrite (the binding records its hash).
     #[arg(long, requires = "fix")]
     wait: bool,
-    /// How long --wait waits per cluster.
-    #[arg(long, default_value_t = 120, value_name = "SECONDS")]
+    /// How long --wait (and --fix --watch) waits per cluster for Cluster API to apply a rewrite.
+    #[arg(long, default_value_t = 120, value_name = "SECONDS",
+          value_parser = clap::value_parser!(u64).range(1..))]
     timeout: u64,
-    /// Keep fixing: again whenever a resource-set Secret or a Cluster changes, and every
-    /// --resync seconds. Runs until SIGTERM.
+    /// Keep going: read again whenever a resource-set Secret or a Cluster changes, and every
+    /// --resync seconds, printing what changed; with --fix, fix it too. Runs until SIGTERM.
     #[arg(long)]
     watch: bool,
-    /// With --watch: read everything again at least this often.
-    #[arg(long, default_value_t = 60, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(5..))]
+    /// With --watch: read everything again at least this often (5 or more).
+    #[arg(long, default_value_t = 60, value_name = "SECONDS", requires = "watch",
+          value_parser = clap::value_parser!(u64).range(5..))]
     resync: u64,
     /// Print the rows (and rewrites) as JSON.
     #[arg(long)]
@@ -67,32 +70,41 @@ impl ClustersArgs {
             None => Ok(config::load(&self.config)?.digest_manifest),
         }
     }
+
+    fn fix_options(&self) -> Option<FixOptions> {
+        self.fix.then(|| FixOptions {
+            wait: (self.wait || self.watch).then(|| Duration::from_secs(self.timeout)),
+        })
+    }
 }
 
 pub async fn run(args: &ClustersArgs, quiet: bool) -> Result<u8, Error> {
     let manifest_path = args.manifest_path()?;
-    let manifest = digest_manifest::read(&manifest_path)?;
+    let manifest = digest_manifest::read_existing(&manifest_path)?;
     let kube = Kube::from_kubeconfig(args.kubeconfig.as_deref(), args.context.as_deref())
         .await
         .map_err(occm_forge::clusters::ClustersError::from)?;
     let assess_opts = AssessOptions {
         prefix: args.prefix.clone(),
     };
-    let fix_opts = FixOptions {
-        wait: (args.wait || args.watch).then(|| Duration::from_secs(args.timeout)),
-    };
     if args.watch {
-        return watch(args, &kube, &manifest_path, &assess_opts, &fix_opts, quiet).await;
+        return watch(args, &kube, &manifest_path, &assess_opts, quiet).await;
     }
     let (fleet, rows, fixed) = fix::pass(
         &kube,
         &args.namespace,
         &manifest,
         &assess_opts,
-        args.fix.then_some(&fix_opts),
+        args.fix_options().as_ref(),
         &mut |_| {},
     )
     .await?;
+    if rows.is_empty() {
+        occm_forge_warn(&format!(
+            "no Cluster of namespace {} has a ClusterResourceSet with an OCCM Secret (magnum-cluster-api keeps its clusters in {NAMESPACE})",
+            args.namespace
+        ));
+    }
     note(
         quiet,
         &format!(
@@ -147,16 +159,20 @@ async fn watch(
     kube: &Kube,
     manifest_path: &std::path::Path,
     assess_opts: &AssessOptions,
-    fix_opts: &FixOptions,
     quiet: bool,
 ) -> Result<u8, Error> {
     note(
         quiet,
         &format!(
-            "watching {} at {} (resync every {} s)",
+            "watching {} at {} (resync every {} s){}",
             args.namespace,
             kube.server(),
-            args.resync
+            args.resync,
+            if args.fix {
+                ", fixing"
+            } else {
+                ", reading only (--fix writes)"
+            }
         ),
     );
     let json = args.json;
@@ -180,7 +196,7 @@ async fn watch(
     };
     let opts = WatchOptions {
         assess: assess_opts.clone(),
-        fix: fix_opts.clone(),
+        fix: args.fix_options(),
         resync: Duration::from_secs(args.resync),
         ..WatchOptions::new(&args.namespace, manifest_path)
     };
@@ -188,7 +204,7 @@ async fn watch(
     // again by the next occm-forge (a rewrite carries the resourceVersion it read).
     let _handling = occm_forge::interrupt::handle_here();
     tokio::select! {
-        _ = fix::watch(kube, &opts, &mut on_fixed, report) => {}
+        r = fix::watch(kube, &opts, &mut on_fixed, report) => r?,
         _ = occm_forge::interrupt::interrupted() => {}
     }
     note(

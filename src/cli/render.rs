@@ -48,6 +48,11 @@ pub struct RenderArgs {
     /// the cluster's control plane runs that minor).
     #[arg(long)]
     allow_skew: bool,
+    /// crs-secret: drop the Secret's resourceVersion too, so `kubectl replace` overwrites whatever
+    /// the Secret holds by then (restoring a saved copy); by default a Secret changed since it was
+    /// read is a conflict.
+    #[arg(long)]
+    unconditional: bool,
 }
 
 /// `--format`: the names of [`Format`], listed by clap in `--help` and in its errors.
@@ -59,14 +64,24 @@ fn format_parser() -> impl clap::builder::TypedValueParser<Value = Format> {
 
 pub fn run(args: &RenderArgs, quiet: bool) -> Result<u8, Error> {
     let crs_secret = args.format == Format::CrsSecret;
-    if args.all && crs_secret || args.image.is_some() && !crs_secret {
+    if args.all && crs_secret {
         return Err(Error::Usage(
-            "crs-secret takes --k8s MINOR or --image REF; --image is for crs-secret only".into(),
+            "crs-secret rewrites one Secret: give --k8s MINOR or --image REF, not --all".into(),
         ));
     }
-    if !crs_secret && (args.observable || args.on_delete || args.allow_skew) {
+    if args.image.is_some() && !crs_secret {
         return Err(Error::Usage(
-            "--observable, --on-delete and --allow-skew are for --format crs-secret only".into(),
+            "--image is for --format crs-secret only".into(),
+        ));
+    }
+    if args.image.is_some() && args.prefix.is_some() {
+        return Err(Error::Usage(
+            "--image names the whole reference; --prefix picks a recorded mirror of a --k8s entry: give one".into(),
+        ));
+    }
+    if !crs_secret && (args.observable || args.on_delete || args.allow_skew || args.unconditional) {
+        return Err(Error::Usage(
+            "--observable, --on-delete, --allow-skew and --unconditional are for --format crs-secret only".into(),
         ));
     }
     let opts = RenderOptions {
@@ -101,9 +116,12 @@ fn run_crs_secret(args: &RenderArgs, opts: &RenderOptions, quiet: bool) -> Resul
             render::pinned_image(minor, entry, opts)?
         }
     };
-    let mut input = String::new();
-    std::io::Read::read_to_string(&mut std::io::stdin(), &mut input)
-        .map_err(|e| Error::Io(format!("stdin: {e}")))?;
+    let mut bytes = Vec::new();
+    std::io::Read::read_to_end(&mut std::io::stdin(), &mut bytes)
+        .map_err(|e| crs::CrsError(format!("stdin cannot be read: {e}")))?;
+    let input = String::from_utf8(bytes).map_err(|_| {
+        crs::CrsError("stdin is not text: pipe in `kubectl get secret … -o yaml`".into())
+    })?;
     let out = crs::rewrite_secret(
         &input,
         &crs::RewriteOptions {
@@ -111,6 +129,7 @@ fn run_crs_secret(args: &RenderArgs, opts: &RenderOptions, quiet: bool) -> Resul
             observable: args.observable,
             on_delete: args.on_delete,
             allow_skew: args.allow_skew,
+            unconditional: args.unconditional,
         },
     )?;
     for w in &out.warnings {

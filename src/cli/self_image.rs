@@ -18,7 +18,7 @@ pub struct SelfImageArgs {
     /// The occm-forge binary to package (statically linked) [default: this occm-forge].
     #[arg(long, value_name = "PATH")]
     binary: Option<PathBuf>,
-    /// Its platform [default: the host's].
+    /// Its platform, os/arch [default: the host's].
     #[arg(long, value_name = "OS/ARCH")]
     platform: Option<Platform>,
     /// Where occm-forge's source lives (org.opencontainers.image.source).
@@ -57,6 +57,11 @@ pub async fn run(args: &SelfImageArgs, quiet: bool) -> Result<u8, Error> {
         .tag
         .clone()
         .unwrap_or_else(|| env!("CARGO_PKG_VERSION").to_string());
+    if !occm_forge::util::is_valid_tag(&tag) {
+        return Err(Error::Usage(format!(
+            "--tag {tag}: not an OCI tag ([A-Za-z0-9_][A-Za-z0-9._-]{{0,127}})"
+        )));
+    }
     let epoch = match std::env::var("SOURCE_DATE_EPOCH") {
         Ok(s) => s
             .trim()

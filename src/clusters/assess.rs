@@ -223,7 +223,7 @@ fn action(
     }
     let Some((_, entry)) = entry else {
         return refuse(format!(
-            "images.lock.yaml pins no image for {minor}: build it (occm-forge build --k8s {minor}); another minor's image would break the version-skew policy"
+            "the digest manifest pins no image for {minor}: build it (occm-forge build --k8s {minor}); another minor's image would break the version-skew policy"
         ));
     };
     match pinned {
@@ -567,7 +567,7 @@ mod tests {
             true,
         )));
         assert!(
-            reason.starts_with("images.lock.yaml pins no image for 1.37"),
+            reason.starts_with("the digest manifest pins no image for 1.37"),
             "{reason}"
         );
         let reason = refused(one(cluster("v1.34.1", None, &upstream("v1.34.1"), true)));

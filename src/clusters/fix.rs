@@ -254,8 +254,9 @@ pub struct WatchOptions {
     pub manifest_path: std::path::PathBuf,
     /// How rows are assessed.
     pub assess: super::assess::AssessOptions,
-    /// How rewrites are made.
-    pub fix: FixOptions,
+    /// How rewrites are made; `None`: the watch only reads and reports (`--watch` without
+    /// `--fix`).
+    pub fix: Option<FixOptions>,
     /// Read everything again at least this often, events or not (a control plane's version
     /// changes on an object not watched).
     pub resync: Duration,
@@ -272,7 +273,7 @@ impl WatchOptions {
             namespace: namespace.to_string(),
             manifest_path: manifest_path.to_path_buf(),
             assess: Default::default(),
-            fix: Default::default(),
+            fix: Some(Default::default()),
             resync: Duration::from_secs(60),
             settle: Duration::from_secs(1),
         }
@@ -284,18 +285,21 @@ impl WatchOptions {
 /// `opts.resync`, until a signal stops it. The digest manifest is read again before every pass
 /// (a ConfigMap update reaches the next pass). Each pass's rows go to `report`
 /// before its rewrites, each rewrite to `on_fixed` as it is done.
-/// A pass that fails (the API unreachable, a 403) is logged and retried with back-off from 1 s
-/// to 60 s.
+/// A pass that fails (the API unreachable, a missing digest manifest) is logged and retried
+/// with back-off from 1 s to 60 s.
+///
+/// Errors: [`ClustersError`] when the API server refuses the credentials (401, 403): retrying
+/// does not help.
 pub async fn watch(
     kube: &Kube,
     opts: &WatchOptions,
     on_fixed: &mut (dyn FnMut(&Fixed) + Send),
     mut report: impl FnMut(&[Row]),
-) {
+) -> Result<(), ClustersError> {
     let namespace = opts.namespace.as_str();
     let mut backoff = Duration::from_secs(1);
     while crate::interrupt::signal().is_none() {
-        let manifest = match crate::digest_manifest::read(&opts.manifest_path) {
+        let manifest = match crate::digest_manifest::read_existing(&opts.manifest_path) {
             Ok(m) => m,
             Err(e) => {
                 tracing::warn!("{e}; retrying in {} s", backoff.as_secs());
@@ -309,9 +313,14 @@ pub async fn watch(
                 backoff = Duration::from_secs(1);
                 let rows = assess(&fleet.clusters, &manifest, &opts.assess);
                 report(&rows);
-                fix(kube, &fleet, &rows, &opts.fix, on_fixed).await;
+                if let Some(f) = &opts.fix {
+                    fix(kube, &fleet, &rows, f, on_fixed).await;
+                }
                 wait_for_change(kube, namespace, &fleet, opts).await;
             }
+            // Credentials that are refused stay refused: end the watch, so the Pod crash-loops
+            // visibly instead of retrying in silence.
+            Err(e) if matches!(e.code(), Some(401 | 403)) => return Err(e.into()),
             Err(e) => {
                 tracing::warn!("{e}; retrying in {} s", backoff.as_secs());
                 tokio::time::sleep(backoff).await;
@@ -319,6 +328,7 @@ pub async fn watch(
             }
         }
     }
+    Ok(())
 }
 
 /// Waits until a resource-set Secret or a Cluster of `namespace` changes after what `fleet`

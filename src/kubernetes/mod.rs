@@ -244,7 +244,7 @@ impl Kube {
                         message: status.message.clone(),
                     });
                 }
-                Err(e) => return Err(self.transport(&method, path, &e)),
+                Err(e) => return Err(self.failed(&method, path, &e)),
             }
         }
     }
@@ -256,6 +256,32 @@ impl Kube {
             path: path.to_string(),
             message: one_line(e),
         }
+    }
+
+    /// A client error with its whole cause chain said plainly (`connection refused`, `TLS: …`,
+    /// `cannot resolve the host name`), not kube-rs's outermost `ServiceError: client error
+    /// (Connect)`.
+    fn failed(&self, method: &Method, path: &str, e: &kube::Error) -> KubeError {
+        let mut chain = vec![e.to_string()];
+        let mut source = std::error::Error::source(e);
+        while let Some(s) = source {
+            chain.push(s.to_string());
+            source = s.source();
+        }
+        chain.dedup();
+        // Each layer repeats the one below it; keep each text once, outermost dropped when a
+        // cause follows.
+        let text = chain
+            .iter()
+            .skip(usize::from(chain.len() > 1))
+            .map(|s| s.as_str())
+            .collect::<Vec<_>>()
+            .join(": ");
+        self.transport(
+            method,
+            path,
+            &crate::registry::explain::without_client_chain(&text),
+        )
     }
 
     /// The body of `GET path` as text, for the endpoints that do not answer JSON (`/readyz`,
@@ -472,7 +498,7 @@ impl Kube {
                     code: s.code,
                     message: s.message.clone(),
                 },
-                e => self.transport(&Method::GET, &path, &e),
+                e => self.failed(&Method::GET, &path, &e),
             })?;
         let me = self.clone();
         Ok(events.map(move |e| {

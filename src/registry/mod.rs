@@ -7,7 +7,7 @@
 //! ones), manifests by tag or digest (`HEAD|GET|PUT /v2/<name>/manifests/<reference>`).
 
 pub mod auth;
-mod explain;
+pub(crate) mod explain;
 #[cfg(any(test, feature = "testing"))]
 pub mod memory;
 pub mod oci;

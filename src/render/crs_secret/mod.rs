@@ -28,6 +28,7 @@ pub mod daemonset;
 
 pub use daemonset::{Edited, set_occm_image};
 
+use crate::clusters::read::RESOURCE_SET_TYPE;
 use crate::config::Minor;
 
 /// The Secret key magnum-cluster-api renders the OCCM chart into.
@@ -41,10 +42,11 @@ pub const DEFAULT_SECURE_PORT: u16 = 10258;
 /// after it stayed ready this long, so a replica that crashes soon after start stalls the rollout.
 pub const MIN_READY_SECONDS: u32 = 60;
 
-/// Metadata fields the API server sets; a write of a Secret carrying them would fail on
-/// a stale `resourceVersion` or fight over `managedFields`.
+/// Metadata fields the API server sets and a write must not carry (`managedFields` would be
+/// fought over). `resourceVersion` is kept unless [`RewriteOptions::unconditional`]: it makes
+/// `kubectl replace` refuse (409 Conflict) a Secret that changed since it was read, e.g. by a
+/// `coe cluster upgrade` in between.
 const SERVER_SET_METADATA: &[&str] = &[
-    "resourceVersion",
     "uid",
     "managedFields",
     "creationTimestamp",
@@ -70,13 +72,18 @@ pub struct RewriteOptions {
     /// Write an image of a newer Kubernetes minor than the one the Secret runs now (see
     /// [`skew`]); refused without it.
     pub allow_skew: bool,
+    /// Drop the Secret's `resourceVersion` too, so that the write replaces whatever the Secret
+    /// holds by then (restoring a saved copy); by default it stays and a changed Secret is a
+    /// conflict.
+    pub unconditional: bool,
 }
 
 /// The rewritten Secret and what changed.
 #[derive(Debug, Clone)]
 pub struct Rewritten {
-    /// The Secret as YAML for `kubectl replace -f -` (a full PUT; `kubectl apply` would copy the
-    /// whole Secret, credentials included, into its last-applied annotation).
+    /// The Secret as JSON (which YAML readers read too, with none of YAML 1.1's `yes`/`no`
+    /// surprises in kubectl) for `kubectl replace -f -` (a full PUT; `kubectl apply` would copy
+    /// the whole Secret, credentials included, into its last-applied annotation).
     pub secret: String,
     /// `namespace/name` of the OCCM DaemonSet.
     pub daemonset: String,
@@ -179,6 +186,14 @@ pub fn rewrite_secret(input: &str, opts: &RewriteOptions) -> Result<Rewritten, C
     let edited = set_occm_image(&key.text, opts)
         .map_err(|e| CrsError(format!("Secret {name}, key {SECRET_KEY}: {}", e.0)))?;
     let mut warnings = edited.warnings;
+    let kind = secret.get("type").and_then(Value::as_str).unwrap_or("");
+    if kind != RESOURCE_SET_TYPE {
+        warnings.push(format!(
+            "Secret {name} is of type {}: a ClusterResourceSet applies only Secrets of type {RESOURCE_SET_TYPE}, so this one never reaches a cluster",
+            if kind.is_empty() { "Opaque (none given)" } else { kind }
+        ));
+    }
+    warnings.extend(minor_warnings(name, &edited.previous_image, &opts.image));
     match skew(&edited.previous_image, &opts.image) {
         Skew::Newer { from, to } if !opts.allow_skew => {
             return fail(format!(
@@ -191,7 +206,7 @@ pub fn rewrite_secret(input: &str, opts: &RewriteOptions) -> Result<Rewritten, C
         )),
         _ => {}
     }
-    let written = write_secret(&secret, key.field, &edited.text)?;
+    let written = write_secret(&secret, key.field, &edited.text, opts.unconditional)?;
     let hash = secret_hash(&written)?;
     Ok(Rewritten {
         secret: written,
@@ -236,6 +251,40 @@ pub fn skew(previous: &str, image: &str) -> Skew {
         (None, _) => Skew::Unknown(previous.to_string()),
         (_, None) => Skew::Unknown(image.to_string()),
     }
+}
+
+/// What to say about the minors of the two images beyond [`skew`]'s refusal: writing over
+/// upstream's image of the same or an older minor (after `coe cluster upgrade` the Secret runs
+/// the new minor's upstream image while the control plane may still run the old one), and an
+/// image more than one minor older than the Secret's (the skew policy allows one).
+fn minor_warnings(name: &str, previous: &str, image: &str) -> Vec<String> {
+    let minor = |r: &str| {
+        r.parse::<crate::reference::ImageRef>()
+            .ok()
+            .and_then(|i| i.tag)
+            .and_then(|t| Minor::of_version(&t))
+    };
+    let mut out = Vec::new();
+    let (Some(from), Some(to)) = (minor(previous), minor(image)) else {
+        return out;
+    };
+    let upstream = previous
+        .parse::<crate::reference::ImageRef>()
+        .ok()
+        .zip(crate::clusters::assess::UPSTREAM_REPOSITORY.parse().ok())
+        .is_some_and(|(p, u): (_, crate::reference::RepositoryName)| p.repository == u);
+    if upstream && to >= from {
+        out.push(format!(
+            "Secret {name} runs upstream's {from} image: if `coe cluster upgrade` just wrote it, the control plane may still run an older minor, and OCCM must not be newer than kube-apiserver; `occm-forge clusters` shows the minor the control plane runs"
+        ));
+    }
+    if to.major == from.major && to.minor + 1 < from.minor {
+        out.push(format!(
+            "{image} is OCCM {to}, {} minors older than the {from} the Secret runs: the version-skew policy allows cloud-controller-manager one minor older than kube-apiserver",
+            from.minor - to.minor
+        ));
+    }
+    out
 }
 
 /// The image of the OCCM container in the Secret `input` (what [`rewrite_secret`] would
@@ -339,14 +388,20 @@ fn read_key(secret: &Mapping, name: &str) -> Result<KeyText, CrsError> {
     }
 }
 
-/// The Secret as YAML for `kubectl replace -f -`: server-set metadata dropped, [`SECRET_KEY`] in
-/// `field` replaced by `text` (base64-encoded in `data`), every other key as it was.
-fn write_secret(secret: &Mapping, field: &str, text: &str) -> Result<String, CrsError> {
+/// The Secret as JSON for `kubectl replace -f -`: server-set metadata dropped (with
+/// `unconditional` the resourceVersion too), [`SECRET_KEY`] in `field` replaced by `text`
+/// (base64-encoded in `data`), every other key as it was.
+fn write_secret(
+    secret: &Mapping,
+    field: &str,
+    text: &str,
+    unconditional: bool,
+) -> Result<String, CrsError> {
     let mut out = Mapping::new();
     for (k, v) in secret {
         let mut v = v.clone();
         match k.as_str() {
-            Some("metadata") => clean_metadata(&mut v),
+            Some("metadata") => clean_metadata(&mut v, unconditional),
             Some(f) if f == field => {
                 let new = if field == "data" {
                     base64::engine::general_purpose::STANDARD.encode(text.as_bytes())
@@ -361,20 +416,24 @@ fn write_secret(secret: &Mapping, field: &str, text: &str) -> Result<String, Crs
         }
         out.insert(k.clone(), v);
     }
-    serde_norway::to_string(&Value::Mapping(out))
-        .map_err(|e| CrsError(format!("cannot write the Secret: {e}")))
+    let json = serde_json::to_value(Value::Mapping(out))
+        .map_err(|e| CrsError(format!("cannot write the Secret: {e}")))?;
+    Ok(serde_json::to_string_pretty(&json).expect("JSON values serialise") + "\n")
 }
 
 fn one_line(s: &str) -> String {
     s.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
-fn clean_metadata(metadata: &mut Value) {
+fn clean_metadata(metadata: &mut Value, unconditional: bool) {
     let Some(m) = metadata.as_mapping_mut() else {
         return;
     };
     for f in SERVER_SET_METADATA {
         m.remove(*f);
+    }
+    if unconditional {
+        m.remove("resourceVersion");
     }
     let mut empty = false;
     if let Some(a) = m.get_mut("annotations").and_then(Value::as_mapping_mut) {
@@ -448,6 +507,87 @@ mod tests {
             out.warnings.iter().any(
                 |w| w.starts_with("cannot tell the Kubernetes minor of r.example/occm@sha256:")
             ),
+            "{:?}",
+            out.warnings
+        );
+    }
+
+    #[test]
+    fn the_output_keeps_the_resource_version_unless_unconditional_and_is_json() {
+        let mut v: serde_json::Value = serde_json::from_str(&secret(UP)).unwrap();
+        v["metadata"]["resourceVersion"] = "8812345".into();
+        v["metadata"]["uid"] = "0b6f2a90".into();
+        // Strings YAML 1.1 (kubectl's reader) takes for booleans.
+        v["metadata"]["annotations"] =
+            serde_json::json!({"example.com/enabled": "yes", "example.com/off": "off"});
+        let ours = format!(
+            "r.example/occm/openstack-cloud-controller-manager:v1.34.1-occmforge.1@sha256:{}",
+            "a".repeat(64)
+        );
+        let mut opts = RewriteOptions {
+            image: ours,
+            ..RewriteOptions::default()
+        };
+        let out = rewrite_secret(&v.to_string(), &opts).unwrap();
+        let written: serde_json::Value = serde_json::from_str(&out.secret).expect("JSON");
+        assert_eq!(written["metadata"]["resourceVersion"], "8812345");
+        assert!(written["metadata"].get("uid").is_none());
+        assert_eq!(
+            written["metadata"]["annotations"]["example.com/enabled"],
+            "yes"
+        );
+        assert!(
+            out.secret.contains("\"example.com/off\": \"off\""),
+            "{}",
+            out.secret
+        );
+        opts.unconditional = true;
+        let out = rewrite_secret(&v.to_string(), &opts).unwrap();
+        let written: serde_json::Value = serde_json::from_str(&out.secret).unwrap();
+        assert!(written["metadata"].get("resourceVersion").is_none());
+    }
+
+    #[test]
+    fn an_opaque_secret_an_old_minor_and_upstream_images_are_warned_about() {
+        let mut v: serde_json::Value = serde_json::from_str(&secret(UP)).unwrap();
+        v["type"] = "Opaque".into();
+        let old = format!(
+            "r.example/occm/openstack-cloud-controller-manager:v1.31.4-occmforge.1@sha256:{}",
+            "a".repeat(64)
+        );
+        let out = rewrite_secret(
+            &v.to_string(),
+            &RewriteOptions {
+                image: old.clone(),
+                ..RewriteOptions::default()
+            },
+        )
+        .unwrap();
+        let w = out.warnings.join("\n");
+        assert!(w.contains("Secret kube-abc12-cloud-provider is of type Opaque: a ClusterResourceSet applies only Secrets of type addons.cluster.x-k8s.io/resource-set"), "{w}");
+        assert!(
+            w.contains(&format!(
+                "{old} is OCCM 1.31, 3 minors older than the 1.34 the Secret runs"
+            )),
+            "{w}"
+        );
+        assert!(
+            !w.contains("runs upstream's"),
+            "an older image after upstream's is no upgrade hazard: {w}"
+        );
+        let same = old.replace("v1.31.4", "v1.34.1");
+        let out = rewrite_secret(
+            &secret(UP),
+            &RewriteOptions {
+                image: same,
+                ..RewriteOptions::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(out.warnings.len(), 1, "{:?}", out.warnings);
+        assert!(
+            out.warnings[0]
+                .contains("runs upstream's 1.34 image: if `coe cluster upgrade` just wrote it"),
             "{:?}",
             out.warnings
         );
