@@ -209,17 +209,16 @@ fn forge(dir: &Path) -> Command {
     c
 }
 
-#[tokio::test(flavor = "multi_thread")]
-#[ignore = "needs the Go module proxy to build etcd, kube-apiserver v1.34.1 and Cluster API v1.13.2 (run with -- --ignored; OCCM_FORGE_GATED_CACHE reuses a cache)"]
-async fn clusters_finds_fixes_and_keeps_the_pinned_occm_through_cluster_api_with_the_shipped_rbac()
-{
+/// Starts a management cluster (real parts from the gated cache), runs `body` on it, and stops
+/// it, with Cluster API's log tail when `body` panicked.
+async fn on_management(body: impl AsyncFnOnce(&Management, &Path)) {
     let gated = gated_cache();
     let (bins, manager) = tokio::task::block_in_place(|| real_parts(gated.path()));
     let dir = tempfile::tempdir().unwrap();
     let m = Management::start(&bins, &manager, &dir.path().join("management"))
         .await
         .unwrap();
-    let result = std::panic::AssertUnwindSafe(run(&m, dir.path()));
+    let result = std::panic::AssertUnwindSafe(body(&m, dir.path()));
     let outcome = futures::FutureExt::catch_unwind(result).await;
     if outcome.is_err() {
         eprintln!(
@@ -239,7 +238,36 @@ async fn clusters_finds_fixes_and_keeps_the_pinned_occm_through_cluster_api_with
     }
 }
 
-async fn run(m: &Management, dir: &Path) {
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs the Go module proxy to build etcd, kube-apiserver v1.34.1 and Cluster API v1.13.2 (run with -- --ignored; OCCM_FORGE_GATED_CACHE reuses a cache)"]
+async fn clusters_finds_fixes_and_keeps_the_pinned_occm_through_cluster_api_with_the_shipped_rbac()
+{
+    on_management(exercise).await;
+}
+
+fn current_cluster() -> TestCluster {
+    TestCluster {
+        name: "kube-abc12",
+        workload_ns: "kube-system",
+        versions: ("v1.34.1", "v1.34.1"),
+        secret: "kube-abc12-cloud-provider",
+        strategy: "Reconcile",
+        image: upstream("v1.34.1"),
+    }
+}
+
+/// What the command runs with: the ServiceAccount of deploy/clusters/rbac.yaml (plus read access
+/// to the stand-in control plane kind, the test's KubeadmControlPlane), its token, a kubeconfig
+/// with it, and the digest manifest.
+struct Access {
+    token: String,
+    kubeconfig: std::path::PathBuf,
+    lock: std::path::PathBuf,
+}
+
+/// Creates `magnum-system`, `clusters` (waiting until Cluster API applied each Secret) and the
+/// ServiceAccount; see [`Access`].
+async fn set_up(m: &Management, dir: &Path, clusters: &[&TestCluster]) -> Access {
     let kube = &m.kube;
     kube.create(
         "/api/v1/namespaces",
@@ -247,41 +275,12 @@ async fn run(m: &Management, dir: &Path) {
     )
     .await
     .unwrap();
-    let current = TestCluster {
-        name: "kube-abc12",
-        workload_ns: "kube-system",
-        versions: ("v1.34.1", "v1.34.1"),
-        secret: "kube-abc12-cloud-provider",
-        strategy: "Reconcile",
-        image: upstream("v1.34.1"),
-    };
-    // `coe cluster upgrade` to 1.35 under way: the driver wrote upstream v1.35.0, the control
-    // plane still runs 1.34.
-    let upgrading = TestCluster {
-        name: "kube-up35",
-        workload_ns: "ws-kube-up35",
-        versions: ("v1.35.0", "v1.34.1"),
-        secret: "kube-up35-cloud-provider",
-        strategy: "Reconcile",
-        image: upstream("v1.35.0"),
-    };
-    let legacy = TestCluster {
-        name: "kube-old01",
-        workload_ns: "ws-kube-old01",
-        versions: ("v1.34.1", "v1.34.1"),
-        secret: "3f5e6a7b-1c2d-4e5f-8a9b-0c1d2e3f4a5b",
-        strategy: "ApplyOnce",
-        image: upstream("v1.34.1"),
-    };
-    for c in [&current, &upgrading, &legacy] {
+    for c in clusters {
         create(kube, m, c).await;
     }
-    for c in [&current, &upgrading, &legacy] {
+    for c in clusters {
         reached(kube, c, &c.image, None, Duration::from_secs(90)).await;
     }
-
-    // The ServiceAccount of deploy/clusters/rbac.yaml, plus read access to the stand-in control
-    // plane kind (the test's KubeadmControlPlane), and a token for it.
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let rbac = std::fs::read_to_string(root.join("deploy/clusters/rbac.yaml")).unwrap();
     create_manifests(kube, &rbac, false).await;
@@ -310,6 +309,37 @@ async fn run(m: &Management, dir: &Path) {
     .unwrap();
     let lock = dir.join("images.lock.yaml");
     write_manifest(&lock);
+    Access {
+        token,
+        kubeconfig,
+        lock,
+    }
+}
+
+async fn exercise(m: &Management, dir: &Path) {
+    let kube = &m.kube;
+    let current = current_cluster();
+    // `coe cluster upgrade` to 1.35 under way: the driver wrote upstream v1.35.0, the control
+    // plane still runs 1.34.
+    let upgrading = TestCluster {
+        name: "kube-up35",
+        workload_ns: "ws-kube-up35",
+        versions: ("v1.35.0", "v1.34.1"),
+        secret: "kube-up35-cloud-provider",
+        strategy: "Reconcile",
+        image: upstream("v1.35.0"),
+    };
+    let legacy = TestCluster {
+        name: "kube-old01",
+        workload_ns: "ws-kube-old01",
+        versions: ("v1.34.1", "v1.34.1"),
+        secret: "3f5e6a7b-1c2d-4e5f-8a9b-0c1d2e3f4a5b",
+        strategy: "ApplyOnce",
+        image: upstream("v1.34.1"),
+    };
+    let Access {
+        kubeconfig, lock, ..
+    } = set_up(m, dir, &[&current, &upgrading, &legacy]).await;
     let clusters = |extra: &[&str]| {
         let mut c = forge(dir);
         c.arg("clusters")
@@ -393,7 +423,7 @@ async fn run(m: &Management, dir: &Path) {
     assert_eq!(o.status.code(), Some(14));
     assert!(
         stderr(&o).contains(
-            "1 of 3 clusters do not run the pinned image of their minor: magnum-system/kube-old01"
+            "1 of 3 clusters does not run the pinned image of its minor: magnum-system/kube-old01"
         ),
         "{}",
         stderr(&o)
@@ -569,10 +599,99 @@ async fn run(m: &Management, dir: &Path) {
     }
 
     // The Deployment and its ConfigMap are valid objects for this apiserver (server-side dry run).
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let deployment = std::fs::read_to_string(root.join("deploy/clusters/deployment.yaml")).unwrap();
     let pins = format!(
         "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: occm-forge-pins\n  namespace: {NS}\ndata:\n  images.lock.yaml: {}\n",
         serde_json::to_string(&std::fs::read_to_string(&lock).unwrap()).unwrap()
     );
     create_manifests(kube, &format!("{pins}---\n{deployment}"), true).await;
+}
+
+/// occm-forge as the Deployment runs it: the statically linked build (`OCCM_FORGE_STATIC_BINARY`,
+/// built with `--features static` and `+crt-static`) packaged by `self-image`, unpacked, and run
+/// in that root file system alone (a chroot: no C library, nothing of the host) with the Pod's
+/// in-cluster configuration (`KUBERNETES_SERVICE_HOST`/`_PORT`, the ServiceAccount's token and
+/// CA under /var/run/secrets/kubernetes.io/serviceaccount) and the ConfigMap's file: it reads the
+/// clusters and fixes one through Cluster API.
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs OCCM_FORGE_STATIC_BINARY (a static occm-forge build) and the parts of the test above"]
+async fn the_static_image_runs_clusters_in_cluster_with_the_pods_service_account() {
+    let binary = std::env::var("OCCM_FORGE_STATIC_BINARY")
+        .expect("set OCCM_FORGE_STATIC_BINARY to a static occm-forge build");
+    require_tool("umoci");
+    require_tool("unshare");
+    on_management(async |m: &Management, dir: &Path| {
+        let current = current_cluster();
+        let access = set_up(m, dir, &[&current]).await;
+        let o = forge(dir)
+            .args([
+                "self-image",
+                "--source-url",
+                "https://git.example/occm-forge",
+            ])
+            .args(["--revision", "0123456789abcdef0123456789abcdef01234567"])
+            .args([
+                "--tag",
+                "0.1.0-test",
+                "--output",
+                "out-self",
+                "--binary",
+                &binary,
+            ])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", stderr(&o));
+        let rootfs = dir.join("rootfs");
+        run(Command::new("umoci")
+            .args(["raw", "unpack", "--rootless", "--image"])
+            .arg(format!("{}:0.1.0-test", dir.join("out-self").display()))
+            .arg(&rootfs));
+        let sa = rootfs.join("var/run/secrets/kubernetes.io/serviceaccount");
+        std::fs::create_dir_all(&sa).unwrap();
+        std::fs::write(sa.join("token"), &access.token).unwrap();
+        std::fs::write(sa.join("ca.crt"), &m.control_plane.ca_pem).unwrap();
+        std::fs::write(sa.join("namespace"), NS).unwrap();
+        std::fs::create_dir_all(rootfs.join("etc/occm-forge")).unwrap();
+        std::fs::copy(&access.lock, rootfs.join("etc/occm-forge/images.lock.yaml")).unwrap();
+        let port = m.control_plane.url.rsplit(':').next().unwrap().to_string();
+        let in_pod = |args: &[&str]| {
+            let mut c = Command::new("unshare");
+            c.args(["-r", "chroot"])
+                .arg(&rootfs)
+                .args(["/usr/local/bin/occm-forge", "clusters"])
+                .args(["--manifest", "/etc/occm-forge/images.lock.yaml"])
+                .args(args)
+                .env_clear()
+                .env("KUBERNETES_SERVICE_HOST", "127.0.0.1")
+                .env("KUBERNETES_SERVICE_PORT", &port)
+                .env("HOME", "/home/nonroot")
+                // The image's PATH (the static base's), also where unshare finds chroot.
+                .env(
+                    "PATH",
+                    "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                );
+            c.output().unwrap()
+        };
+        let o = in_pod(&[]);
+        eprintln!("{}{}", stdout(&o), stderr(&o));
+        assert_eq!(o.status.code(), Some(14), "{}", stderr(&o));
+        assert!(
+            stdout(&o).contains("magnum-system/kube-abc12  1.34  upstream v1.34.1"),
+            "{}",
+            stdout(&o)
+        );
+        let o = in_pod(&["--fix", "--wait"]);
+        eprintln!("{}{}", stdout(&o), stderr(&o));
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        reached(
+            &m.kube,
+            &current,
+            &ours("1.34"),
+            None,
+            Duration::from_secs(10),
+        )
+        .await;
+    })
+    .await;
 }

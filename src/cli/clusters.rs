@@ -108,8 +108,8 @@ pub async fn run(args: &ClustersArgs, quiet: bool) -> Result<u8, Error> {
     note(
         quiet,
         &format!(
-            "{} clusters with an OCCM ClusterResourceSet in {} at {}{}",
-            rows.len(),
+            "{} with an OCCM ClusterResourceSet in {} at {}{}",
+            plural(rows.len(), "cluster"),
             args.namespace,
             kube.server(),
             if fleet.without_occm.is_empty() {
@@ -145,9 +145,11 @@ pub async fn run(args: &ClustersArgs, quiet: bool) -> Result<u8, Error> {
         return Ok(0);
     }
     Err(Error::NotPinned(format!(
-        "{} of {} clusters do not run the pinned image of their minor: {}",
+        "{} of {} {} not run the pinned image of {} minor: {}",
         bad.len(),
-        rows.len(),
+        plural(rows.len(), "cluster"),
+        if bad.len() == 1 { "does" } else { "do" },
+        if bad.len() == 1 { "its" } else { "their" },
         bad.join(", ")
     )))
 }
@@ -253,4 +255,9 @@ fn watch_report(previous: Option<&[Row]>, rows: &[Row], json: bool) -> String {
             )
         })
         .collect()
+}
+
+/// `1 cluster`, `3 clusters`.
+fn plural(n: usize, noun: &str) -> String {
+    format!("{n} {noun}{}", if n == 1 { "" } else { "s" })
 }
