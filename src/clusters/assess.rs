@@ -227,6 +227,10 @@ fn action(
         ));
     };
     match pinned {
+        Some(image) if image_minor(image).is_some_and(|m| m > minor) => refuse(format!(
+            "the image pinned for {minor} ({image}) is tagged as OCCM {}: newer than the cluster's {minor}, which the version-skew policy forbids; check the digest manifest's {minor} entry",
+            image_minor(image).expect("checked")
+        )),
         Some(image) => Action::Rewrite {
             image: image.to_string(),
         },
@@ -580,6 +584,24 @@ mod tests {
         assert_eq!(
             refused(one(unreadable)),
             "Secret kube-abc12-cloud-provider: no OCCM DaemonSet"
+        );
+        let mut misfiled = manifest();
+        let e35 = misfiled.images[&"1.35".parse().unwrap()].clone();
+        misfiled.images.insert("1.34".parse().unwrap(), e35);
+        let rows = assess(
+            &[cluster(
+                "v1.34.1",
+                Some("v1.34.1"),
+                &upstream("v1.34.1"),
+                true,
+            )],
+            &misfiled,
+            &AssessOptions::default(),
+        );
+        assert!(
+            matches!(&rows[0].action, Action::Refuse { reason } if reason.contains("is tagged as OCCM 1.35: newer than the cluster's 1.34")),
+            "{:?}",
+            rows[0].action
         );
         let mut unpublished = manifest();
         unpublished
