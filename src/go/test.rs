@@ -1,6 +1,12 @@
-//! Test stage: `go test -json` on the configured packages; the event stream
+//! Test stage: `go test -trimpath -json` on the configured packages; the event stream
 //! (`cmd/test2json` format: `Action`, `Package`, `Test`, `Output`, and since Go 1.24 the
 //! `build-output`/`build-fail` events with `ImportPath`) is folded into a summary.
+//!
+//! `-trimpath` is the build stage's flag too: with the same flags and environment
+//! ([`Toolchain::command`], `CGO_ENABLED=0`), every package the tests compile for the host is the
+//! same compile action as the host platform's `go build`, so the build finds it in the Go build
+//! cache instead of compiling the whole dependency graph a second time. What the tests test is
+//! unchanged: only the file paths recorded in the compiled code are module-relative.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read};
@@ -200,7 +206,7 @@ pub fn fold_events(stream: impl BufRead) -> TestSummary {
     s
 }
 
-/// Runs `go test -json <packages>` in `dir` with `toolchain` and checks the result.
+/// Runs `go test -trimpath -json <packages>` in `dir` with `toolchain` and checks the result.
 ///
 /// Fails on any failed test or package ([`TestError::Failed`]), and on any name in `required`
 /// that did not run and pass ([`TestError::RequiredMissing`]). On success returns the summary.
@@ -224,6 +230,7 @@ pub fn run_raw(
     let go_err = |message: String| TestError::Go { message };
     let mut cmd = toolchain.command(dir);
     cmd.arg("test")
+        .arg("-trimpath")
         .arg("-json")
         .args(packages)
         .stdout(Stdio::piped())
