@@ -34,6 +34,18 @@ use remediation::Fault;
 pub const DEADLINE: Duration = Duration::from_secs(60);
 /// How long an OCCM may take to become leader (counted apart from the scenario's own time).
 pub const LEADER_DEADLINE: Duration = Duration::from_secs(60);
+/// S1 is conclusive on the bug when the node lifecycle controller has logged this many times that
+/// it cannot tell whether the Node exists (once per `--node-monitor-period`, 5 s): the error
+/// repeats instead of resolving, and the Node is never deleted.
+pub const S1_BUG_REPEATS: usize = 2;
+/// S2 is conclusive on the bug when OCCM is still up this long after it logged that it skipped a
+/// cloud-node controller: the patched binary exits at that very moment.
+pub const S2_SILENCE: Duration = Duration::from_secs(5);
+/// The line the node lifecycle controller logs when `InstanceExists` returns an error
+/// (k8s.io/cloud-provider controllers/nodelifecycle: `error checking if node %s exists: %v`).
+pub const CHECKING_LINE: &str = "error checking if node";
+/// The line k8s.io/cloud-provider logs when it skips a controller that cannot start.
+pub const SKIPPING_LINE: &str = "Skipping \"cloud-node";
 
 /// What client-go's leader election logs when this process became leader, compared without
 /// case: `successfully acquired lease kube-system/cloud-controller-manager` up to client-go
@@ -580,22 +592,22 @@ async fn s1(c: &Ctx<'_>, reps: &mut Vec<Replica>) -> Result<RunResult, AcceptErr
         if let Some(c) = crashed(reps, &[]) {
             break RunResult::fail(t0.elapsed().as_secs_f64(), c);
         }
-        if t0.elapsed() >= DEADLINE {
-            let log = reps[0].log();
-            let needle = format!("error checking if node {NODE} exists");
+        let log = reps[0].log();
+        let needle = format!("{CHECKING_LINE} {NODE} exists");
+        let repeats = count(&log, &needle);
+        if repeats >= S1_BUG_REPEATS || t0.elapsed() >= DEADLINE {
+            let secs = t0.elapsed().as_secs_f64();
             let evidence = match line_with(&log, &needle) {
-                Some(l) => format!(
-                    "Node {NODE} still there after {} s; log ({}×): `{l}`",
-                    DEADLINE.as_secs(),
-                    count(&log, &needle)
-                ),
+                Some(l) => {
+                    format!("Node {NODE} still there after {secs:.0} s; log ({repeats}×): `{l}`")
+                }
                 None => format!(
                     "Node {NODE} still there after {} s; last error: `{}`",
                     DEADLINE.as_secs(),
                     last_error(&log)
                 ),
             };
-            break RunResult::fail(DEADLINE.as_secs_f64(), evidence);
+            break RunResult::fail(secs.min(DEADLINE.as_secs_f64()), evidence);
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     };
@@ -606,6 +618,7 @@ async fn s1(c: &Ctx<'_>, reps: &mut Vec<Replica>) -> Result<RunResult, AcceptErr
 async fn s2(c: &Ctx<'_>, reps: &mut Vec<Replica>) -> Result<RunResult, AcceptError> {
     reps.push(c.start("occm")?);
     let t0 = Instant::now();
+    let mut skipped_at: Option<Instant> = None;
     loop {
         if let Some(status) = reps[0].proc.exited() {
             let secs = t0.elapsed().as_secs_f64();
@@ -629,16 +642,21 @@ async fn s2(c: &Ctx<'_>, reps: &mut Vec<Replica>) -> Result<RunResult, AcceptErr
                 ),
             });
         }
-        if t0.elapsed() >= DEADLINE {
+        if skipped_at.is_none() && reps[0].log().contains(SKIPPING_LINE) {
+            skipped_at = Some(Instant::now());
+        }
+        let silent = skipped_at.is_some_and(|t| t.elapsed() >= S2_SILENCE);
+        if silent || t0.elapsed() >= DEADLINE {
             break;
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    let secs = t0.elapsed().as_secs_f64().min(DEADLINE.as_secs_f64());
     let healthz = healthz(reps[0].secure_port).await;
     let log = reps[0].log();
     let skipped: Vec<String> = log
         .lines()
-        .filter(|l| l.contains("Skipping \"cloud-node"))
+        .filter(|l| l.contains(SKIPPING_LINE))
         .map(|l| format!("`{}`", klog_message(l)))
         .collect();
     let skipped = if skipped.is_empty() {
@@ -647,11 +665,17 @@ async fn s2(c: &Ctx<'_>, reps: &mut Vec<Replica>) -> Result<RunResult, AcceptErr
         format!("; log: {}", skipped.join(", "))
     };
     Ok(RunResult::fail(
-        DEADLINE.as_secs_f64(),
-        format!(
-            "still running after {} s, /healthz: {healthz}{skipped}",
-            DEADLINE.as_secs()
-        ),
+        secs,
+        match skipped_at {
+            Some(_) => format!(
+                "still running {} s after it skipped the controller, /healthz: {healthz}{skipped}",
+                S2_SILENCE.as_secs()
+            ),
+            None => format!(
+                "still running after {} s, /healthz: {healthz}{skipped}",
+                DEADLINE.as_secs()
+            ),
+        },
     ))
 }
 
