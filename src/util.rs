@@ -29,6 +29,23 @@ pub fn is_sha256_digest(d: &str) -> bool {
     })
 }
 
+/// `sha256:<hex>` of everything `reader` gives, read in buffers (a blob is never held whole).
+///
+/// Errors: those of reading.
+pub fn sha256_of_reader(mut reader: impl std::io::Read) -> std::io::Result<String> {
+    use sha2::Digest as _;
+    let mut h = sha2::Sha256::new();
+    let mut buf = vec![0u8; 1 << 16];
+    loop {
+        let n = reader.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        h.update(&buf[..n]);
+    }
+    Ok(format!("sha256:{}", hex::encode(h.finalize())))
+}
+
 /// True for a valid tag (distribution-spec "Pulling manifests": `[a-zA-Z0-9_][a-zA-Z0-9._-]{0,127}`).
 pub fn is_valid_tag(tag: &str) -> bool {
     let mut chars = tag.chars();

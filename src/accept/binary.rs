@@ -95,16 +95,23 @@ pub fn extract_from_layout(
     let manifest: Manifest = serde_json::from_slice(&verified_blob(layout_dir, &md.digest)?)
         .map_err(|e| input(&part, format!("manifest {}: {e}", md.digest)))?;
     for layer in manifest.layers.iter().rev() {
-        let Some(data) = binary_in_layer(layout_dir, &part, layer)? else {
+        if !binary_in_layer(layout_dir, &part, layer, dest)? {
             continue;
-        };
-        check_elf(&data, platform).map_err(|m| {
-            input(
-                format!("image {tag}"),
-                format!("{LAYER_PATH} in layer {}: {m}", layer.digest),
-            )
+        }
+        check_binary(dest, platform, &format!("image {tag}")).map_err(|e| {
+            let _ = std::fs::remove_file(dest);
+            match e {
+                AcceptError::Input { message, .. } => input(
+                    format!("image {tag}"),
+                    format!(
+                        "{LAYER_PATH} in layer {}: {}",
+                        layer.digest,
+                        message.rsplit(": ").next().unwrap_or(&message)
+                    ),
+                ),
+                e => e,
+            }
         })?;
-        write_executable(dest, &data)?;
         return Ok(Extracted {
             path: dest.to_path_buf(),
             index_digest: entry.digest.clone(),
@@ -193,30 +200,43 @@ fn platform_entry<'a>(
     Ok(md)
 }
 
-/// The bytes of the first [`LAYER_PATH`] entry in `layer` (a tar, gzip-compressed when its
-/// media type ends in `gzip`; the blob checked against its digest), or `None` when the layer
+/// Writes the first [`LAYER_PATH`] entry of `layer` (a tar, gzip-compressed when its media type
+/// ends in `gzip`) to `dest` (mode 0755), streamed: the blob is checked against its digest as it
+/// is read, then decompressed into the file, never held in memory whole. `false` when the layer
 /// does not hold that file.
 ///
 /// Errors: [`AcceptError::Input`] naming the layout (`part`) and the layer: the blob is
-/// missing or does not match its digest, or the tar cannot be read.
+/// missing or does not match its digest, or the tar cannot be read; [`AcceptError::Io`] for
+/// `dest`.
 fn binary_in_layer(
     layout_dir: &Path,
     part: &str,
     layer: &Descriptor,
-) -> Result<Option<Vec<u8>>, AcceptError> {
-    let blob = verified_blob(layout_dir, &layer.digest)?;
+    dest: &Path,
+) -> Result<bool, AcceptError> {
+    let path = layout::blob_path(layout_dir, &layer.digest);
+    let bad = |e: String| input(part, format!("layer {}: {e}", layer.digest));
+    let open = || {
+        std::fs::File::open(&path)
+            .map(std::io::BufReader::new)
+            .map_err(|e| input(part, format!("blob {}: {e}", layer.digest)))
+    };
+    if crate::util::sha256_of_reader(open()?).map_err(|e| bad(e.to_string()))? != layer.digest {
+        return Err(input(
+            part,
+            format!("blob {} does not match its digest", layer.digest),
+        ));
+    }
     let reader: Box<dyn Read> = if layer.media_type.ends_with("gzip") {
-        Box::new(flate2::read::GzDecoder::new(&blob[..]))
+        Box::new(flate2::read::GzDecoder::new(open()?))
     } else {
-        Box::new(&blob[..])
+        Box::new(open()?)
     };
     let mut archive = tar::Archive::new(reader);
-    let entries = archive
-        .entries()
-        .map_err(|e| input(part, format!("layer {}: {e}", layer.digest)))?;
+    let entries = archive.entries().map_err(|e| bad(e.to_string()))?;
     for e in entries {
-        let mut e = e.map_err(|e| input(part, format!("layer {}: {e}", layer.digest)))?;
-        let path = e
+        let mut e = e.map_err(|e| bad(e.to_string()))?;
+        let name = e
             .path()
             .map(|p| {
                 p.to_string_lossy()
@@ -225,25 +245,28 @@ fn binary_in_layer(
                     .to_string()
             })
             .unwrap_or_default();
-        if path != LAYER_PATH {
+        if name != LAYER_PATH {
             continue;
         }
-        let mut data = Vec::new();
-        e.read_to_end(&mut data)
-            .map_err(|e| input(part, format!("layer {}: {e}", layer.digest)))?;
-        return Ok(Some(data));
+        write_executable(dest, &mut e)?;
+        return Ok(true);
     }
-    Ok(None)
+    Ok(false)
 }
 
-fn write_executable(dest: &Path, data: &[u8]) -> Result<(), AcceptError> {
+/// Writes what `data` reads to `dest` (mode 0755), through a temporary file renamed last.
+fn write_executable(dest: &Path, data: &mut dyn Read) -> Result<(), AcceptError> {
     use std::os::unix::fs::PermissionsExt;
     let io = |e: std::io::Error| AcceptError::Io(format!("{}: {e}", dest.display()));
-    if let Some(dir) = dest.parent() {
-        std::fs::create_dir_all(dir).map_err(io)?;
-    }
-    std::fs::write(dest, data).map_err(io)?;
-    std::fs::set_permissions(dest, std::fs::Permissions::from_mode(0o755)).map_err(io)
+    let dir = dest.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir).map_err(io)?;
+    let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(io)?;
+    std::io::copy(data, &mut tmp).map_err(io)?;
+    tmp.as_file()
+        .set_permissions(std::fs::Permissions::from_mode(0o755))
+        .map_err(io)?;
+    tmp.persist(dest).map_err(|e| io(e.error))?;
+    Ok(())
 }
 
 /// The ELF `e_machine` of a Go architecture (System V ABI; elf.h `EM_*`).

@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use serde_json::{Value, json};
 
 use super::base::{LayerData, PlatformBase, ResolvedBase, STATIC_HISTORY};
-use super::layer::Layer;
+use super::layer::FileLayer;
 use super::spec::{self, Descriptor, Family, Index, Manifest, PlatformSpec, keys};
 use super::{ImageError, PlatformImage, Program, Start};
 use crate::config::Platform;
@@ -45,8 +45,8 @@ pub struct Composition<'a> {
     pub program: &'a Program,
     /// The base, covering every platform of `binaries`.
     pub base: &'a ResolvedBase,
-    /// One finished binary layer per platform, in index order.
-    pub binaries: &'a [(Platform, Layer)],
+    /// One finished binary layer per platform, in index order (in files: never in memory).
+    pub binaries: &'a [(Platform, FileLayer)],
     /// Image tag (`org.opencontainers.image.version`).
     pub tag: &'a str,
     /// Seconds since the epoch for every time (config `created`, history, the created label).
@@ -180,7 +180,7 @@ fn compose_platform(
     c: &Composition<'_>,
     platform: &Platform,
     base: &PlatformBase,
-    bin: &Layer,
+    bin: &FileLayer,
     labels: &BTreeMap<String, String>,
     blobs: &mut Vec<Blob>,
 ) -> Result<PlatformImage, ImageError> {
@@ -206,11 +206,11 @@ fn compose_platform(
     }
     blobs.push(Blob {
         digest: bin.digest.clone(),
-        data: BlobData::Bytes(bin.blob.clone()),
+        data: BlobData::File(bin.path.clone()),
     });
     let mut bin_desc = Descriptor::of(f.layer_gzip(), &[]);
     bin_desc.digest = bin.digest.clone();
-    bin_desc.size = bin.blob.len() as u64;
+    bin_desc.size = bin.size;
     layers.push(bin_desc);
     diff_ids.push(bin.diff_id.clone());
     history_added.push(json!({

@@ -2,14 +2,21 @@
 //! group names, one fixed mtime), entries in the order given, gzip with mtime 0 and a fixed level.
 //! The same entries and mtime always give the same bytes, so the same `diff_id` (sha256 of the
 //! tar, image-spec `config.md` `rootfs.diff_ids`) and the same layer digest (sha256 of the gzip).
+//!
+//! Small layers (the static base) are built in memory ([`build`]); a layer holding a binary is
+//! streamed ([`build_cached`]): the file is read as the tar is written, the tar is hashed and
+//! gzipped as it goes, and the gzip is hashed on its way to a file, so no binary, tar or blob is
+//! ever held in memory whole.
 
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+
+use sha2::Digest as _;
 
 use flate2::{Compression, GzBuilder};
 use tar::{EntryType, Header};
 
-use crate::util::{sha256_digest, write_file_atomically};
+use crate::util::sha256_digest;
 
 /// What a tar entry is.
 #[derive(Debug, Clone)]
@@ -18,6 +25,8 @@ pub enum EntryKind {
     Dir,
     /// A regular file with these contents.
     File(Vec<u8>),
+    /// A regular file with the contents of this file on disk, read as the tar is written.
+    Path(PathBuf),
 }
 
 /// One tar entry.
@@ -52,6 +61,28 @@ impl Entry {
             owner: (0, 0),
         }
     }
+    /// A root-owned file with the contents of `source`, streamed.
+    pub fn from_file(path: &str, mode: u32, source: &Path) -> Self {
+        Entry {
+            path: path.to_string(),
+            kind: EntryKind::Path(source.to_path_buf()),
+            mode,
+            owner: (0, 0),
+        }
+    }
+}
+
+/// A finished layer blob in a file (the compressed-layer cache, or a scratch directory).
+#[derive(Debug, Clone)]
+pub struct FileLayer {
+    /// The gzip-compressed tar.
+    pub path: PathBuf,
+    /// Its size in bytes.
+    pub size: u64,
+    /// `sha256:` of the blob.
+    pub digest: String,
+    /// `sha256:` of the uncompressed tar.
+    pub diff_id: String,
 }
 
 /// A finished layer blob.
@@ -82,14 +113,16 @@ pub fn build(entries: &[Entry], mtime: i64) -> std::io::Result<Layer> {
     })
 }
 
-/// [`build`] through the compressed-layer cache under `cache_dir`: the gzip of a tar whose
-/// sha256 (the diff_id) was compressed before is read back instead of compressed again, so an
-/// unchanged binary is never gzipped twice. The blob lives at
+/// The layer of `entries`, streamed through the compressed-layer cache under `cache_dir`: the
+/// gzip of a tar whose sha256 (the diff_id) was compressed before is used again instead of
+/// compressed again, so an unchanged binary is never gzipped twice. The blob lives at
 /// `<cache_dir>/layers/gzip-6/<diff_id hex>/<digest hex>` and is used only when its bytes still
-/// hash to its name; otherwise it is made and stored again. The bytes are the same either way.
-pub fn build_cached(entries: &[Entry], mtime: i64, cache_dir: &Path) -> std::io::Result<Layer> {
-    let raw = tar(entries, mtime)?;
-    let diff_id = sha256_digest(&raw);
+/// hash to its name; otherwise it is made and stored again. The bytes are those of [`build`]
+/// either way. Files of [`EntryKind::Path`] are read twice (once to hash the tar, once to
+/// compress it), never held in memory.
+pub fn build_cached(entries: &[Entry], mtime: i64, cache_dir: &Path) -> std::io::Result<FileLayer> {
+    let hashed = write_tar(entries, mtime, Hashing::new(std::io::sink()))?;
+    let diff_id = hashed.digest();
     let dir = cache_dir
         .join("layers")
         .join(COMPRESSION)
@@ -97,39 +130,95 @@ pub fn build_cached(entries: &[Entry], mtime: i64, cache_dir: &Path) -> std::io:
     if let Some(layer) = cached(&dir, &diff_id) {
         return Ok(layer);
     }
-    let blob = compress(&raw)?;
-    let digest = sha256_digest(&blob);
-    write_file_atomically(&dir.join(digest.trim_start_matches("sha256:")), &blob)?;
-    Ok(Layer {
+    std::fs::create_dir_all(&dir)?;
+    let tmp = tempfile::NamedTempFile::new_in(&dir)?;
+    let out = Hashing::new(std::io::BufWriter::new(tmp.as_file().try_clone()?));
+    let gz = GzBuilder::new().mtime(0).write(out, Compression::new(6));
+    let mut out = write_tar(entries, mtime, gz)?.finish()?;
+    out.flush()?;
+    let (digest, size) = (out.digest(), out.written);
+    drop(out);
+    let path = dir.join(digest.trim_start_matches("sha256:"));
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        tmp.as_file()
+            .set_permissions(std::fs::Permissions::from_mode(0o644))?;
+    }
+    tmp.persist(&path).map_err(|e| e.error)?;
+    Ok(FileLayer {
+        path,
+        size,
         digest,
         diff_id,
-        blob,
     })
 }
 
-/// A verified compressed blob in `dir`, if there is one.
-fn cached(dir: &Path, diff_id: &str) -> Option<Layer> {
+/// A verified compressed blob in `dir`, if there is one (hashed as it is read).
+fn cached(dir: &Path, diff_id: &str) -> Option<FileLayer> {
     for entry in std::fs::read_dir(dir).ok()?.flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
         if name.len() != 64 {
             continue; // a temporary file of a write in progress
         }
-        let blob = std::fs::read(entry.path()).ok()?;
-        let digest = sha256_digest(&blob);
+        let mut hashing = Hashing::new(std::io::sink());
+        let mut file = std::fs::File::open(entry.path()).ok()?;
+        std::io::copy(&mut file, &mut hashing).ok()?;
+        let digest = hashing.digest();
         if digest.trim_start_matches("sha256:") == name {
-            return Some(Layer {
+            return Some(FileLayer {
+                path: entry.path(),
+                size: hashing.written,
                 digest,
                 diff_id: diff_id.to_string(),
-                blob,
             });
         }
     }
     None
 }
 
+/// A writer that hashes (sha256) and counts what passes through it to `inner`.
+struct Hashing<W> {
+    inner: W,
+    hasher: sha2::Sha256,
+    written: u64,
+}
+
+impl<W: Write> Hashing<W> {
+    fn new(inner: W) -> Self {
+        Hashing {
+            inner,
+            hasher: sha2::Sha256::new(),
+            written: 0,
+        }
+    }
+
+    /// `sha256:<hex>` of everything written so far.
+    fn digest(&self) -> String {
+        format!("sha256:{}", hex::encode(self.hasher.clone().finalize()))
+    }
+}
+
+impl<W: Write> Write for Hashing<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.hasher.update(&buf[..n]);
+        self.written += n as u64;
+        Ok(n)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
+
 /// The tar of `entries`: hand-set ustar headers, every mtime `mtime`.
 fn tar(entries: &[Entry], mtime: i64) -> std::io::Result<Vec<u8>> {
-    let mut tar = tar::Builder::new(Vec::new());
+    write_tar(entries, mtime, Vec::new())
+}
+
+/// Writes the tar of `entries` to `out` (a file's contents streamed from disk) and returns `out`.
+fn write_tar<W: Write>(entries: &[Entry], mtime: i64, out: W) -> std::io::Result<W> {
+    let mut tar = tar::Builder::new(out);
     for e in entries {
         let mut h = Header::new_ustar();
         let (path, size, kind) = match &e.kind {
@@ -139,6 +228,11 @@ fn tar(entries: &[Entry], mtime: i64) -> std::io::Result<Vec<u8>> {
                 EntryType::Directory,
             ),
             EntryKind::File(d) => (e.path.clone(), d.len() as u64, EntryType::Regular),
+            EntryKind::Path(p) => (
+                e.path.clone(),
+                std::fs::metadata(p)?.len(),
+                EntryType::Regular,
+            ),
         };
         h.set_path(&path)?;
         h.set_entry_type(kind);
@@ -153,6 +247,18 @@ fn tar(entries: &[Entry], mtime: i64) -> std::io::Result<Vec<u8>> {
         match &e.kind {
             EntryKind::Dir => tar.append(&h, std::io::empty())?,
             EntryKind::File(d) => tar.append(&h, d.as_slice())?,
+            EntryKind::Path(p) => {
+                let file = std::fs::File::open(p)?;
+                // The size in the header is the one read first: a file that changes under us
+                // makes a wrong tar, so refuse it.
+                if file.metadata()?.len() != size {
+                    return Err(std::io::Error::other(format!(
+                        "{} changed while it was packed",
+                        p.display()
+                    )));
+                }
+                tar.append(&h, std::io::BufReader::new(file))?
+            }
         }
     }
     tar.into_inner()
@@ -210,8 +316,14 @@ mod tests {
     #[test]
     fn the_cache_gives_the_same_bytes_without_compressing_again() {
         let cache = tempfile::tempdir().unwrap();
-        let entries = vec![Entry::file("bin/x", 0o755, vec![7u8; 100_000])];
-        let direct = build(&entries, 5).unwrap();
+        let source = cache.path().join("x");
+        // Not one repeated byte: a stream that compresses like a binary, over several buffers.
+        let data: Vec<u8> = (0..300_000u32)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 11) as u8)
+            .collect();
+        std::fs::write(&source, &data).unwrap();
+        let entries = vec![Entry::from_file("bin/x", 0o755, &source)];
+        let direct = build(&[Entry::file("bin/x", 0o755, data.clone())], 5).unwrap();
         let first = build_cached(&entries, 5, cache.path()).unwrap();
         let dir = cache
             .path()
@@ -219,10 +331,17 @@ mod tests {
             .join(direct.diff_id.trim_start_matches("sha256:"));
         let file = dir.join(direct.digest.trim_start_matches("sha256:"));
         assert!(file.is_file());
+        assert_eq!(first.path, file);
         assert_eq!(
-            (first.blob.clone(), first.digest.clone()),
-            (direct.blob.clone(), direct.digest.clone())
+            std::fs::read(&first.path).unwrap(),
+            direct.blob,
+            "streamed = in memory"
         );
+        assert_eq!(
+            (first.digest.clone(), first.diff_id.clone()),
+            (direct.digest.clone(), direct.diff_id.clone())
+        );
+        assert_eq!(first.size, direct.blob.len() as u64);
         // The cache is read, not recompressed: a blob stored under the same diff_id (here a
         // level-1 gzip, named by its own digest) is what the next build returns.
         let mut gz = GzBuilder::new()
@@ -235,13 +354,16 @@ mod tests {
         let other_digest = sha256_digest(&other);
         std::fs::write(dir.join(other_digest.trim_start_matches("sha256:")), &other).unwrap();
         let second = build_cached(&entries, 5, cache.path()).unwrap();
-        assert_eq!((second.blob, second.digest), (other, other_digest.clone()));
+        assert_eq!(
+            (std::fs::read(&second.path).unwrap(), second.digest),
+            (other, other_digest.clone())
+        );
         std::fs::remove_file(dir.join(other_digest.trim_start_matches("sha256:"))).unwrap();
         build_cached(&entries, 5, cache.path()).unwrap();
         // A corrupt cache entry is ignored and replaced.
         std::fs::write(&file, b"corrupt").unwrap();
         let third = build_cached(&entries, 5, cache.path()).unwrap();
-        assert_eq!(third.blob, direct.blob);
+        assert_eq!(std::fs::read(&third.path).unwrap(), direct.blob);
         assert_eq!(std::fs::read(&file).unwrap(), direct.blob);
     }
 }

@@ -171,8 +171,23 @@ impl BuiltImage {
 /// Errors: [`ImageError::Io`] when a binary cannot be read or the layout cannot be written;
 /// [`ImageError::Base`] when the base lacks a requested platform or mixes media-type families.
 pub fn assemble(req: &ImageRequest<'_>) -> Result<BuiltImage, ImageError> {
-    let layers = binary_layers(req.program, req.binaries, req.epoch, req.layer_cache)?;
-    let binaries: Vec<(Platform, layer::Layer)> = req
+    // Without a layer cache the layers go to a scratch directory, removed once they are in
+    // the layout.
+    let scratch = match req.layer_cache {
+        Some(_) => None,
+        None => Some(
+            tempfile::Builder::new()
+                .prefix("occm-forge-layers-")
+                .tempdir()
+                .map_err(|e| ImageError::Io(format!("scratch directory: {e}")))?,
+        ),
+    };
+    let cache = req
+        .layer_cache
+        .or(scratch.as_ref().map(|d| d.path()))
+        .expect("one of them");
+    let layers = binary_layers(req.program, req.binaries, req.epoch, cache)?;
+    let binaries: Vec<(Platform, layer::FileLayer)> = req
         .binaries
         .iter()
         .map(|(p, _)| p.clone())
@@ -210,28 +225,27 @@ pub fn assemble(req: &ImageRequest<'_>) -> Result<BuiltImage, ImageError> {
 }
 
 /// The layer holding each binary at the program's path (mode 0755, root, mtime `epoch`), in the
-/// order given, through the compressed-layer cache when there is one. Compressing is the
-/// expensive part: one thread per binary.
+/// order given, streamed through the compressed-layer cache ([`layer::build_cached`]; without
+/// one, through a scratch directory that lives as long as `scratch`). Compressing is the
+/// expensive part: one thread per binary; memory stays at a few buffers per binary.
 fn binary_layers(
     program: &Program,
     binaries: &[(Platform, PathBuf)],
     epoch: i64,
-    cache: Option<&Path>,
-) -> Result<Vec<layer::Layer>, ImageError> {
+    cache: &Path,
+) -> Result<Vec<layer::FileLayer>, ImageError> {
     let io = |what: &Path, e: std::io::Error| ImageError::Io(format!("{}: {e}", what.display()));
     std::thread::scope(|s| {
         let handles: Vec<_> = binaries
             .iter()
             .map(|(_, binary)| {
                 s.spawn(move || {
-                    let data = std::fs::read(binary).map_err(|e| io(binary, e))?;
-                    let entry =
-                        layer::Entry::file(program.path.trim_start_matches('/'), 0o755, data);
-                    match cache {
-                        Some(dir) => layer::build_cached(&[entry], epoch, dir),
-                        None => layer::build(&[entry], epoch),
-                    }
-                    .map_err(|e| io(binary, e))
+                    let entry = layer::Entry::from_file(
+                        program.path.trim_start_matches('/'),
+                        0o755,
+                        binary,
+                    );
+                    layer::build_cached(&[entry], epoch, cache).map_err(|e| io(binary, e))
                 })
             })
             .collect();
