@@ -148,7 +148,7 @@ fn assess_one(c: &Observed, manifest: &DigestManifest, opts: &AssessOptions) -> 
         Strategy::ApplyOnce
     };
     let applied = set.binding_hash.as_ref().map(|h| *h == set.hash);
-    let skew = image_minor(&image).filter(|m| minor.is_some_and(|c| *m > c));
+    let skew = Minor::of_image(&image).filter(|m| minor.is_some_and(|c| *m > c));
     let ok = image_kind == ImageKind::Pinned && applied == Some(true);
     let action = action(c, set, entry, &image_kind, applied, pinned.as_deref(), opts);
     Row {
@@ -227,9 +227,9 @@ fn action(
         ));
     };
     match pinned {
-        Some(image) if image_minor(image).is_some_and(|m| m > minor) => refuse(format!(
+        Some(image) if Minor::of_image(image).is_some_and(|m| m > minor) => refuse(format!(
             "the image pinned for {minor} ({image}) is tagged as OCCM {}: newer than the cluster's {minor}, which the version-skew policy forbids; check the digest manifest's {minor} entry",
-            image_minor(image).expect("checked")
+            Minor::of_image(image).expect("checked")
         )),
         Some(image) => Action::Rewrite {
             image: image.to_string(),
@@ -269,16 +269,6 @@ pub fn kind_of(image: &str, minor: Option<Minor>, manifest: &DigestManifest) -> 
         Ok(up) if up == r.repository => ImageKind::Upstream,
         _ => ImageKind::Other,
     }
-}
-
-/// The Kubernetes minor an image's tag names (`v1.34.1`, `v1.34.1-occmforge.1`).
-pub fn image_minor(image: &str) -> Option<Minor> {
-    image
-        .parse::<ImageRef>()
-        .ok()?
-        .tag
-        .as_deref()
-        .and_then(Minor::of_version)
 }
 
 impl Row {
@@ -585,45 +575,27 @@ mod tests {
             refused(one(unreadable)),
             "Secret kube-abc12-cloud-provider: no OCCM DaemonSet"
         );
+        // With another digest manifest: the reason the usual upstream cluster is refused.
+        let refused_with = |m: &DigestManifest| {
+            let c = cluster("v1.34.1", Some("v1.34.1"), &upstream("v1.34.1"), true);
+            refused(assess(&[c], m, &AssessOptions::default()).remove(0))
+        };
         let mut misfiled = manifest();
         let e35 = misfiled.images[&"1.35".parse().unwrap()].clone();
         misfiled.images.insert("1.34".parse().unwrap(), e35);
-        let rows = assess(
-            &[cluster(
-                "v1.34.1",
-                Some("v1.34.1"),
-                &upstream("v1.34.1"),
-                true,
-            )],
-            &misfiled,
-            &AssessOptions::default(),
-        );
+        let reason = refused_with(&misfiled);
         assert!(
-            matches!(&rows[0].action, Action::Refuse { reason } if reason.contains("is tagged as OCCM 1.35: newer than the cluster's 1.34")),
-            "{:?}",
-            rows[0].action
+            reason.contains("is tagged as OCCM 1.35: newer than the cluster's 1.34"),
+            "{reason}"
         );
         let mut unpublished = manifest();
-        unpublished
+        let e = unpublished
             .images
             .get_mut(&"1.34".parse().unwrap())
-            .unwrap()
-            .published = false;
-        let rows = assess(
-            &[cluster(
-                "v1.34.1",
-                Some("v1.34.1"),
-                &upstream("v1.34.1"),
-                true,
-            )],
-            &unpublished,
-            &AssessOptions::default(),
-        );
-        assert!(
-            matches!(&rows[0].action, Action::Refuse { reason } if reason.contains("recorded without --push")),
-            "{:?}",
-            rows[0].action
-        );
+            .unwrap();
+        e.published = false;
+        let reason = refused_with(&unpublished);
+        assert!(reason.contains("recorded without --push"), "{reason}");
     }
 
     #[test]

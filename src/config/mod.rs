@@ -50,6 +50,17 @@ pub struct Minor {
 }
 
 impl Minor {
+    /// The minor an image reference's tag names ([`Minor::of_version`] of the tag:
+    /// `…:v1.34.1-occmforge.1@sha256:…` gives 1.34); `None` without a tag or a version in it.
+    pub fn of_image(image: &str) -> Option<Minor> {
+        image
+            .parse::<crate::reference::ImageRef>()
+            .ok()?
+            .tag
+            .as_deref()
+            .and_then(Minor::of_version)
+    }
+
     /// The minor of a Kubernetes version or of an image tag that starts with one: `v1.34.1`,
     /// `1.34.1`, `v1.34.1-occmforge.1`, `v1.35.0-rc.1`, `v1.34` give 1.34. `None` for anything
     /// else (`latest`, `main`, `sha-abc`).

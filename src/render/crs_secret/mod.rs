@@ -172,11 +172,7 @@ fn fail<T>(message: impl Into<String>) -> Result<T, CrsError> {
 /// or in `stringData`.
 pub fn rewrite_secret(input: &str, opts: &RewriteOptions) -> Result<Rewritten, CrsError> {
     let secret = parse_secret(input)?;
-    let name = secret
-        .get("metadata")
-        .and_then(|m| m.get("name"))
-        .and_then(Value::as_str)
-        .unwrap_or("<unnamed>");
+    let name = secret_name(&secret);
     if is_legacy_name(name) {
         return fail(format!(
             "Secret {name} is named by the cluster UUID: magnum-cluster-api before 0.29.2 applies it with a ClusterResourceSet of strategy ApplyOnce, so Cluster API never applies a change of it to the workload cluster; `openstack coe cluster upgrade` the cluster first (magnum-cluster-api 0.29.2 or later writes <stack_id>-cloud-provider under strategy Reconcile), then rewrite that Secret"
@@ -239,13 +235,7 @@ pub enum Skew {
 /// cluster's Kubernetes minor (upstream releases one per minor); Kubernetes' version-skew policy
 /// lets cloud-controller-manager be up to one minor older than kube-apiserver, never newer.
 pub fn skew(previous: &str, image: &str) -> Skew {
-    let minor = |r: &str| {
-        r.parse::<crate::reference::ImageRef>()
-            .ok()
-            .and_then(|i| i.tag)
-            .and_then(|t| Minor::of_version(&t))
-    };
-    match (minor(previous), minor(image)) {
+    match (Minor::of_image(previous), Minor::of_image(image)) {
         (Some(from), Some(to)) if to > from => Skew::Newer { from, to },
         (Some(_), Some(_)) => Skew::NotNewer,
         (None, _) => Skew::Unknown(previous.to_string()),
@@ -258,14 +248,8 @@ pub fn skew(previous: &str, image: &str) -> Skew {
 /// the new minor's upstream image while the control plane may still run the old one), and an
 /// image more than one minor older than the Secret's (the skew policy allows one).
 fn minor_warnings(name: &str, previous: &str, image: &str) -> Vec<String> {
-    let minor = |r: &str| {
-        r.parse::<crate::reference::ImageRef>()
-            .ok()
-            .and_then(|i| i.tag)
-            .and_then(|t| Minor::of_version(&t))
-    };
     let mut out = Vec::new();
-    let (Some(from), Some(to)) = (minor(previous), minor(image)) else {
+    let (Some(from), Some(to)) = (Minor::of_image(previous), Minor::of_image(image)) else {
         return out;
     };
     let upstream = previous
@@ -293,14 +277,19 @@ fn minor_warnings(name: &str, previous: &str, image: &str) -> Vec<String> {
 /// Errors: those of [`rewrite_secret`] for a Secret without exactly one OCCM DaemonSet.
 pub fn occm_image(input: &str) -> Result<String, CrsError> {
     let secret = parse_secret(input)?;
-    let name = secret
-        .get("metadata")
-        .and_then(|m| m.get("name"))
-        .and_then(Value::as_str)
-        .unwrap_or("<unnamed>");
+    let name = secret_name(&secret);
     let key = read_key(&secret, name)?;
     daemonset::occm_image(&key.text)
         .map_err(|e| CrsError(format!("Secret {name}, key {SECRET_KEY}: {}", e.0)))
+}
+
+/// The Secret's `metadata.name` (`<unnamed>` when it has none).
+fn secret_name(secret: &Mapping) -> &str {
+    secret
+        .get("metadata")
+        .and_then(|m| m.get("name"))
+        .and_then(Value::as_str)
+        .unwrap_or("<unnamed>")
 }
 
 /// Reads stdin as one Kubernetes object of kind `Secret`; its top-level mapping (a YAML tag on
