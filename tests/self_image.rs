@@ -41,6 +41,24 @@ fn static_binary(dir: &Path, greeting: &str) -> PathBuf {
     out
 }
 
+/// `self-image --push` of `binary` as `0.1.0-0123456789ab` to `repo` on `reg`.
+fn push(dir: &Path, binary: &Path, repo: &str, reg: &TestRegistry) -> std::process::Output {
+    self_image(
+        dir,
+        &[
+            "--binary",
+            binary.to_str().unwrap(),
+            "--tag",
+            "0.1.0-0123456789ab",
+            "--push",
+            "--repository",
+            repo,
+            "--insecure-registry",
+            &reg.addr,
+        ],
+    )
+}
+
 fn self_image(dir: &Path, args: &[&str]) -> std::process::Output {
     occm_forge(dir)
         .args([
@@ -78,20 +96,7 @@ fn a_static_binary_is_packaged_pushed_and_runs_from_the_unpacked_image() {
     let reg = TestRegistry::start();
     let binary = static_binary(dir.path(), "hello");
     let repo = reg.repo("occm/occm-forge");
-    let o = self_image(
-        dir.path(),
-        &[
-            "--binary",
-            binary.to_str().unwrap(),
-            "--tag",
-            "0.1.0-0123456789ab",
-            "--push",
-            "--repository",
-            &repo,
-            "--insecure-registry",
-            &reg.addr,
-        ],
-    );
+    let o = push(dir.path(), &binary, &repo, &reg);
     assert!(o.status.success(), "{}", stderr(&o));
     let reference = stdout(&o).trim().to_string();
     let (tagged, digest) = reference.split_once('@').unwrap();
@@ -137,20 +142,7 @@ fn a_static_binary_is_packaged_pushed_and_runs_from_the_unpacked_image() {
     assert_eq!(said.trim(), "hello clusters --fix --watch");
 
     // The same bytes again: the tag already serves them, fine. Other bytes under the tag: no.
-    let again = self_image(
-        dir.path(),
-        &[
-            "--binary",
-            binary.to_str().unwrap(),
-            "--tag",
-            "0.1.0-0123456789ab",
-            "--push",
-            "--repository",
-            &repo,
-            "--insecure-registry",
-            &reg.addr,
-        ],
-    );
+    let again = push(dir.path(), &binary, &repo, &reg);
     assert!(again.status.success(), "{}", stderr(&again));
     assert_eq!(
         stdout(&again).trim(),
@@ -158,20 +150,7 @@ fn a_static_binary_is_packaged_pushed_and_runs_from_the_unpacked_image() {
         "the same binary, the same digest"
     );
     let other = static_binary(dir.path(), "other");
-    let o = self_image(
-        dir.path(),
-        &[
-            "--binary",
-            other.to_str().unwrap(),
-            "--tag",
-            "0.1.0-0123456789ab",
-            "--push",
-            "--repository",
-            &repo,
-            "--insecure-registry",
-            &reg.addr,
-        ],
-    );
+    let o = push(dir.path(), &other, &repo, &reg);
     assert_eq!(o.status.code(), Some(8), "{}", stderr(&o));
     assert!(
         stderr(&o).contains(&format!("the tag already serves {digest}"))

@@ -286,38 +286,14 @@ pub fn pinned_image(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::BTreeMap;
-
     fn entry() -> Entry {
-        let d = format!("sha256:{}", "a".repeat(64));
-        Entry {
-            image: format!(
-                "r.example/occm/openstack-cloud-controller-manager:v1.34.1-occmforge.1@{d}"
-            ),
-            repository: "r.example/occm/openstack-cloud-controller-manager".into(),
-            tag: "v1.34.1-occmforge.1".into(),
-            digest: d.clone(),
-            published: true,
-            mirrors: vec!["cloud.example/magnum/openstack-cloud-controller-manager".into()],
-            upstream_tag: "v1.34.1".into(),
-            upstream_commit: "c".repeat(40),
-            patch_series_sha256: "d".repeat(64),
-            patches: vec![],
-            already_upstream: vec![],
-            platforms: vec!["linux/amd64".into()],
-            manifests: BTreeMap::new(),
-            sbom: BTreeMap::new(),
-            provenance: None,
-            go_version: "1.25.1".into(),
-            base_image: "static".into(),
-            base_digest: None,
-            source_date_epoch: 0,
-            built_at: "2026-11-29T00:00:00Z".into(),
-            inputs: None,
-            accepted: false,
-            accepted_scenarios: vec![],
-            referrers: None,
-        }
+        let mut e = crate::testing::entry(
+            "1.34",
+            "r.example/occm/openstack-cloud-controller-manager",
+            'a',
+        );
+        e.mirrors = vec!["cloud.example/magnum/openstack-cloud-controller-manager".into()];
+        e
     }
 
     #[test]
