@@ -44,6 +44,15 @@ pub const S2_SILENCE: Duration = Duration::from_secs(5);
 /// The line the node lifecycle controller logs when `InstanceExists` returns an error
 /// (k8s.io/cloud-provider controllers/nodelifecycle: `error checking if node %s exists: %v`).
 pub const CHECKING_LINE: &str = "error checking if node";
+/// S4's leader-election timing (component-base's `--leader-elect-*` flags; the chart keeps their
+/// defaults, 15 s / 10 s / 2 s): a killed leader's Lease expires after 4 s instead of 15 s, so the
+/// failover is measured in seconds while still being client-go's real expiry and takeover
+/// (LeaseDuration > RenewDeadline > 1.2 × RetryPeriod, tools/leaderelection/leaderelection.go).
+pub const S4_LEASE_ARGS: [&str; 3] = [
+    "--leader-elect-lease-duration=4s",
+    "--leader-elect-renew-deadline=3s",
+    "--leader-elect-retry-period=1s",
+];
 /// The line k8s.io/cloud-provider logs when it skips a controller that cannot start.
 pub const SKIPPING_LINE: &str = "Skipping \"cloud-node";
 
@@ -126,7 +135,9 @@ impl Scenario {
             Scenario::S3 => {
                 "new tainted Node with a server → provider ID, InternalIP, taint removed within 60 s"
             }
-            Scenario::S4 => "3 replicas, leader killed → another takes the Lease, S3 works again",
+            Scenario::S4 => {
+                "3 replicas (4 s Lease), leader killed → another takes the Lease, S3 works again"
+            }
             Scenario::S5 => {
                 "Cluster API: first token without compute → worker Machine gets its nodeRef, no remediation"
             }
@@ -354,13 +365,14 @@ fn start_replica(
     dir: &Path,
     cloud_conf: &Path,
     kubeconfig: &Path,
+    extra: &[&str],
 ) -> Result<Replica, AcceptError> {
     let log = dir.join(format!("{}.log", name.replace(' ', "-")));
-    spawn_occm(binary, name, dir, cloud_conf, kubeconfig, &log)
+    spawn_occm(binary, name, dir, cloud_conf, kubeconfig, &log, extra)
 }
 
-/// Starts one OCCM process `name` in `dir` with [`occm_args`] on a free secure port and a clean
-/// environment, its output in `log`.
+/// Starts one OCCM process `name` in `dir` with [`occm_args`] and then `extra` on a free secure
+/// port and a clean environment, its output in `log`.
 ///
 /// Errors: [`AcceptError::Occm`] naming `name` when no port is free or it cannot be started.
 fn spawn_occm(
@@ -370,6 +382,7 @@ fn spawn_occm(
     cloud_conf: &Path,
     kubeconfig: &Path,
     log: &Path,
+    extra: &[&str],
 ) -> Result<Replica, AcceptError> {
     let part = |m: String| AcceptError::Occm {
         name: name.to_string(),
@@ -382,7 +395,8 @@ fn spawn_occm(
         .env_clear()
         .env("PATH", "/usr/bin:/bin")
         .env("HOME", dir)
-        .args(occm_args(cloud_conf, kubeconfig, port));
+        .args(occm_args(cloud_conf, kubeconfig, port))
+        .args(extra);
     let proc = Process::spawn(name, cmd, log)
         .map_err(|e| part(format!("cannot start {}: {e}", binary.display())))?;
     Ok(Replica {
@@ -559,12 +573,16 @@ struct Ctx<'a> {
 
 impl Ctx<'_> {
     fn start(&self, name: &str) -> Result<Replica, AcceptError> {
+        self.start_with(name, &[])
+    }
+    fn start_with(&self, name: &str, extra: &[&str]) -> Result<Replica, AcceptError> {
         start_replica(
             self.binary,
             name,
             self.dir,
             self.cloud_conf,
             self.bench.kubeconfig,
+            extra,
         )
     }
 }
@@ -773,7 +791,7 @@ async fn s4(
     servers: &[Server],
 ) -> Result<RunResult, AcceptError> {
     for i in 1..=3 {
-        reps.push(c.start(&format!("replica-{i}"))?);
+        reps.push(c.start_with(&format!("replica-{i}"), &S4_LEASE_ARGS)?);
     }
     let t = Instant::now();
     let first = match wait_leader(reps, &[]).await {

@@ -497,6 +497,7 @@ impl<'a> Supervised<'a> {
                     &self.cloud_conf,
                     &self.kubeconfig,
                     &log,
+                    &[],
                 )?
                 .proc,
             );
