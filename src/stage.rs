@@ -153,6 +153,46 @@ impl<'a> Runner<'a> {
         Ok(done.value)
     }
 
+    /// Runs `first` and `second` as the stages named `names`, side by side on this task (for
+    /// work that waits more than it computes, e.g. acceptance's ours and control on management
+    /// clusters of their own): reports both starts, then each end as it comes, each timed from
+    /// the common start; records them in the order they finished. Fails with the first error
+    /// once both ended (the other's end is still reported and recorded when it succeeded), so
+    /// neither is dropped half-way. Signals as in [`Runner::run_with`].
+    pub async fn run_pair_with<A, B, E>(
+        &mut self,
+        names: (&'static str, &'static str),
+        first: impl std::future::Future<Output = Result<Done<A>, E>>,
+        second: impl std::future::Future<Output = Result<Done<B>, E>>,
+    ) -> Result<(A, B), E> {
+        use futures::future::{Either, select};
+        self.reporter.started(names.0);
+        self.reporter.started(names.1);
+        let started = Instant::now();
+        let (a, b) = match select(std::pin::pin!(first), std::pin::pin!(second)).await {
+            Either::Left((a, rest)) => {
+                self.record_ok(names.0, started, &a);
+                let b = rest.await;
+                self.record_ok(names.1, started, &b);
+                (a, b)
+            }
+            Either::Right((b, rest)) => {
+                self.record_ok(names.1, started, &b);
+                let a = rest.await;
+                self.record_ok(names.0, started, &a);
+                (a, b)
+            }
+        };
+        Ok((a?.value, b?.value))
+    }
+
+    /// [`Runner::record`] for a stage that succeeded; nothing for one that failed.
+    fn record_ok<T, E>(&mut self, name: &'static str, started: Instant, done: &Result<Done<T>, E>) {
+        if let Ok(d) = done {
+            self.record(name, started, d.detail.clone());
+        }
+    }
+
     /// The stages finished so far, in order.
     pub fn reports(&self) -> &[StageReport] {
         &self.reports
@@ -239,6 +279,44 @@ mod tests {
         assert_eq!(
             *rec.0.lock().unwrap(),
             ["start one", "end one value 1", "start two"]
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_pair_runs_side_by_side_each_end_reported_as_it_comes_and_an_error_after_both() {
+        use std::time::Duration;
+        let after = |ms: u64, r: Result<&'static str, &'static str>| async move {
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+            r.map(|v| Done::new(v, v))
+        };
+        let rec = Recorder::default();
+        let mut runner = Runner::new(&rec);
+        let t = Instant::now();
+        let (a, b) = runner
+            .run_pair_with(("slow", "fast"), after(400, Ok("a")), after(100, Ok("b")))
+            .await
+            .unwrap();
+        assert_eq!((a, b), ("a", "b"));
+        assert!(t.elapsed() < Duration::from_millis(700), "not side by side");
+        let secs: Vec<_> = runner.reports().iter().map(|r| r.seconds).collect();
+        assert!(secs[0] < 0.3 && secs[1] >= 0.4, "{secs:?}");
+        // The fast one fails: the slow one still ends and is recorded, then the error.
+        let e = runner
+            .run_pair_with(("ok", "bad"), after(200, Ok("c")), after(50, Err("boom")))
+            .await
+            .unwrap_err();
+        assert_eq!(e, "boom");
+        assert_eq!(
+            *rec.0.lock().unwrap(),
+            [
+                "start slow",
+                "start fast",
+                "end fast b",
+                "end slow a",
+                "start ok",
+                "start bad",
+                "end ok c"
+            ]
         );
     }
 }

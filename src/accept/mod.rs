@@ -206,16 +206,27 @@ async fn run(
         .map_err(|e| AcceptError::Io(format!("{}: {e}", req.work_dir.display())))?;
     check_interrupt()?;
     let (cloud, mut cp) = start_bench(req, req.control_plane, report, runner).await?;
+    // The control's own simulated OpenStack for the scenarios whose sides run side by side
+    // (each on a management cluster of its own; the cloud's state is per side).
+    let control_cloud = if req.scenarios.iter().any(|s| s.side_by_side()) {
+        Some(
+            cloud::SimulatedCloud::start()
+                .await
+                .map_err(|e| AcceptError::Io(format!("simulated OpenStack: {e}")))?,
+        )
+    } else {
+        None
+    };
     let kube = kube::client(&cp.url, &cp.ca_pem, &cp.token).await?;
     let kubeconfig = cp.kubeconfig.clone();
-    let bench = scenarios::Bench {
-        cloud: &cloud,
+    let bench_on = |cloud| scenarios::Bench {
+        cloud,
         kube: &kube,
         kubeconfig: &kubeconfig,
         capi: req.cluster_api.map(|manager| scenarios::CapiBench {
             binaries: req.control_plane,
             manager,
-            cloud: &cloud,
+            cloud,
             kubernetes: &req.versions.kubernetes,
             images: scenarios::resource_set::Images {
                 ours: format!(
@@ -226,10 +237,22 @@ async fn run(
             },
         }),
     };
-    let outcome = run_scenarios(req, &bench, &mut cp, &req.ours.path, report, runner).await;
+    let benches = Benches {
+        ours: bench_on(&cloud),
+        control: control_cloud.as_ref().map(bench_on),
+    };
+    let outcome = run_scenarios(req, &benches, &mut cp, &req.ours.path, report, runner).await;
     cp.stop().await;
     drop(cloud);
     outcome
+}
+
+/// The parts the scenarios run on: `ours` for every scenario run one side after the other,
+/// and for ours' side of a scenario whose sides run side by side, whose control side runs on
+/// `control` (the same control plane, a simulated OpenStack of its own).
+struct Benches<'a> {
+    ours: scenarios::Bench<'a>,
+    control: Option<scenarios::Bench<'a>>,
 }
 
 /// The `start` stage: starts the simulated OpenStack, then etcd and kube-apiserver in
@@ -269,22 +292,27 @@ async fn start_bench(
     Ok((cloud, cp))
 }
 
-/// Runs each of `req.scenarios` on ours (the binary at `ours`) then on the control, one stage
-/// per scenario and side, each in `<work>/<scenario>-<side>`; pushes one row per scenario and
-/// the requests the simulated OpenStack does not know into `report`. Stops at the first error;
-/// the row of the scenario it happened in is left out.
+/// Runs each of `req.scenarios` on ours (the binary at `ours`) and on the control, one stage
+/// per scenario and side, each in `<work>/<scenario>-<side>`: one side after the other, or side
+/// by side for the scenarios on management clusters of their own ([`Scenario::side_by_side`]);
+/// pushes one row per scenario and the requests the simulated OpenStack does not know into
+/// `report`. Stops at the first error; the row of the scenario it happened in is left out.
 ///
 /// Errors: [`AcceptError::Interrupted`] (checked before each side), those of
 /// [`scenarios::run`], and [`AcceptError::ControlPlane`] when etcd or kube-apiserver exited
 /// during a side.
 async fn run_scenarios(
     req: &AcceptRequest<'_>,
-    bench: &scenarios::Bench<'_>,
+    benches: &Benches<'_>,
     cp: &mut control_plane::ControlPlane,
     ours: &Path,
     report: &mut AcceptReport,
     runner: &mut Runner<'_>,
 ) -> Result<(), AcceptError> {
+    let binary = |side| match side {
+        Side::Ours => ours,
+        Side::Control => req.control_binary,
+    };
     for &s in req.scenarios {
         let mut row = ScenarioRow {
             scenario: s,
@@ -292,31 +320,39 @@ async fn run_scenarios(
             ours: None,
             control: None,
         };
-        for &side in s.sides() {
-            let bin = match side {
-                Side::Ours => ours,
-                Side::Control => req.control_binary,
-            };
-            check_interrupt()?;
-            let dir = req.work_dir.join(format!("{s}-{side}"));
-            let r = runner
-                .run_with(scenarios::stage_name(s, side), async {
-                    let r = scenarios::run(bench, s, bin, &dir).await?;
-                    if let Some(c) = cp.crashed() {
-                        return Err(AcceptError::ControlPlane {
-                            part: "control plane".into(),
-                            message: format!("during {s} {side}: {c}"),
-                        });
-                    }
-                    let detail = format!(
-                        "{} {:.1} s: {}",
-                        if r.passed { "pass" } else { "FAIL" },
-                        r.seconds,
-                        process::shorten(&r.evidence, 160)
-                    );
-                    Ok(Done::new(r, detail))
-                })
-                .await?;
+        let mut results = Vec::new();
+        match (s.side_by_side(), &benches.control) {
+            (true, Some(control)) => {
+                check_interrupt()?;
+                let (o, c) = runner
+                    .run_pair_with(
+                        (
+                            scenarios::stage_name(s, Side::Ours),
+                            scenarios::stage_name(s, Side::Control),
+                        ),
+                        run_side(req, &benches.ours, s, Side::Ours, ours),
+                        run_side(req, control, s, Side::Control, req.control_binary),
+                    )
+                    .await?;
+                check_control_plane(cp, s, "ours and control")?;
+                results.push((Side::Ours, o));
+                results.push((Side::Control, c));
+            }
+            _ => {
+                for &side in s.sides() {
+                    check_interrupt()?;
+                    let r = runner
+                        .run_with(
+                            scenarios::stage_name(s, side),
+                            run_side(req, &benches.ours, s, side, binary(side)),
+                        )
+                        .await?;
+                    check_control_plane(cp, s, &side.to_string())?;
+                    results.push((side, r));
+                }
+            }
+        }
+        for (side, r) in results {
             for u in &r.unknown_requests {
                 report.unsimulated_requests.push(format!("{s} {side}: {u}"));
             }
@@ -328,6 +364,40 @@ async fn run_scenarios(
         report.rows.push(row);
     }
     Ok(())
+}
+
+/// One side of scenario `s` on `bench`: its result and stage detail.
+async fn run_side(
+    req: &AcceptRequest<'_>,
+    bench: &scenarios::Bench<'_>,
+    s: Scenario,
+    side: Side,
+    binary: &Path,
+) -> Result<Done<scenarios::RunResult>, AcceptError> {
+    let dir = req.work_dir.join(format!("{s}-{side}"));
+    let r = scenarios::run(bench, s, binary, &dir).await?;
+    let detail = format!(
+        "{} {:.1} s: {}",
+        if r.passed { "pass" } else { "FAIL" },
+        r.seconds,
+        process::shorten(&r.evidence, 160)
+    );
+    Ok(Done::new(r, detail))
+}
+
+/// [`AcceptError::ControlPlane`] when etcd or kube-apiserver exited during `s` (`sides`).
+fn check_control_plane(
+    cp: &mut control_plane::ControlPlane,
+    s: Scenario,
+    sides: &str,
+) -> Result<(), AcceptError> {
+    match cp.crashed() {
+        Some(c) => Err(AcceptError::ControlPlane {
+            part: "control plane".into(),
+            message: format!("during {s} {sides}: {c}"),
+        }),
+        None => Ok(()),
+    }
 }
 
 /// How an acceptance run works: where our image is, where it may work, what it runs.

@@ -162,6 +162,14 @@ impl Scenario {
         }
     }
 
+    /// Whether ours and the control run side by side: the scenarios on management clusters of
+    /// their own (a control plane and Cluster API per side), which mostly wait on Cluster API's
+    /// timeouts; the control's side gets a simulated OpenStack of its own. The others share the
+    /// accept control plane and run one side after the other.
+    pub fn side_by_side(self) -> bool {
+        matches!(self, Scenario::S5 | Scenario::S7 | Scenario::S8)
+    }
+
     /// Whether it needs Cluster API (built into the cache as well).
     pub fn needs_cluster_api(self) -> bool {
         matches!(
@@ -492,7 +500,11 @@ pub(crate) async fn run(
     dir: &Path,
 ) -> Result<RunResult, AcceptError> {
     std::fs::create_dir_all(dir).map_err(|e| AcceptError::Io(format!("{}: {e}", dir.display())))?;
-    bench.kube.reset().await?;
+    // The shared control plane is the scenario's cluster only for S1-S4 (the others run on
+    // management clusters of their own, possibly two at once).
+    if !scenario.needs_cluster_api() {
+        bench.kube.reset().await?;
+    }
     let (state, servers) = cloud_state(scenario);
     bench.cloud.set_state(state);
     // Written when the run ends, however it ends (also when an interrupt drops it).
