@@ -781,7 +781,7 @@ fn real_v1_34_ours_passes_every_scenario_and_upstream_fails_s1_s2_s5_s7_and_s8()
     assert!(
         ev(4, "control").starts_with("no Machine got a nodeRef")
             && ev(4, "control").contains("NodeStartupTimeout")
-            && ev(4, "control").contains("Skipping \"cloud-node-"),
+            && ev(4, "control").contains("Skipping \"cloud-node-controller\""),
         "{}",
         ev(4, "control")
     );
@@ -817,7 +817,7 @@ fn real_v1_34_ours_passes_every_scenario_and_upstream_fails_s1_s2_s5_s7_and_s8()
     );
     assert!(
         ev(6, "control").starts_with("OCCM kept running")
-            && ev(6, "control").contains("Skipping \"cloud-node-"),
+            && ev(6, "control").contains("Skipping \"cloud-node-controller\""),
         "{}",
         ev(6, "control")
     );

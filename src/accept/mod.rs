@@ -330,8 +330,8 @@ async fn run_scenarios(
                             scenarios::stage_name(s, Side::Ours),
                             scenarios::stage_name(s, Side::Control),
                         ),
-                        run_side(req, &benches.ours, s, Side::Ours, ours),
-                        run_side(req, control, s, Side::Control, req.control_binary),
+                        run_side(req, &benches.ours, s, Side::Ours, binary(Side::Ours)),
+                        run_side(req, control, s, Side::Control, binary(Side::Control)),
                     )
                     .await?;
                 check_control_plane(cp, s, "ours and control")?;

@@ -55,6 +55,10 @@ pub const S4_LEASE_ARGS: [&str; 3] = [
 ];
 /// The line k8s.io/cloud-provider logs when it skips a controller that cannot start.
 pub const SKIPPING_LINE: &str = "Skipping \"cloud-node";
+/// The skip that leaves new Nodes without a provider ID (the bug report's): the evidence line
+/// the Cluster API scenarios quote from the control (not the first cloud-node skip in its log,
+/// which may be the lifecycle controller's).
+pub const SKIPPED_CLOUD_NODE: &str = "Skipping \"cloud-node-controller\"";
 
 /// What client-go's leader election logs when this process became leader, compared without
 /// case: `successfully acquired lease kube-system/cloud-controller-manager` up to client-go

@@ -617,10 +617,7 @@ async fn watch(
     };
     o.exits = occm.exits.clone();
     let logs = occm.logs();
-    o.skipped = logs
-        .lines()
-        .find(|l| l.contains("Skipping \"cloud-node"))
-        .map(|l| klog_message(l).to_string());
+    o.skipped = skipped_cloud_node(&logs);
     let capi_log = m.manager.log();
     let marked: Vec<&str> = capi_log
         .lines()
@@ -639,6 +636,13 @@ async fn watch(
         Fault::MagnumHealthCheck => verdict(&o, MAGNUM_NODE_STARTUP_TIMEOUT, 1),
         Fault::Permanent => crash_loop_verdict(&o),
     })
+}
+
+/// The klog message of OCCM's `Skipping "cloud-node-controller"` line in `logs`, if any.
+fn skipped_cloud_node(logs: &str) -> Option<String> {
+    logs.lines()
+        .find(|l| l.contains(super::SKIPPED_CLOUD_NODE))
+        .map(|l| klog_message(l).to_string())
 }
 
 /// The description of `m`'s Node when the Machine is healthy: `Running` with a nodeRef,
@@ -1007,6 +1011,21 @@ mod tests {
         assert_eq!(klog_value(l, "reason"), Some("NodeStartupTimeout"));
         assert_eq!(klog_value(l, "Node"), Some(""));
         assert_eq!(klog_value(l, "Cluster"), None);
+    }
+
+    #[test]
+    fn the_control_is_quoted_skipping_the_cloud_node_controller_not_the_first_skip() {
+        let logs = "W1202 10:00:01.000000       1 controllermanager.go:355] Skipping \"cloud-node-lifecycle-controller\"\n\
+W1202 10:00:01.100000       1 controllermanager.go:355] Skipping \"cloud-node-controller\"\n";
+        assert_eq!(
+            skipped_cloud_node(logs).as_deref(),
+            Some("Skipping \"cloud-node-controller\"")
+        );
+        assert_eq!(
+            skipped_cloud_node(logs.lines().next().unwrap()),
+            None,
+            "the lifecycle controller's skip alone is not the bug report's"
+        );
     }
 
     #[test]
