@@ -209,11 +209,7 @@ async fn run(
     // The control's own simulated OpenStack for the scenarios whose sides run side by side
     // (each on a management cluster of its own; the cloud's state is per side).
     let control_cloud = if req.scenarios.iter().any(|s| s.side_by_side()) {
-        Some(
-            cloud::SimulatedCloud::start()
-                .await
-                .map_err(|e| AcceptError::Io(format!("simulated OpenStack: {e}")))?,
-        )
+        Some(start_cloud().await?)
     } else {
         None
     };
@@ -255,6 +251,15 @@ struct Benches<'a> {
     control: Option<scenarios::Bench<'a>>,
 }
 
+/// Starts a simulated OpenStack on a free loopback port.
+///
+/// Errors: [`AcceptError::Io`] when it cannot listen.
+async fn start_cloud() -> Result<cloud::SimulatedCloud, AcceptError> {
+    cloud::SimulatedCloud::start()
+        .await
+        .map_err(|e| AcceptError::Io(format!("simulated OpenStack: {e}")))
+}
+
 /// The `start` stage: starts the simulated OpenStack, then etcd and kube-apiserver in
 /// `<work>/control-plane` (waiting up to [`APISERVER_READY_TIMEOUT`] for `/readyz`). Records
 /// the apiserver's version in `report`.
@@ -269,9 +274,7 @@ async fn start_bench(
 ) -> Result<(cloud::SimulatedCloud, control_plane::ControlPlane), AcceptError> {
     let (cloud, cp) = runner
         .run_with("start", async {
-            let cloud = cloud::SimulatedCloud::start()
-                .await
-                .map_err(|e| AcceptError::Io(format!("simulated OpenStack: {e}")))?;
+            let cloud = start_cloud().await?;
             let cp = control_plane::ControlPlane::start(
                 bins,
                 &req.work_dir.join("control-plane"),
