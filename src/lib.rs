@@ -44,6 +44,7 @@ pub mod registry;
 pub mod render;
 pub mod report;
 pub mod self_image;
+pub mod sign;
 pub mod source;
 pub mod stage;
 pub mod stages;
