@@ -19,10 +19,11 @@ use base64::{Engine as _, engine::general_purpose::STANDARD as B64};
 use sha2::{Digest as _, Sha256};
 use sigstore::crypto::{SigStoreSigner, SigningScheme, signing_key::SigStoreKeyPair};
 
+use crate::describe::IN_TOTO_MEDIA_TYPE;
+use crate::util::is_sha256_digest;
+
 /// Media type of a Sigstore bundle v0.3, the artifact type of the referrer manifest carrying it.
 pub const BUNDLE_MEDIA_TYPE: &str = "application/vnd.dev.sigstore.bundle.v0.3+json";
-/// DSSE payload type of an in-toto Statement.
-pub const IN_TOTO_PAYLOAD_TYPE: &str = "application/vnd.in-toto+json";
 /// The predicate type of a plain image signature (what `cosign sign` v3 signs).
 pub const COSIGN_SIGN_PREDICATE: &str = "https://sigstore.dev/cosign/sign/v1";
 /// The predicate type `cosign verify-attestation --type spdxjson` looks for.
@@ -36,6 +37,15 @@ pub struct SignError {
     pub path: PathBuf,
     /// What went wrong.
     pub message: String,
+}
+
+impl SignError {
+    fn new(path: &Path, message: impl Into<String>) -> Self {
+        Self {
+            path: path.to_path_buf(),
+            message: message.into(),
+        }
+    }
 }
 
 /// A private key that signs as cosign does: ECDSA P-256 with SHA-256, ASN.1 DER signatures.
@@ -63,23 +73,23 @@ impl SigningKey {
     /// A [`SignError`] naming `path` when the file cannot be read, the password does not open it,
     /// or the key is not an ECDSA P-256 key.
     pub fn load(path: &Path, password: &[u8]) -> Result<Self, SignError> {
-        let fail = |message: String| SignError {
-            path: path.to_path_buf(),
-            message,
-        };
-        let pem = std::fs::read(path).map_err(|e| fail(format!("cannot read it: {e}")))?;
+        let pem = std::fs::read(path)
+            .map_err(|e| SignError::new(path, format!("cannot read it: {e}")))?;
         let encrypted = pem
             .windows(b"ENCRYPTED SIGSTORE PRIVATE KEY".len())
             .any(|w| w == b"ENCRYPTED SIGSTORE PRIVATE KEY");
         let pair = if encrypted {
             SigStoreKeyPair::from_encrypted_pem(&pem, password).map_err(|_| {
-                fail("the password does not open this cosign key (COSIGN_PASSWORD)".into())
+                SignError::new(
+                    path,
+                    "the password does not open this cosign key (COSIGN_PASSWORD)",
+                )
             })?
         } else {
             SigStoreKeyPair::from_pem(&pem).map_err(|_| {
-                fail(
-                    "not a cosign key or a PKCS#8 PEM private key (`cosign generate-key-pair` makes one)"
-                        .into(),
+                SignError::new(
+                    path,
+                    "not a cosign key or a PKCS#8 PEM private key (`cosign generate-key-pair` makes one)",
                 )
             })?
         };
@@ -87,16 +97,14 @@ impl SigningKey {
     }
 
     fn from_pair(path: &Path, pair: &SigStoreKeyPair) -> Result<Self, SignError> {
-        let fail = |message: String| SignError {
-            path: path.to_path_buf(),
-            message,
-        };
         let signer = pair
             .to_sigstore_signer(&SigningScheme::ECDSA_P256_SHA256_ASN1)
-            .map_err(|_| fail("not an ECDSA P-256 key (cosign signs with P-256)".into()))?;
+            .map_err(|_| {
+                SignError::new(path, "not an ECDSA P-256 key (cosign signs with P-256)")
+            })?;
         let public_der = pair
             .public_key_to_der()
-            .map_err(|e| fail(format!("cannot encode its public key: {e}")))?;
+            .map_err(|e| SignError::new(path, format!("cannot encode its public key: {e}")))?;
         Ok(Self {
             path: path.to_path_buf(),
             signer,
@@ -123,14 +131,13 @@ impl SigningKey {
         predicate_type: &str,
         predicate: serde_json::Value,
     ) -> Result<Vec<u8>, SignError> {
-        let fail = |message: String| SignError {
-            path: self.path.clone(),
-            message,
-        };
-        let hex = subject
-            .strip_prefix("sha256:")
-            .filter(|h| h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit()))
-            .ok_or_else(|| fail(format!("cannot sign {subject:?}: not a sha256 digest")))?;
+        let fail = |message: String| SignError::new(&self.path, message);
+        if !is_sha256_digest(subject) {
+            return Err(fail(format!(
+                "cannot sign {subject:?}: not a sha256 digest"
+            )));
+        }
+        let hex = &subject["sha256:".len()..];
         let statement = serde_json::json!({
             "_type": "https://in-toto.io/Statement/v1",
             "subject": [{"name": name, "digest": {"sha256": hex}}],
@@ -140,14 +147,14 @@ impl SigningKey {
         let payload = serde_json::to_vec(&statement).map_err(|e| fail(e.to_string()))?;
         let signature = self
             .signer
-            .sign(&pae(IN_TOTO_PAYLOAD_TYPE, &payload))
+            .sign(&pae(IN_TOTO_MEDIA_TYPE, &payload))
             .map_err(|e| fail(format!("signing failed: {e}")))?;
         let bundle = serde_json::json!({
             "mediaType": BUNDLE_MEDIA_TYPE,
             "verificationMaterial": {"publicKey": {"hint": self.fingerprint()}},
             "dsseEnvelope": {
                 "payload": B64.encode(&payload),
-                "payloadType": IN_TOTO_PAYLOAD_TYPE,
+                "payloadType": IN_TOTO_MEDIA_TYPE,
                 "signatures": [{"sig": B64.encode(&signature)}],
             },
         });
@@ -174,12 +181,16 @@ mod tests {
     use super::*;
     use sigstore::crypto::Signature;
 
-    fn key_file(dir: &Path, password: &[u8]) -> (PathBuf, SigStoreKeyPair) {
-        let pair = SigningScheme::ECDSA_P256_SHA256_ASN1
+    fn new_pair() -> SigStoreKeyPair {
+        SigningScheme::ECDSA_P256_SHA256_ASN1
             .create_signer()
             .unwrap()
             .to_sigstore_keypair()
-            .unwrap();
+            .unwrap()
+    }
+
+    fn key_file(dir: &Path, password: &[u8]) -> (PathBuf, SigStoreKeyPair) {
+        let pair = new_pair();
         let path = dir.join("cosign.key");
         std::fs::write(
             &path,
@@ -228,7 +239,7 @@ mod tests {
         let verifier = pair
             .to_verification_key(&SigningScheme::ECDSA_P256_SHA256_ASN1)
             .unwrap();
-        let signed = pae(IN_TOTO_PAYLOAD_TYPE, &payload);
+        let signed = pae(IN_TOTO_MEDIA_TYPE, &payload);
         verifier
             .verify_signature(Signature::Raw(&sig), &signed)
             .unwrap();
@@ -236,7 +247,7 @@ mod tests {
         tampered[10] ^= 1;
         assert!(
             verifier
-                .verify_signature(Signature::Raw(&sig), &pae(IN_TOTO_PAYLOAD_TYPE, &tampered))
+                .verify_signature(Signature::Raw(&sig), &pae(IN_TOTO_MEDIA_TYPE, &tampered))
                 .is_err()
         );
         let mut bad_sig = sig.clone();
@@ -280,11 +291,7 @@ mod tests {
     #[test]
     fn a_pkcs8_pem_key_signs_as_well_and_a_non_digest_subject_is_refused() {
         let dir = tempfile::tempdir().unwrap();
-        let pair = SigningScheme::ECDSA_P256_SHA256_ASN1
-            .create_signer()
-            .unwrap()
-            .to_sigstore_keypair()
-            .unwrap();
+        let pair = new_pair();
         let path = dir.path().join("key.pem");
         std::fs::write(&path, pair.private_key_to_pem().unwrap().as_bytes()).unwrap();
         let key = SigningKey::load(&path, b"ignored").unwrap();
