@@ -6,7 +6,10 @@
 //! provenance referrers exist, have the right artifact type and point at the recorded subject
 //! (carry no `subject` when the entry records `referrers: tag-schema`), and are listed in the
 //! subject's referrers (tag-schema fallback `sha256-<hex>`); with `referrers: skipped` they are
-//! not looked for. Every mismatch is one [`Finding`].
+//! not looked for. A signed entry's signature and attestations (`signature`) are bundle
+//! referrers of the index, present, listed, and verify with the recorded public key, whose
+//! fingerprint is the recorded key; a missing or foreign signature is a finding. Every mismatch
+//! is one [`Finding`].
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -16,13 +19,14 @@ use serde_json::Value;
 
 use crate::config::{Config, Minor, Platform};
 use crate::describe::{IN_TOTO_MEDIA_TYPE, SPDX_MEDIA_TYPE};
-use crate::digest_manifest::Entry;
+use crate::digest_manifest::{Entry, Signature};
 use crate::image::referrer::fallback_tag;
 use crate::image::spec::{Index, Manifest, keys};
 use crate::plan::{BuildPlan, Overrides};
 use crate::reference::RepositoryName;
 use crate::registry::publish::ReferrersPushed;
 use crate::registry::{ErrorKind, Registry, RegistryError};
+use crate::sign::{self, BUNDLE_MEDIA_TYPE};
 use crate::stage::Reporter;
 use crate::util::{join, sha256_digest, short};
 
@@ -313,6 +317,7 @@ pub fn rebuild_plan(
         accept: false,
         accept_output: None,
         referrers: Default::default(),
+        sign_key: None,
     };
     BuildPlan::resolve(&config, minor, &overrides)
 }
@@ -513,13 +518,115 @@ impl Checker<'_> {
                     &entry.digest,
                     with_subject,
                 )
-                .await
+                .await?
             }
-            None => {
-                self.find("provenance", "the digest manifest records no provenance");
-                Ok(())
+            None => self.find("provenance", "the digest manifest records no provenance"),
+        }
+        if let Some(signature) = &entry.signature {
+            self.signature(entry, signature, with_subject).await?;
+        }
+        Ok(())
+    }
+
+    /// The signature and every attestation: a bundle referrer of the index, signed by the
+    /// recorded key (the one whose fingerprint the entry records), about the index. A missing
+    /// bundle or one that does not verify (another key's, or changed) is a finding.
+    async fn signature(
+        &mut self,
+        entry: &Entry,
+        signature: &Signature,
+        with_subject: bool,
+    ) -> Result<(), RegistryError> {
+        match sign::public_key_fingerprint(&signature.public_key) {
+            Ok(f) if f == signature.key => {}
+            Ok(f) => self.find(
+                "signature",
+                format!(
+                    "the recorded public key is key {f}, not the recorded key {}",
+                    signature.key
+                ),
+            ),
+            Err(e) => self.find("signature", format!("the recorded public key: {e}")),
+        }
+        let mut bundles = vec![("signature".to_string(), &signature.digest)];
+        bundles.extend(
+            signature
+                .attestations
+                .iter()
+                .map(|(name, d)| (format!("attestation {name}"), d)),
+        );
+        for (field, digest) in bundles {
+            let before = self.findings.len();
+            self.referrer(
+                &field,
+                digest,
+                BUNDLE_MEDIA_TYPE,
+                &entry.digest,
+                with_subject,
+            )
+            .await?;
+            if self.findings.len() == before {
+                self.bundle(&field, digest, signature, &entry.digest)
+                    .await?;
             }
         }
+        Ok(())
+    }
+
+    /// The bundle in referrer manifest `digest` verifies with the recorded public key, names the
+    /// recorded key, and its Statement's subjects include `index`.
+    async fn bundle(
+        &mut self,
+        field: &str,
+        digest: &str,
+        signature: &Signature,
+        index: &str,
+    ) -> Result<(), RegistryError> {
+        let bytes = self.registry.pull_manifest(&self.repo, digest).await?;
+        let layer = serde_json::from_slice::<Manifest>(&bytes)
+            .ok()
+            .and_then(|m| m.layers.into_iter().next());
+        let Some(layer) = layer else {
+            self.find(field, format!("{} carries no bundle", short(digest)));
+            return Ok(());
+        };
+        let bundle = match self.registry.pull_blob(&self.repo, &layer.digest).await {
+            Ok(b) => b,
+            Err(e) if e.kind == ErrorKind::NotFound => {
+                self.find(field, format!("its bundle {} is missing", layer.digest));
+                return Ok(());
+            }
+            Err(e) => return Err(e),
+        };
+        match sign::verify_bundle(&signature.public_key, &bundle) {
+            Err(e) => self.find(
+                field,
+                format!("{}: {e} (key {})", short(digest), signature.key),
+            ),
+            Ok(v) => {
+                if v.hint.as_deref().is_some_and(|h| h != signature.key) {
+                    self.find(
+                        field,
+                        format!(
+                            "names key {}, the digest manifest records key {}",
+                            v.hint.as_deref().unwrap_or(""),
+                            signature.key
+                        ),
+                    );
+                }
+                if !v.subject_digests().iter().any(|d| d == index) {
+                    self.find(
+                        field,
+                        format!(
+                            "signs {}, not the index {}",
+                            join(v.subject_digests()),
+                            short(index)
+                        ),
+                    );
+                }
+            }
+        }
+        Ok(())
     }
 }
 

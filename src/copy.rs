@@ -11,8 +11,8 @@
 //! byte for byte (the registry stores exactly the pulled manifest bytes, so digests cannot change):
 //! every blob (config, layers, attachment documents; mounted instead of uploaded when source and
 //! target share a registry, skipped when present), every platform manifest by digest, the image
-//! index by digest, the referrers (SBOM and provenance artifact manifests, and any other referrer
-//! the source lists) by digest, the referrers tag-schema fallback index `sha256-<hex>` of each
+//! index by digest, the referrers (SBOM and provenance artifact manifests, the signature and
+//! attestation bundles, and any other referrer the source lists, cosign's included) by digest, the referrers tag-schema fallback index `sha256-<hex>` of each
 //! subject, and last the tag. The tag is the last write, so it never points at a half-copied image;
 //! a target tag that already serves another digest is refused (tags never move).
 
@@ -23,15 +23,13 @@ use bytes::Bytes;
 use crate::audit::{self, Finding};
 use crate::config::{Config, Minor};
 use crate::digest_manifest::{self, DigestManifestError, Entry};
-use crate::image::referrer::{fallback_tag, merge_referrers};
+use crate::image::referrer::fallback_tag;
 use crate::image::spec::{self, Descriptor, Index, Manifest};
 use crate::reference::RepositoryName;
 use crate::registry::publish::ReferrersPushed;
+use crate::registry::transfer::{BlobSource, transfer_blobs, write_referrers_index};
 use crate::registry::{ErrorKind, Registry, RegistryError};
 use crate::util::short;
-
-/// How many blobs are copied at once.
-pub const COPY_CONCURRENCY: usize = 4;
 
 /// What [`copy_image`] did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
@@ -108,7 +106,20 @@ pub async fn copy_image(
         .chain(&referrers.blobs)
         .cloned()
         .collect();
-    let mut copied = copy_blobs(registry, &from, to, &blobs, on_bytes).await?;
+    let moved = transfer_blobs(
+        registry,
+        to,
+        &blobs,
+        BlobSource::Repository(&from),
+        on_bytes,
+    )
+    .await?;
+    let mut copied = Copied {
+        uploaded: moved.uploaded,
+        present: moved.present,
+        mounted: moved.mounted,
+        ..Copied::default()
+    };
     push_manifests(registry, to, &image.manifests).await?;
     registry
         .push_manifest(
@@ -122,7 +133,14 @@ pub async fn copy_image(
         .await
         .map_err(|e| explain_refused_subject(e, &referrers.manifests))?;
     for fallback in &referrers.fallbacks {
-        write_fallback_index(registry, &from, to, fallback).await?;
+        write_referrers_index(
+            registry,
+            to,
+            &fallback.subject,
+            &fallback.descriptors,
+            fallback.listed.as_ref(),
+        )
+        .await?;
     }
     tag_and_verify(
         registry,
@@ -206,8 +224,8 @@ async fn read_image(
 }
 
 /// The referrers the digest-manifest entry records, by subject digest: each platform's SBOM
-/// under its platform manifest, the provenance under the index; none when they were not pushed
-/// (`referrers: skipped`).
+/// under its platform manifest, the provenance, the signature and the attestations under the
+/// index; none when they were not pushed (`referrers: skipped`).
 fn recorded_referrers(entry: &Entry) -> BTreeMap<String, Vec<String>> {
     let mut recorded: BTreeMap<String, Vec<String>> = BTreeMap::new();
     if entry.referrers == Some(ReferrersPushed::Skipped) {
@@ -221,19 +239,20 @@ fn recorded_referrers(entry: &Entry) -> BTreeMap<String, Vec<String>> {
                 .push(sbom.clone());
         }
     }
-    if let Some(p) = &entry.provenance {
-        recorded
-            .entry(entry.digest.clone())
-            .or_default()
-            .push(p.clone());
+    let index = recorded.entry(entry.digest.clone()).or_default();
+    index.extend(entry.provenance.iter().cloned());
+    if let Some(s) = &entry.signature {
+        index.push(s.digest.clone());
+        index.extend(s.attestations.values().cloned());
     }
+    recorded.retain(|_, digests| !digests.is_empty());
     recorded
 }
 
 /// The referrers tag-schema fallback index of one subject, to write to the target.
 struct Fallback {
-    /// `sha256-<hex>` of the subject.
-    tag: String,
+    /// The subject's digest.
+    subject: String,
     /// The source's index at that tag, byte for byte; `None` when the source has none.
     listed: Option<Bytes>,
     /// The referrers to list: the source's, then recorded ones it lacks.
@@ -294,7 +313,7 @@ async fn read_referrers(
         }
         if !descriptors.is_empty() {
             out.fallbacks.push(Fallback {
-                tag,
+                subject: subject.clone(),
                 listed,
                 descriptors,
             });
@@ -375,49 +394,6 @@ async fn push_manifests(
     Ok(())
 }
 
-/// Writes one subject's fallback index to `to`: the source's bytes when the target has none
-/// and the source lists every referrer, nothing when the target already has the same bytes,
-/// else the target's index (if any) merged with the referrers.
-async fn write_fallback_index(
-    registry: &dyn Registry,
-    from: &RepositoryName,
-    to: &RepositoryName,
-    fallback: &Fallback,
-) -> Result<(), RegistryError> {
-    let Fallback {
-        tag,
-        listed: source,
-        descriptors,
-    } = fallback;
-    let existing = pull_if_present(registry, to, tag).await?;
-    let (media_type, body) = match (source, &existing) {
-        // The target has no fallback index: the source's, byte for byte (when complete).
-        (Some(src), None) if listed_all(src, descriptors) => {
-            let i: Index = parse(from, "referrers index", tag, src)?;
-            (i.media_type, src.clone())
-        }
-        (Some(src), Some(dst)) if src == dst => return Ok(()),
-        _ => {
-            let existing = existing
-                .as_ref()
-                .map(|b| parse::<Index>(to, "referrers index", tag, b))
-                .transpose()?;
-            let merged = merge_referrers(existing, descriptors);
-            (
-                merged.media_type.clone(),
-                Bytes::from(spec::to_bytes(&merged)),
-            )
-        }
-    };
-    let media_type = if media_type.is_empty() {
-        spec::OCI_INDEX.to_string()
-    } else {
-        media_type
-    };
-    registry.push_manifest(to, tag, &media_type, body).await?;
-    Ok(())
-}
-
 /// Pushes the index under `entry.tag` (the last write) and checks the tag serves `entry.digest`.
 async fn tag_and_verify(
     registry: &dyn Registry,
@@ -442,60 +418,6 @@ async fn tag_and_verify(
         ));
     }
     Ok(())
-}
-
-/// Whether the source's fallback index `src` lists every descriptor we copy.
-fn listed_all(src: &[u8], descriptors: &[Descriptor]) -> bool {
-    serde_json::from_slice::<Index>(src).is_ok_and(|i| {
-        descriptors
-            .iter()
-            .all(|d| i.manifests.iter().any(|m| m.digest == d.digest))
-    })
-}
-
-/// Copies each distinct blob once, [`COPY_CONCURRENCY`] at a time: skipped when the target has
-/// it, mounted when source and target share a registry, else pulled (verified) and uploaded.
-async fn copy_blobs(
-    registry: &dyn Registry,
-    from: &RepositoryName,
-    to: &RepositoryName,
-    blobs: &[Descriptor],
-    on_bytes: &(dyn Fn(u64, u64) + Sync),
-) -> Result<Copied, RegistryError> {
-    use futures::{StreamExt, TryStreamExt};
-    let mut unique: Vec<&Descriptor> = Vec::new();
-    for b in blobs {
-        if !unique.iter().any(|u| u.digest == b.digest) {
-            unique.push(b);
-        }
-    }
-    let total: u64 = unique.iter().map(|b| b.size).sum();
-    let results: Vec<Copied> = futures::stream::iter(unique)
-        .map(|blob| async move {
-            let mut c = Copied::default();
-            if registry.blob_exists(to, &blob.digest).await? {
-                c.present = 1;
-            } else if from.registry == to.registry
-                && registry.mount_blob(to, from, &blob.digest).await
-            {
-                c.mounted = 1;
-            } else {
-                let data = registry.pull_blob(from, &blob.digest).await?;
-                registry.push_blob(to, &blob.digest, data).await?;
-                c.uploaded = 1;
-            }
-            on_bytes(blob.size, total);
-            Ok::<_, RegistryError>(c)
-        })
-        .buffer_unordered(COPY_CONCURRENCY)
-        .try_collect()
-        .await?;
-    Ok(results.iter().fold(Copied::default(), |a, c| Copied {
-        uploaded: a.uploaded + c.uploaded,
-        present: a.present + c.present,
-        mounted: a.mounted + c.mounted,
-        ..a
-    }))
 }
 
 /// A `copy` request: plain data.

@@ -26,8 +26,8 @@ use crate::util::rfc3339;
 
 /// SPDX JSON media type (and referrer artifact type).
 pub const SPDX_MEDIA_TYPE: &str = "application/spdx+json";
-/// in-toto statement media type (and referrer artifact type).
-pub const IN_TOTO_MEDIA_TYPE: &str = "application/vnd.in-toto+json";
+/// in-toto statement media type (and referrer artifact type); the signing layer's.
+pub use crate::sign::IN_TOTO_MEDIA_TYPE;
 /// The SLSA `buildType` of an occm-forge build.
 pub const BUILD_TYPE: &str = "urn:occm-forge:build:v1";
 

@@ -92,6 +92,30 @@ pub struct Entry {
     /// reads as `subject`. Not an input of the image: the image digest is the same either way.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub referrers: Option<ReferrersPushed>,
+    /// The image's signature and attestations (`build --sign-key`); absent for an unsigned
+    /// build. `verify` checks them with the recorded public key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signature: Option<Signature>,
+}
+
+/// How an image is signed: cosign's Sigstore bundles (v0.3, DSSE over an in-toto Statement),
+/// each the layer of a referrer manifest of the image index, in the form `referrers` records.
+/// Not an input of the image: its digest is the same signed or not.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Signature {
+    /// `sha256:<hex>` of the referrer manifest carrying the signature of the index (predicate
+    /// `https://sigstore.dev/cosign/sign/v1`, what `cosign verify` checks).
+    pub digest: String,
+    /// The signer's identity: the key's fingerprint as cosign names it in a bundle
+    /// (`verificationMaterial.publicKey.hint`, base64 of the SHA-256 of the DER public key).
+    pub key: String,
+    /// The public key (PEM `PUBLIC KEY`, as in `cosign.pub`) the signature verifies with.
+    pub public_key: String,
+    /// Attestation → `sha256:<hex>` of the referrer manifest carrying its bundle: `provenance`
+    /// (SLSA provenance v1, `cosign verify-attestation --type slsaprovenance1`) and `sbom
+    /// <platform>` (SPDX, `--type spdxjson`).
+    pub attestations: BTreeMap<String, String>,
 }
 
 /// The whole file.
@@ -608,6 +632,7 @@ mod tests {
             accepted: false,
             accepted_scenarios: vec![],
             referrers: Some(ReferrersPushed::Subject),
+            signature: None,
             mirrors: vec![],
         }
     }

@@ -135,6 +135,10 @@ pub enum Error {
     /// run itself failed (the message names the part).
     #[error("accept: {0}")]
     Accept(#[from] accept::AcceptError),
+    /// `--sign-key` cannot be read or opened (wrong password, not a P-256 key), or signing
+    /// failed; one line naming the key file, never the password.
+    #[error(transparent)]
+    Sign(#[from] sign::SignError),
 }
 
 impl Error {
@@ -151,7 +155,8 @@ impl Error {
             | Error::Config(_)
             | Error::Render(_)
             | Error::Crs(_)
-            | Error::SelfImage(_) => 2,
+            | Error::SelfImage(_)
+            | Error::Sign(_) => 2,
             Error::Copy(e) => e.exit_code(),
             Error::Source(_) => 3,
             Error::Patch(_) => 4,

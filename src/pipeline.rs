@@ -12,6 +12,7 @@ use serde::Serialize;
 use crate::Error;
 use crate::config::Minor;
 use crate::digest_manifest::{self, Entry};
+use crate::image::referrer::Attachment;
 use crate::patches::{AppliedPatch, PatchOutcome};
 use crate::plan::{BaseSpec, BuildPlan};
 use crate::registry::Registry;
@@ -20,7 +21,7 @@ use crate::registry::pull::PullError;
 use crate::source::{SourceError, SourceTree};
 use crate::stage::{Reporter, Runner, StageReport};
 use crate::stages::test::Judge;
-use crate::stages::{self, Described, Freshness, image::Imaged};
+use crate::stages::{self, Described, Freshness, Signed, image::Imaged};
 use crate::util::{rfc3339, scratch_dir, short};
 
 /// What a successful build produced.
@@ -199,7 +200,26 @@ async fn steps(
             epoch,
         })
         .await?;
+    let signed = match &plan.sign_key {
+        Some(key) => Some(
+            run.run(stages::SignStage {
+                plan,
+                key,
+                imaged: &imaged,
+                described: &described,
+                epoch,
+            })
+            .await?,
+        ),
+        None => None,
+    };
     drop(layout_lock);
+    let attachments: Vec<_> = described
+        .attachments
+        .iter()
+        .chain(signed.iter().flat_map(|s| &s.attachments))
+        .cloned()
+        .collect();
     if plan.accept {
         run.run(stages::AcceptStage { plan }).await?;
     }
@@ -209,7 +229,7 @@ async fn steps(
                 registry,
                 repo: &plan.repository_name,
                 image: &imaged.image,
-                attachments: &described.attachments,
+                attachments: &attachments,
                 served_before: served_before.as_deref(),
                 replace_tag: plan.replace_tag,
                 minor: plan.minor,
@@ -226,6 +246,8 @@ async fn steps(
         &applied,
         &imaged,
         &described,
+        signed.as_ref(),
+        &attachments,
         published.as_ref(),
         epoch,
     );
@@ -376,40 +398,47 @@ fn preflight_output(dir: &Path) -> Result<(), Error> {
     tempfile::tempfile_in(dir).map(drop).map_err(err)
 }
 
-/// The digest-manifest entry of a finished build. The SBOM and provenance digests are those of
-/// the referrer manifests the registry serves when pushed (without `subject` where the registry
-/// refused it), else those in the layout.
+/// The digest-manifest entry of a finished build. The digests of the referrers (SBOM,
+/// provenance, signature, attestations) are those of the referrer manifests the registry serves
+/// when pushed (without `subject` where the registry refused it), else those in the layout;
+/// `attachments` are the layout's, in the order publish pushed them.
+#[allow(clippy::too_many_arguments)]
 fn entry(
     plan: &BuildPlan,
     tree: &SourceTree,
     applied: &[AppliedPatch],
     imaged: &Imaged,
     described: &Described,
+    signed: Option<&Signed>,
+    attachments: &[Attachment],
     published: Option<&Published>,
     epoch: i64,
 ) -> Entry {
     let image = &imaged.image;
-    let (sbom, provenance) = match published {
-        Some(p) if p.referrers == ReferrersPushed::TagSchema => {
-            let digest_of = |layout: &str| {
-                p.attachments
-                    .iter()
-                    .zip(&described.attachments)
-                    .find(|(_, ours)| ours.manifest.digest == layout)
-                    .map(|(pushed, _)| pushed.manifest.digest.clone())
-                    .unwrap_or_else(|| layout.to_string())
-            };
-            (
-                described
-                    .sboms
-                    .iter()
-                    .map(|(platform, d)| (platform.clone(), digest_of(d)))
-                    .collect(),
-                digest_of(&described.provenance),
-            )
-        }
-        _ => (described.sboms.clone(), described.provenance.clone()),
+    let digest_of = |layout: &str| match published {
+        Some(p) if p.referrers == ReferrersPushed::TagSchema => p
+            .attachments
+            .iter()
+            .zip(attachments)
+            .find(|(_, ours)| ours.manifest.digest == layout)
+            .map(|(pushed, _)| pushed.manifest.digest.clone())
+            .unwrap_or_else(|| layout.to_string()),
+        _ => layout.to_string(),
     };
+    let sbom = described
+        .sboms
+        .iter()
+        .map(|(platform, d)| (platform.clone(), digest_of(d)))
+        .collect();
+    let provenance = digest_of(&described.provenance);
+    let signature = signed.map(|s| {
+        let mut signature = s.signature.clone();
+        signature.digest = digest_of(&signature.digest);
+        for d in signature.attestations.values_mut() {
+            *d = digest_of(d);
+        }
+        signature
+    });
     Entry {
         image: format!("{}:{}@{}", plan.repository, plan.tag, image.index.digest),
         repository: plan.repository.clone(),
@@ -450,5 +479,6 @@ fn entry(
             vec![]
         },
         referrers: published.map(|p| p.referrers),
+        signature,
     }
 }

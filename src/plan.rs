@@ -120,6 +120,8 @@ pub struct Overrides {
     pub accept_output: Option<PathBuf>,
     /// `--referrers`: how the SBOM and provenance referrers are pushed.
     pub referrers: ReferrersMode,
+    /// `--sign-key`, read and opened (with `COSIGN_PASSWORD`) before anything else runs.
+    pub sign_key: Option<std::sync::Arc<crate::sign::SigningKey>>,
 }
 
 /// The base an image is stacked on, parsed once.
@@ -201,6 +203,9 @@ pub struct BuildPlan {
     pub accept_output: Option<PathBuf>,
     /// How the referrers are pushed; not an input of the image (its digest is the same).
     pub referrers: ReferrersMode,
+    /// The key the sign stage signs the index and attests the SBOMs and provenance with
+    /// (`--sign-key`); none: unsigned. Not an input of the image (its digest is the same).
+    pub sign_key: Option<std::sync::Arc<crate::sign::SigningKey>>,
 }
 
 impl BuildPlan {
@@ -270,6 +275,7 @@ impl BuildPlan {
             accept: o.accept,
             accept_output: o.accept_output.clone(),
             referrers: o.referrers,
+            sign_key: o.sign_key.clone(),
         })
     }
 

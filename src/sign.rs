@@ -10,8 +10,8 @@
 //! secure-systems-lab/dsse `protocol.md`). The cryptography is the `sigstore` crate's
 //! (sigstore-rs); this module only assembles the envelope.
 //!
-//! Not wired into `build --push` yet (issue 21): this is the signing primitive the publish and
-//! copy paths will call.
+//! `build --sign-key` signs through the sign stage (`stages::sign`); `verify` checks with
+//! [`verify_bundle`].
 
 use std::path::{Path, PathBuf};
 
@@ -19,9 +19,11 @@ use base64::{Engine as _, engine::general_purpose::STANDARD as B64};
 use sha2::{Digest as _, Sha256};
 use sigstore::crypto::{SigStoreSigner, SigningScheme, signing_key::SigStoreKeyPair};
 
-use crate::describe::IN_TOTO_MEDIA_TYPE;
 use crate::util::is_sha256_digest;
 
+/// Media type of an in-toto Statement (a DSSE payload type, and the provenance referrer's
+/// artifact type).
+pub const IN_TOTO_MEDIA_TYPE: &str = "application/vnd.in-toto+json";
 /// Media type of a Sigstore bundle v0.3, the artifact type of the referrer manifest carrying it.
 pub const BUNDLE_MEDIA_TYPE: &str = "application/vnd.dev.sigstore.bundle.v0.3+json";
 /// The predicate type of a plain image signature (what `cosign sign` v3 signs).
@@ -118,48 +120,161 @@ impl SigningKey {
         B64.encode(Sha256::digest(&self.public_der))
     }
 
-    /// Signs `subject` (`sha256:<hex>` of the image index, named `name` = repository) with the
-    /// predicate `predicate_type` / `predicate`, and returns the bundle JSON bytes: the layer of
-    /// the referrer manifest.
+    /// The public key as a PEM `PUBLIC KEY` block (what `cosign generate-key-pair` writes to
+    /// `cosign.pub`), recorded in images.lock.yaml so `verify` can check the signature.
+    pub fn public_key_pem(&self) -> String {
+        let b64 = B64.encode(&self.public_der);
+        let mut pem = String::from("-----BEGIN PUBLIC KEY-----\n");
+        for line in b64.as_bytes().chunks(64) {
+            pem.push_str(std::str::from_utf8(line).expect("base64 is ASCII"));
+            pem.push('\n');
+        }
+        pem.push_str("-----END PUBLIC KEY-----\n");
+        pem
+    }
+
+    /// Signs `statement` (the exact bytes of an in-toto Statement, e.g. from [`statement`] or
+    /// the build's provenance) and returns the bundle JSON bytes: a DSSE envelope with payload
+    /// type `application/vnd.in-toto+json` and one ECDSA signature over its PAE, the key named
+    /// by its [`fingerprint`](Self::fingerprint) hint. This is the layer of the referrer
+    /// manifest.
     ///
     /// # Errors
-    /// A [`SignError`] when `subject` is not a `sha256:` digest or the signer fails.
-    pub fn bundle(
-        &self,
-        name: &str,
-        subject: &str,
-        predicate_type: &str,
-        predicate: serde_json::Value,
-    ) -> Result<Vec<u8>, SignError> {
-        let fail = |message: String| SignError::new(&self.path, message);
-        if !is_sha256_digest(subject) {
-            return Err(fail(format!(
-                "cannot sign {subject:?}: not a sha256 digest"
-            )));
-        }
-        let hex = &subject["sha256:".len()..];
-        let statement = serde_json::json!({
-            "_type": "https://in-toto.io/Statement/v1",
-            "subject": [{"name": name, "digest": {"sha256": hex}}],
-            "predicateType": predicate_type,
-            "predicate": predicate,
-        });
-        let payload = serde_json::to_vec(&statement).map_err(|e| fail(e.to_string()))?;
+    /// A [`SignError`] when the signer fails.
+    pub fn sign_statement(&self, statement: &[u8]) -> Result<Vec<u8>, SignError> {
         let signature = self
             .signer
-            .sign(&pae(IN_TOTO_MEDIA_TYPE, &payload))
-            .map_err(|e| fail(format!("signing failed: {e}")))?;
+            .sign(&pae(IN_TOTO_MEDIA_TYPE, statement))
+            .map_err(|e| SignError::new(&self.path, format!("signing failed: {e}")))?;
         let bundle = serde_json::json!({
             "mediaType": BUNDLE_MEDIA_TYPE,
             "verificationMaterial": {"publicKey": {"hint": self.fingerprint()}},
             "dsseEnvelope": {
-                "payload": B64.encode(&payload),
+                "payload": B64.encode(statement),
                 "payloadType": IN_TOTO_MEDIA_TYPE,
                 "signatures": [{"sig": B64.encode(&signature)}],
             },
         });
-        serde_json::to_vec(&bundle).map_err(|e| fail(e.to_string()))
+        Ok(serde_json::to_vec(&bundle).expect("a JSON value serialises"))
     }
+}
+
+/// An in-toto Statement v1 (`https://in-toto.io/Statement/v1`) about `subjects` (each
+/// `(name, "sha256:<hex>")`, name = repository) with `predicate_type` / `predicate`, as bytes.
+///
+/// # Errors
+/// The first subject digest that is not `sha256:<64 lower-case hex>`, in one line.
+pub fn statement(
+    subjects: &[(&str, &str)],
+    predicate_type: &str,
+    predicate: serde_json::Value,
+) -> Result<Vec<u8>, String> {
+    let mut listed = Vec::new();
+    for (name, digest) in subjects {
+        let Some(hex) = digest
+            .strip_prefix("sha256:")
+            .filter(|_| is_sha256_digest(digest))
+        else {
+            return Err(format!("cannot sign {digest:?}: not a sha256 digest"));
+        };
+        listed.push(serde_json::json!({"name": name, "digest": {"sha256": hex}}));
+    }
+    let statement = serde_json::json!({
+        "_type": "https://in-toto.io/Statement/v1",
+        "subject": listed,
+        "predicateType": predicate_type,
+        "predicate": predicate,
+    });
+    Ok(serde_json::to_vec(&statement).expect("a JSON value serialises"))
+}
+
+/// The fingerprint ([`SigningKey::fingerprint`]) of a PEM `PUBLIC KEY`: base64 of the SHA-256
+/// of its DER body.
+///
+/// # Errors
+/// One line when `public_key_pem` is not one PEM `PUBLIC KEY` block.
+pub fn public_key_fingerprint(public_key_pem: &str) -> Result<String, String> {
+    let body: String = public_key_pem
+        .trim()
+        .strip_prefix("-----BEGIN PUBLIC KEY-----")
+        .and_then(|rest| rest.strip_suffix("-----END PUBLIC KEY-----"))
+        .ok_or("not a PEM PUBLIC KEY")?
+        .split_whitespace()
+        .collect();
+    let der = B64
+        .decode(body)
+        .map_err(|e| format!("not a PEM PUBLIC KEY: {e}"))?;
+    Ok(B64.encode(Sha256::digest(der)))
+}
+
+/// What a bundle that verified says: its key hint and its Statement.
+#[derive(Debug, Clone)]
+pub struct VerifiedBundle {
+    /// `verificationMaterial.publicKey.hint`, when the bundle names its key.
+    pub hint: Option<String>,
+    /// The signed in-toto Statement.
+    pub statement: serde_json::Value,
+}
+
+impl VerifiedBundle {
+    /// The `sha256:<hex>` digests of the Statement's subjects.
+    pub fn subject_digests(&self) -> Vec<String> {
+        self.statement["subject"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|s| s["digest"]["sha256"].as_str())
+            .map(|hex| format!("sha256:{hex}"))
+            .collect()
+    }
+
+    /// The Statement's `predicateType`.
+    pub fn predicate_type(&self) -> &str {
+        self.statement["predicateType"].as_str().unwrap_or("")
+    }
+}
+
+/// Verifies a bundle made by [`SigningKey::sign_statement`] (or `cosign sign --key` / `cosign
+/// attest --key`) against `public_key_pem` (a PEM `PUBLIC KEY`, ECDSA P-256): some signature of
+/// its DSSE envelope verifies over the PAE of its payload, whose type is in-toto's.
+///
+/// # Errors
+/// One line: the bundle is not a DSSE bundle, the key cannot be read, or no signature verifies.
+pub fn verify_bundle(public_key_pem: &str, bundle: &[u8]) -> Result<VerifiedBundle, String> {
+    use sigstore::crypto::{CosignVerificationKey, Signature};
+    let b: serde_json::Value =
+        serde_json::from_slice(bundle).map_err(|e| format!("not a Sigstore bundle: {e}"))?;
+    let env = &b["dsseEnvelope"];
+    if env["payloadType"].as_str() != Some(IN_TOTO_MEDIA_TYPE) {
+        return Err("not a DSSE bundle of an in-toto Statement".into());
+    }
+    let payload = env["payload"]
+        .as_str()
+        .and_then(|p| B64.decode(p).ok())
+        .ok_or("the DSSE payload is not base64")?;
+    let key = CosignVerificationKey::from_pem(
+        public_key_pem.as_bytes(),
+        &SigningScheme::ECDSA_P256_SHA256_ASN1,
+    )
+    .map_err(|e| format!("the recorded public key cannot be read: {e}"))?;
+    let signed = pae(IN_TOTO_MEDIA_TYPE, &payload);
+    let verified = env["signatures"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|s| s["sig"].as_str().and_then(|s| B64.decode(s).ok()))
+        .any(|sig| key.verify_signature(Signature::Raw(&sig), &signed).is_ok());
+    if !verified {
+        return Err("no signature verifies with the recorded public key".into());
+    }
+    let statement =
+        serde_json::from_slice(&payload).map_err(|e| format!("the payload is not JSON: {e}"))?;
+    Ok(VerifiedBundle {
+        hint: b["verificationMaterial"]["publicKey"]["hint"]
+            .as_str()
+            .map(str::to_string),
+        statement,
+    })
 }
 
 /// DSSE's pre-authentication encoding: `DSSEv1 <len(type)> <type> <len(body)> <body>`, lengths
@@ -218,14 +333,13 @@ mod tests {
         let (path, pair) = key_file(dir.path(), b"s3cret");
         let key = SigningKey::load(&path, b"s3cret").unwrap();
         let digest = format!("sha256:{}", "ab".repeat(32));
-        let bundle = key
-            .bundle(
-                "registry.example/occm",
-                &digest,
-                COSIGN_SIGN_PREDICATE,
-                serde_json::json!({}),
-            )
-            .unwrap();
+        let stmt = statement(
+            &[("registry.example/occm", &digest)],
+            COSIGN_SIGN_PREDICATE,
+            serde_json::json!({}),
+        )
+        .unwrap();
+        let bundle = key.sign_statement(&stmt).unwrap();
         let (payload, sig, b) = envelope(&bundle);
         assert_eq!(b["mediaType"], BUNDLE_MEDIA_TYPE);
         assert_eq!(
@@ -295,23 +409,64 @@ mod tests {
         let path = dir.path().join("key.pem");
         std::fs::write(&path, pair.private_key_to_pem().unwrap().as_bytes()).unwrap();
         let key = SigningKey::load(&path, b"ignored").unwrap();
-        let ok = key.bundle(
-            "r/o",
-            &format!("sha256:{}", "0".repeat(64)),
+        let digest = format!("sha256:{}", "0".repeat(64));
+        let stmt = statement(
+            &[("r/o", &digest)],
             SPDX_PREDICATE,
             serde_json::json!({"spdxVersion": "SPDX-2.3"}),
-        );
-        assert!(ok.is_ok());
-        let err = key
-            .bundle(
-                "r/o",
-                "latest",
+        )
+        .unwrap();
+        let bundle = key.sign_statement(&stmt).unwrap();
+        let public = pair.public_key_to_pem().unwrap();
+        let verified = verify_bundle(&public, &bundle).unwrap();
+        assert_eq!(verified.subject_digests(), [digest]);
+        assert_eq!(verified.predicate_type(), SPDX_PREDICATE);
+        for subject in ["latest", "sha256:ABCD"] {
+            let err = statement(
+                &[("r/o", subject)],
                 COSIGN_SIGN_PREDICATE,
                 serde_json::json!({}),
             )
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("not a sha256 digest"), "{err}");
+            .unwrap_err();
+            assert!(err.contains("not a sha256 digest"), "{err}");
+        }
+    }
+
+    #[test]
+    fn verify_bundle_accepts_the_signing_key_only_and_refuses_a_changed_payload_or_signature() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, pair) = key_file(dir.path(), b"");
+        let key = SigningKey::load(&path, b"").unwrap();
+        // What cosign.pub holds (LF line ends; the sigstore crate writes CRLF).
+        assert_eq!(
+            key.public_key_pem(),
+            pair.public_key_to_pem().unwrap().replace("\r\n", "\n")
+        );
+        let stmt = statement(
+            &[("r/o", &format!("sha256:{}", "1".repeat(64)))],
+            COSIGN_SIGN_PREDICATE,
+            serde_json::json!({}),
+        )
+        .unwrap();
+        let bundle = key.sign_statement(&stmt).unwrap();
+        let verified = verify_bundle(&key.public_key_pem(), &bundle).unwrap();
+        assert_eq!(verified.hint.as_deref(), Some(key.fingerprint().as_str()));
+        assert_eq!(
+            public_key_fingerprint(&key.public_key_pem()).unwrap(),
+            key.fingerprint()
+        );
+
+        let other = new_pair().public_key_to_pem().unwrap();
+        let err = verify_bundle(&other, &bundle).unwrap_err();
+        assert!(err.contains("no signature verifies"), "{err}");
+
+        let mut b: serde_json::Value = serde_json::from_slice(&bundle).unwrap();
+        let mut forged = stmt.clone();
+        forged[20] ^= 1;
+        b["dsseEnvelope"]["payload"] = B64.encode(&forged).into();
+        let err =
+            verify_bundle(&key.public_key_pem(), &serde_json::to_vec(&b).unwrap()).unwrap_err();
+        assert!(err.contains("no signature verifies"), "{err}");
     }
 
     #[test]

@@ -142,6 +142,7 @@ pub fn image(tag: &str) -> FixtureImage {
         accepted: false,
         accepted_scenarios: vec![],
         referrers: Some(crate::registry::publish::ReferrersPushed::Subject),
+        signature: None,
         mirrors: vec![],
     };
     FixtureImage {
@@ -215,5 +216,6 @@ pub fn entry(minor: &str, repository: &str, fill: char) -> crate::digest_manifes
         accepted: true,
         accepted_scenarios: vec![],
         referrers: None,
+        signature: None,
     }
 }

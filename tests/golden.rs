@@ -323,6 +323,7 @@ fn digest_manifest_bytes() {
         accepted: false,
         accepted_scenarios: vec![],
         referrers: Some(ReferrersPushed::TagSchema),
+        signature: None,
         // Empty mirrors are not written: digest manifests without copies stay byte-identical.
         mirrors: vec![],
     };

@@ -82,6 +82,12 @@ pub struct BuildArgs {
         value_name = "require|fallback|skip"
     )]
     referrers: ReferrersMode,
+    /// Sign the image index by digest and attest its SBOMs and provenance with this key, as
+    /// cosign does (Sigstore bundles as referrers of the index; `cosign verify --key`): cosign's
+    /// own key file (`cosign generate-key-pair`; its password from COSIGN_PASSWORD) or a PKCS#8
+    /// PEM ECDSA P-256 key. Read before anything is built.
+    #[arg(long, value_name = "FILE", env = "OCCM_FORGE_SIGN_KEY")]
+    sign_key: Option<PathBuf>,
 }
 
 impl BuildArgs {
@@ -102,6 +108,15 @@ impl BuildArgs {
             accept: self.accept,
             accept_output: self.accept_output.clone(),
             referrers: self.referrers,
+            sign_key: self
+                .sign_key
+                .as_deref()
+                .map(|path| {
+                    let password = std::env::var_os("COSIGN_PASSWORD").unwrap_or_default();
+                    occm_forge::sign::SigningKey::load(path, password.as_encoded_bytes())
+                })
+                .transpose()?
+                .map(std::sync::Arc::new),
         })
     }
 }

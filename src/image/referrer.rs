@@ -42,6 +42,26 @@ pub fn attach(
     document: &[u8],
     epoch: i64,
 ) -> std::io::Result<Attachment> {
+    attach_annotated(
+        layout_dir,
+        subject,
+        artifact_type,
+        document,
+        epoch,
+        BTreeMap::new(),
+    )
+}
+
+/// [`attach`] with `annotations` on the referrer manifest besides
+/// `org.opencontainers.image.created` (cosign's `dev.sigstore.bundle.*` on a signature).
+pub fn attach_annotated(
+    layout_dir: &Path,
+    subject: &Descriptor,
+    artifact_type: &str,
+    document: &[u8],
+    epoch: i64,
+    mut annotations: BTreeMap<String, String>,
+) -> std::io::Result<Attachment> {
     let config = Descriptor::of(EMPTY_MEDIA_TYPE, EMPTY_CONFIG);
     layout::write_blob(layout_dir, &config.digest, EMPTY_CONFIG)?;
     let doc = Descriptor::of(artifact_type, document);
@@ -55,7 +75,7 @@ pub fn attach(
         annotations: BTreeMap::new(),
         urls: vec![],
     };
-    let annotations = BTreeMap::from([(keys::CREATED.to_string(), crate::util::rfc3339(epoch))]);
+    annotations.insert(keys::CREATED.to_string(), crate::util::rfc3339(epoch));
     let manifest = Manifest {
         schema_version: 2,
         media_type: spec::OCI_MANIFEST.to_string(),

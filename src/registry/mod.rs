@@ -15,6 +15,7 @@ pub mod proxy;
 pub mod publish;
 pub mod pull;
 pub mod retry;
+pub mod transfer;
 mod upload;
 
 pub use upload::ChunkedUploads;

@@ -18,13 +18,14 @@ use std::str::FromStr;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
+use super::transfer::{BlobSource, transfer_blobs, write_referrers_index};
 use super::{ErrorKind, Registry, RegistryError};
 use crate::reference::RepositoryName;
 use crate::util::short;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use crate::image::referrer::{self, Attachment};
-use crate::image::spec::{self, Descriptor, Index};
+use crate::image::spec::Descriptor;
 use crate::image::{BuiltImage, layout};
 
 /// How the SBOM and provenance referrers are pushed (`--referrers`).
@@ -101,91 +102,6 @@ fn local_err(repo: &RepositoryName, operation: String, e: std::io::Error) -> Reg
     }
 }
 
-/// How many blob uploads run at once.
-pub const UPLOAD_CONCURRENCY: usize = 4;
-
-/// Blob counts of a push.
-#[derive(Debug, Clone, Copy, Default)]
-struct Counts {
-    uploaded: usize,
-    skipped: usize,
-    mounted: usize,
-}
-
-/// Pushes `blobs` (each once) from the layout, [`UPLOAD_CONCURRENCY`] at a time: skipped when
-/// present, mounted from `mount.0` when listed in `mount.1` (base layers on the same registry),
-/// uploaded otherwise. The first failure is returned; the other uploads are dropped.
-async fn push_blobs(
-    registry: &dyn Registry,
-    repo: &RepositoryName,
-    layout_dir: &std::path::Path,
-    blobs: &[Descriptor],
-    mount: Option<(&RepositoryName, &BTreeSet<String>)>,
-    on_bytes: &(dyn Fn(u64, u64) + Sync),
-) -> Result<Counts, RegistryError> {
-    use futures::{StreamExt, TryStreamExt};
-    let mut unique: Vec<Descriptor> = Vec::new();
-    for b in blobs {
-        if !unique.iter().any(|u| u.digest == b.digest) {
-            unique.push(b.clone());
-        }
-    }
-    let total: u64 = unique.iter().map(|b| b.size).sum();
-    let results: Vec<Counts> = futures::stream::iter(unique)
-        .map(|blob: Descriptor| async move {
-            let counts = push_one(registry, repo, layout_dir, &blob, mount).await?;
-            on_bytes(blob.size, total);
-            Ok::<_, RegistryError>(counts)
-        })
-        .buffer_unordered(UPLOAD_CONCURRENCY)
-        .try_collect()
-        .await?;
-    Ok(results.iter().fold(Counts::default(), |a, c| Counts {
-        uploaded: a.uploaded + c.uploaded,
-        skipped: a.skipped + c.skipped,
-        mounted: a.mounted + c.mounted,
-    }))
-}
-
-/// One blob: skip when present, mount when listed in `mount`, else upload.
-async fn push_one(
-    registry: &dyn Registry,
-    repo: &RepositoryName,
-    layout_dir: &std::path::Path,
-    blob: &Descriptor,
-    mount: Option<(&RepositoryName, &BTreeSet<String>)>,
-) -> Result<Counts, RegistryError> {
-    if registry.blob_exists(repo, &blob.digest).await? {
-        return Ok(Counts {
-            skipped: 1,
-            ..Counts::default()
-        });
-    }
-    if let Some((from, digests)) = mount
-        && digests.contains(&blob.digest)
-        && registry.mount_blob(repo, from, &blob.digest).await
-    {
-        return Ok(Counts {
-            mounted: 1,
-            ..Counts::default()
-        });
-    }
-    let data = layout::read_blob(layout_dir, &blob.digest).map_err(|e| {
-        local_err(
-            repo,
-            format!("read blob {} from the layout", short(&blob.digest)),
-            e,
-        )
-    })?;
-    registry
-        .push_blob(repo, &blob.digest, Bytes::from(data))
-        .await?;
-    Ok(Counts {
-        uploaded: 1,
-        ..Counts::default()
-    })
-}
-
 /// Pushes `image` and its `attachments` to `repo` in the order of the module documentation, the
 /// tag last; `on_bytes(n, total)` hears about each blob handled.
 ///
@@ -216,7 +132,17 @@ pub async fn publish(
             .iter()
             .flat_map(|a| [a.config.clone(), a.document.clone()]),
     );
-    let counts = push_blobs(registry, repo, &image.layout_dir, &blobs, mount, on_bytes).await?;
+    let counts = transfer_blobs(
+        registry,
+        repo,
+        &blobs,
+        BlobSource::Layout {
+            dir: &image.layout_dir,
+            mount,
+        },
+        on_bytes,
+    )
+    .await?;
     for p in &image.platforms {
         push_from_layout(registry, repo, &image.layout_dir, &p.manifest).await?;
     }
@@ -250,7 +176,7 @@ pub async fn publish(
         reference: format!("{repo}:{}@{}", image.tag, image.index.digest),
         digest: image.index.digest.clone(),
         uploaded: counts.uploaded,
-        skipped: counts.skipped,
+        skipped: counts.present,
         mounted: counts.mounted,
         referrers: if mode == ReferrersMode::Skip {
             ReferrersPushed::Skipped
@@ -389,8 +315,8 @@ async fn push_without_subject(
     Ok(plain)
 }
 
-/// Writes each subject's referrers tag-schema index `sha256-<hex>` (distribution-spec
-/// "Referrers tag schema"): read, merged with `pushed` (other referrers kept) and written back.
+/// Writes each subject's referrers tag-schema index `sha256-<hex>` listing what was pushed
+/// ([`write_referrers_index`]: merged, other referrers kept).
 async fn write_tag_schema(
     registry: &dyn Registry,
     repo: &RepositoryName,
@@ -404,30 +330,7 @@ async fn write_tag_schema(
             .push(a.manifest.clone());
     }
     for (subject, referrers) in by_subject {
-        let tag = referrer::fallback_tag(subject);
-        let existing = match registry.pull_manifest(repo, &tag).await {
-            Ok(bytes) => {
-                Some(
-                    serde_json::from_slice::<Index>(&bytes).map_err(|e| RegistryError {
-                        registry: repo.registry.clone(),
-                        operation: format!("read referrers index {tag}"),
-                        message: e.to_string(),
-                        kind: ErrorKind::Other,
-                    })?,
-                )
-            }
-            Err(e) if e.kind == ErrorKind::NotFound => None,
-            Err(e) => return Err(e),
-        };
-        let index = referrer::merge_referrers(existing, &referrers);
-        registry
-            .push_manifest(
-                repo,
-                &tag,
-                &index.media_type,
-                Bytes::from(spec::to_bytes(&index)),
-            )
-            .await?;
+        write_referrers_index(registry, repo, subject, &referrers, None).await?;
     }
     Ok(())
 }
@@ -452,6 +355,7 @@ fn without_subject(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::image::spec::Index;
     use crate::registry::memory::MemoryRegistry;
     use crate::testing;
 

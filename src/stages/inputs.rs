@@ -93,6 +93,19 @@ async fn freshness(plan: &BuildPlan, registry: &dyn Registry) -> Result<Freshnes
             missing.join(" ")
         ));
     }
+    if let Some(key) = &plan.sign_key
+        && entry.signature.as_ref().map(|s| s.key.as_str()) != Some(key.fingerprint().as_str())
+    {
+        return stale(format!(
+            "{at} records {} {}, and --sign-key signs with key {}",
+            plan.minor,
+            match &entry.signature {
+                Some(s) => format!("signed by key {}", s.key),
+                None => "unsigned".to_string(),
+            },
+            key.fingerprint()
+        ));
+    }
     let Some(recorded) = &entry.inputs else {
         return stale(format!(
             "{at} records no inputs for {} (an older occm-forge built it)",

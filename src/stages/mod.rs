@@ -1,7 +1,7 @@
 //! The build's stages, one file each, in pipeline order (`inputs` first: is it built already?). Each stage is a struct of borrowed
 //! inputs implementing [`crate::stage::Stage`]; its `run` calls the one public entry of the
 //! module that does the work (`source::checkout`, `patches::apply_series`, `go::test::run`,
-//! `go::build::build`, `image::assemble`, `describe`, `registry::publish`,
+//! `go::build::build`, `image::assemble`, `describe`, `sign`, `registry::publish`,
 //! `digest_manifest::record`) and words its stage line. `pipeline::build` lists them;
 //! `patches prove` and `verify --rebuild` run the same stages through the same runner.
 
@@ -13,6 +13,7 @@ pub mod inputs;
 pub mod patches;
 pub mod publish;
 pub mod record;
+pub mod sign;
 pub mod source;
 pub mod test;
 
@@ -24,5 +25,6 @@ pub use inputs::{Freshness, InputsStage};
 pub use patches::PatchStage;
 pub use publish::PublishStage;
 pub use record::RecordStage;
+pub use sign::{SignStage, Signed};
 pub use source::SourceStage;
 pub use test::TestStage;

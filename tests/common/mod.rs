@@ -703,11 +703,17 @@ impl TestRegistry {
         buf.split_once("\r\n\r\n").map(|(_, b)| b.to_string())
     }
 
-    /// The body of a GET as bytes when the answer is 200, else None.
+    /// The body of a GET as bytes when the answer is 200, else None (every manifest media type
+    /// accepted, as [`Self::get_status`]).
     pub fn get_bytes(&self, path: &str) -> Option<Vec<u8>> {
         let mut s = TcpStream::connect(&self.addr).ok()?;
         s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-        write!(s, "GET {path} HTTP/1.0\r\nHost: {}\r\n\r\n", self.addr).ok()?;
+        write!(
+            s,
+            "GET {path} HTTP/1.0\r\nHost: {}\r\nAccept: {MANIFEST_TYPES}\r\n\r\n",
+            self.addr
+        )
+        .ok()?;
         let mut buf = Vec::new();
         s.read_to_end(&mut buf).ok()?;
         let split = buf.windows(4).position(|w| w == b"\r\n\r\n")? + 4;
@@ -740,6 +746,86 @@ impl TestRegistry {
         let mut buf = String::new();
         s.read_to_string(&mut buf).ok()?;
         buf.split_whitespace().nth(1)?.parse().ok()
+    }
+
+    /// One plain-HTTP request: (status, response head, body).
+    fn request(
+        &self,
+        method: &str,
+        path: &str,
+        content_type: &str,
+        body: &[u8],
+    ) -> (u16, String, Vec<u8>) {
+        let mut s = TcpStream::connect(&self.addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        write!(
+            s,
+            "{method} {path} HTTP/1.0\r\nHost: {}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n\r\n",
+            self.addr,
+            body.len()
+        )
+        .unwrap();
+        s.write_all(body).unwrap();
+        let mut buf = Vec::new();
+        s.read_to_end(&mut buf).unwrap();
+        let split = buf.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+        let head = String::from_utf8_lossy(&buf[..split]).into_owned();
+        let status = head.split_whitespace().nth(1).unwrap().parse().unwrap();
+        (status, head, buf[split..].to_vec())
+    }
+
+    /// Uploads `data` as a blob of repository `name` (the path after the host), monolithically
+    /// (distribution-spec POST then PUT); returns its digest.
+    pub fn put_blob(&self, name: &str, data: &[u8]) -> String {
+        let digest = format!("sha256:{}", sha256_hex(data));
+        let (status, head, _) = self.request(
+            "POST",
+            &format!("/v2/{name}/blobs/uploads/"),
+            "application/octet-stream",
+            b"",
+        );
+        assert_eq!(status, 202, "{head}");
+        let location = head
+            .lines()
+            .find_map(|l| {
+                l.split_once(':')
+                    .filter(|(name, _)| name.eq_ignore_ascii_case("location"))
+                    .map(|(_, value)| value)
+            })
+            .unwrap()
+            .trim()
+            .to_string();
+        let location = location
+            .strip_prefix(&format!("http://{}", self.addr))
+            .unwrap_or(&location);
+        let sep = if location.contains('?') { '&' } else { '?' };
+        let (status, head, _) = self.request(
+            "PUT",
+            &format!("{location}{sep}digest={digest}"),
+            "application/octet-stream",
+            data,
+        );
+        assert_eq!(status, 201, "{head}");
+        digest
+    }
+
+    /// Puts manifest `bytes` of `media_type` under `reference` (tag or digest) of `name`;
+    /// returns its digest.
+    pub fn put_manifest(
+        &self,
+        name: &str,
+        reference: &str,
+        media_type: &str,
+        bytes: &[u8],
+    ) -> String {
+        let (status, head, body) = self.request(
+            "PUT",
+            &format!("/v2/{name}/manifests/{reference}"),
+            media_type,
+            bytes,
+        );
+        assert_eq!(status, 201, "{head}{}", String::from_utf8_lossy(&body));
+        format!("sha256:{}", sha256_hex(bytes))
     }
 
     /// `127.0.0.1:<port>/<path>`.
@@ -1248,5 +1334,6 @@ pub fn entry(repository: &str, tag: &str, digest: &str) -> occm_forge::digest_ma
         accepted: false,
         accepted_scenarios: vec![],
         referrers: None,
+        signature: None,
     }
 }

@@ -1,0 +1,311 @@
+//! The one blob-and-referrers transfer that publish (from the OCI layout), copy (from another
+//! repository) and the signatures and attestations they carry all use:
+//!
+//! - [`transfer_blobs`]: each distinct blob once, [`CONCURRENCY`] at a time — skipped when the
+//!   target has it, mounted when the source says it may be (distribution-spec "Mounting a blob
+//!   from another repository"), else read and uploaded;
+//! - [`write_referrers_index`]: a subject's referrers tag-schema index `sha256-<hex>`
+//!   (distribution-spec "Referrers Tag Schema", for registries without the referrers API such as
+//!   distribution 2.8), merged with what is there and keeping other tools' referrers (cosign's).
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use bytes::Bytes;
+
+use super::{ErrorKind, Registry, RegistryError};
+use crate::image::layout;
+use crate::image::referrer::{fallback_tag, merge_referrers};
+use crate::image::spec::{self, Descriptor, Index};
+use crate::reference::RepositoryName;
+use crate::util::short;
+
+/// How many blobs move at once.
+pub const CONCURRENCY: usize = 4;
+
+/// Where the blobs come from.
+#[derive(Debug, Clone, Copy)]
+pub enum BlobSource<'a> {
+    /// An OCI layout directory; the blobs listed in `mount` are mounted from `mount.0` (the base
+    /// image's repository) when the target's registry lets them.
+    Layout {
+        /// The layout directory.
+        dir: &'a Path,
+        /// The base's repository and its layer digests.
+        mount: Option<(&'a RepositoryName, &'a BTreeSet<String>)>,
+    },
+    /// Another repository, through the same [`Registry`]; mounted when it is on the target's
+    /// registry, else pulled (verified against its digest by the client) and uploaded.
+    Repository(&'a RepositoryName),
+}
+
+/// Blob counts of a transfer.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Transferred {
+    /// Blobs uploaded.
+    pub uploaded: usize,
+    /// Blobs the target already had.
+    pub present: usize,
+    /// Blobs mounted from another repository on the same registry.
+    pub mounted: usize,
+}
+
+impl std::ops::Add for Transferred {
+    type Output = Transferred;
+    fn add(self, o: Transferred) -> Transferred {
+        Transferred {
+            uploaded: self.uploaded + o.uploaded,
+            present: self.present + o.present,
+            mounted: self.mounted + o.mounted,
+        }
+    }
+}
+
+/// Transfers `blobs` (each distinct digest once) from `source` to `to`; `on_bytes(n, total)`
+/// hears about each blob handled (sizes in bytes). The first failure is returned and the other
+/// transfers are dropped. Errors name the registry and the operation; a layout blob that cannot
+/// be read is [`ErrorKind::Other`] naming it.
+pub async fn transfer_blobs(
+    registry: &dyn Registry,
+    to: &RepositoryName,
+    blobs: &[Descriptor],
+    source: BlobSource<'_>,
+    on_bytes: &(dyn Fn(u64, u64) + Sync),
+) -> Result<Transferred, RegistryError> {
+    use futures::{StreamExt, TryStreamExt};
+    // Owned descriptors: a stream of borrowed ones is not `Send` for every lifetime, which the
+    // async stages need.
+    let mut unique: Vec<Descriptor> = Vec::new();
+    for b in blobs {
+        if !unique.iter().any(|u| u.digest == b.digest) {
+            unique.push(b.clone());
+        }
+    }
+    let total: u64 = unique.iter().map(|b| b.size).sum();
+    let counts: Vec<Transferred> = futures::stream::iter(unique)
+        .map(|blob: Descriptor| async move {
+            let c = transfer_one(registry, to, &blob, source).await?;
+            on_bytes(blob.size, total);
+            Ok::<_, RegistryError>(c)
+        })
+        .buffer_unordered(CONCURRENCY)
+        .try_collect()
+        .await?;
+    Ok(counts
+        .into_iter()
+        .fold(Transferred::default(), |a, c| a + c))
+}
+
+/// One blob: present, mounted, or read and uploaded.
+async fn transfer_one(
+    registry: &dyn Registry,
+    to: &RepositoryName,
+    blob: &Descriptor,
+    source: BlobSource<'_>,
+) -> Result<Transferred, RegistryError> {
+    if registry.blob_exists(to, &blob.digest).await? {
+        return Ok(Transferred {
+            present: 1,
+            ..Transferred::default()
+        });
+    }
+    let mount_from = match source {
+        BlobSource::Layout {
+            mount: Some((from, digests)),
+            ..
+        } if digests.contains(&blob.digest) => Some(from),
+        BlobSource::Repository(from) if from.registry == to.registry => Some(from),
+        _ => None,
+    };
+    if let Some(from) = mount_from
+        && registry.mount_blob(to, from, &blob.digest).await
+    {
+        return Ok(Transferred {
+            mounted: 1,
+            ..Transferred::default()
+        });
+    }
+    let data = match source {
+        BlobSource::Layout { dir, .. } => Bytes::from(
+            layout::read_blob(dir, &blob.digest).map_err(|e| RegistryError {
+                registry: to.registry.clone(),
+                operation: format!("read blob {} from the layout", short(&blob.digest)),
+                message: e.to_string(),
+                kind: ErrorKind::Other,
+            })?,
+        ),
+        BlobSource::Repository(from) => registry.pull_blob(from, &blob.digest).await?,
+    };
+    registry.push_blob(to, &blob.digest, data).await?;
+    Ok(Transferred {
+        uploaded: 1,
+        ..Transferred::default()
+    })
+}
+
+/// Writes `subject`'s referrers tag-schema index `sha256-<hex>` on `repo` so that it lists
+/// `referrers` (whose manifests must already be there):
+///
+/// - when `repo` has none and `preferred` (another repository's index, byte for byte) lists
+///   every one of `referrers`, `preferred` as it is (copy keeps every digest);
+/// - when `repo` already has exactly `preferred`, nothing;
+/// - else the index there (if any) merged with `referrers` ([`merge_referrers`]: replaced by
+///   digest, others kept), less the entries whose manifest the registry no longer has (a
+///   deleted referrer would make the registry refuse the index: `MANIFEST_BLOB_UNKNOWN`).
+///
+/// Errors: the registry cannot be asked, or the index there is not an image index.
+pub async fn write_referrers_index(
+    registry: &dyn Registry,
+    repo: &RepositoryName,
+    subject: &str,
+    referrers: &[Descriptor],
+    preferred: Option<&Bytes>,
+) -> Result<(), RegistryError> {
+    let tag = fallback_tag(subject);
+    let parse = |bytes: &[u8]| {
+        serde_json::from_slice::<Index>(bytes).map_err(|e| RegistryError {
+            registry: repo.registry.clone(),
+            operation: format!("read referrers index {tag}"),
+            message: e.to_string(),
+            kind: ErrorKind::Other,
+        })
+    };
+    let existing = match registry.pull_manifest(repo, &tag).await {
+        Ok(bytes) => Some(bytes),
+        Err(e) if e.kind == ErrorKind::NotFound => None,
+        Err(e) => return Err(e),
+    };
+    let (media_type, body) = match (preferred, &existing) {
+        (Some(p), None) if lists_all(p, referrers) => (parse(p)?.media_type, p.clone()),
+        (Some(p), Some(there)) if p == there => return Ok(()),
+        _ => {
+            let mut index = existing.as_deref().map(parse).transpose()?;
+            if let Some(index) = index.as_mut() {
+                let mut kept = Vec::new();
+                for m in std::mem::take(&mut index.manifests) {
+                    if referrers.iter().any(|r| r.digest == m.digest)
+                        || registry.manifest_digest(repo, &m.digest).await?.is_some()
+                    {
+                        kept.push(m);
+                    } else {
+                        tracing::info!(
+                            "{repo}: {tag} listed {}, which the registry no longer has; left out",
+                            short(&m.digest)
+                        );
+                    }
+                }
+                index.manifests = kept;
+            }
+            let merged = merge_referrers(index, referrers);
+            (
+                merged.media_type.clone(),
+                Bytes::from(spec::to_bytes(&merged)),
+            )
+        }
+    };
+    let media_type = if media_type.is_empty() {
+        spec::OCI_INDEX.to_string()
+    } else {
+        media_type
+    };
+    registry.push_manifest(repo, &tag, &media_type, body).await
+}
+
+/// Whether index bytes `index` list every one of `descriptors`.
+fn lists_all(index: &[u8], descriptors: &[Descriptor]) -> bool {
+    serde_json::from_slice::<Index>(index).is_ok_and(|i| {
+        descriptors
+            .iter()
+            .all(|d| i.manifests.iter().any(|m| m.digest == d.digest))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::registry::memory::MemoryRegistry;
+
+    fn repo() -> RepositoryName {
+        "registry.example/occm".parse().unwrap()
+    }
+
+    async fn manifest(reg: &MemoryRegistry, n: u8) -> Descriptor {
+        let body = format!(
+            "{{\"schemaVersion\":2,\"mediaType\":\"{}\",\"n\":{n}}}",
+            spec::OCI_MANIFEST
+        );
+        let d = Descriptor::of(spec::OCI_MANIFEST, body.as_bytes());
+        reg.push_manifest(&repo(), &d.digest, spec::OCI_MANIFEST, Bytes::from(body))
+            .await
+            .unwrap();
+        d
+    }
+
+    async fn listed(reg: &MemoryRegistry, subject: &str) -> Vec<String> {
+        let bytes = reg
+            .pull_manifest(&repo(), &fallback_tag(subject))
+            .await
+            .unwrap();
+        let i: Index = serde_json::from_slice(&bytes).unwrap();
+        i.manifests.into_iter().map(|m| m.digest).collect()
+    }
+
+    #[tokio::test]
+    async fn a_referrers_index_keeps_others_and_drops_what_the_registry_no_longer_has() {
+        let reg = MemoryRegistry::new();
+        let subject = format!("sha256:{}", "a".repeat(64));
+        let (cosign, deleted, ours) = (
+            manifest(&reg, 1).await,
+            manifest(&reg, 2).await,
+            manifest(&reg, 3).await,
+        );
+        write_referrers_index(
+            &reg,
+            &repo(),
+            &subject,
+            &[cosign.clone(), deleted.clone()],
+            None,
+        )
+        .await
+        .unwrap();
+        reg.delete_manifest(&repo(), &deleted.digest);
+        write_referrers_index(&reg, &repo(), &subject, std::slice::from_ref(&ours), None)
+            .await
+            .unwrap();
+        let mut want = vec![cosign.digest, ours.digest];
+        want.sort();
+        assert_eq!(listed(&reg, &subject).await, want);
+    }
+
+    #[tokio::test]
+    async fn another_repositorys_index_is_kept_byte_for_byte_when_it_lists_every_referrer() {
+        let reg = MemoryRegistry::new();
+        let subject = format!("sha256:{}", "b".repeat(64));
+        let (a, b) = (manifest(&reg, 1).await, manifest(&reg, 2).await);
+        let source = Bytes::from(spec::to_bytes(&merge_referrers(
+            None,
+            &[a.clone(), b.clone()],
+        )));
+        // Pretty-printed, so that byte equality is not an accident of our serialisation.
+        let source = Bytes::from(
+            serde_json::to_vec_pretty(
+                &serde_json::from_slice::<serde_json::Value>(&source).unwrap(),
+            )
+            .unwrap(),
+        );
+        write_referrers_index(
+            &reg,
+            &repo(),
+            &subject,
+            &[a.clone(), b.clone()],
+            Some(&source),
+        )
+        .await
+        .unwrap();
+        let there = reg
+            .pull_manifest(&repo(), &fallback_tag(&subject))
+            .await
+            .unwrap();
+        assert_eq!(there, source);
+    }
+}
