@@ -634,6 +634,7 @@ impl Checker<'_> {
 mod tests {
     use super::*;
 
+    use crate::image::referrer;
     use crate::registry::publish;
     use crate::testing;
 
@@ -743,5 +744,102 @@ mod tests {
         reg.fail_when(|_| Some(ErrorKind::Transient));
         let e = check(&reg, &config(), minor, &f.entry).await.unwrap_err();
         assert_eq!(e.kind, ErrorKind::Transient);
+    }
+
+    /// Signs `subject` with a fresh key into `f`'s layout as a bundle referrer of the index;
+    /// returns the attachment and the key's public PEM and fingerprint.
+    fn signed(f: &testing::FixtureImage, subject: &str) -> (referrer::Attachment, String, String) {
+        let dir = tempfile::tempdir().unwrap();
+        let pair = sigstore::crypto::SigningScheme::ECDSA_P256_SHA256_ASN1
+            .create_signer()
+            .unwrap()
+            .to_sigstore_keypair()
+            .unwrap();
+        let path = dir.path().join("key.pem");
+        std::fs::write(&path, pair.private_key_to_pem().unwrap().as_bytes()).unwrap();
+        let key = sign::SigningKey::load(&path, b"").unwrap();
+        let repo = f.repo.to_string();
+        let statement = sign::statement(
+            &[(repo.as_str(), subject)],
+            sign::COSIGN_SIGN_PREDICATE,
+            serde_json::json!({}),
+        )
+        .unwrap();
+        let bundle = key.sign_statement(&statement).unwrap();
+        let a = referrer::attach(
+            &f.image.layout_dir,
+            &f.image.index,
+            BUNDLE_MEDIA_TYPE,
+            &bundle,
+            0,
+        )
+        .unwrap();
+        (a, key.public_key_pem(), key.fingerprint())
+    }
+
+    #[tokio::test]
+    async fn a_signature_by_the_recorded_key_matches_and_a_foreign_or_misdirected_one_is_a_finding()
+    {
+        let f = testing::image("v1.34.1-occmforge.1");
+        let reg = crate::registry::memory::MemoryRegistry::new();
+        let minor = "1.34".parse().unwrap();
+        let (ours, public_key, key) = signed(&f, &f.image.index.digest);
+        let (elsewhere, other_public, other_key) =
+            signed(&f, &format!("sha256:{}", "e".repeat(64)));
+        let mut attachments = f.attachments.clone();
+        attachments.extend([ours.clone(), elsewhere.clone()]);
+        f.publish_as(
+            &reg,
+            &f.repo,
+            &attachments,
+            publish::ReferrersMode::Fallback,
+        )
+        .await
+        .unwrap();
+        let mut entry = f.entry.clone();
+        entry.signature = Some(Signature {
+            digest: ours.manifest.digest.clone(),
+            key: key.clone(),
+            public_key: public_key.clone(),
+            attestations: BTreeMap::new(),
+        });
+        let found = check(&reg, &config(), minor, &entry).await.unwrap();
+        assert!(found.is_empty(), "{found:?}");
+
+        // The digest manifest names another key than the one that signed.
+        let mut foreign = entry.clone();
+        let sig = foreign.signature.as_mut().unwrap();
+        (sig.public_key, sig.key) = (other_public.clone(), other_key.clone());
+        let found = check(&reg, &config(), minor, &foreign).await.unwrap();
+        assert_eq!(fields(&found), ["signature"], "{found:?}");
+        assert!(
+            found[0].message.ends_with(&format!(
+                "no signature verifies with the recorded public key (key {other_key})"
+            )),
+            "{found:?}"
+        );
+
+        // A fingerprint that is not the recorded public key's.
+        let mut mismatched = entry.clone();
+        mismatched.signature.as_mut().unwrap().key = other_key.clone();
+        let found = check(&reg, &config(), minor, &mismatched).await.unwrap();
+        assert!(
+            found[0]
+                .message
+                .starts_with("the recorded public key is key "),
+            "{found:?}"
+        );
+
+        // A bundle by the key, but about another digest.
+        let mut misdirected = entry.clone();
+        let sig = misdirected.signature.as_mut().unwrap();
+        (sig.digest, sig.public_key, sig.key) =
+            (elsewhere.manifest.digest.clone(), other_public, other_key);
+        let found = check(&reg, &config(), minor, &misdirected).await.unwrap();
+        assert_eq!(fields(&found), ["signature"], "{found:?}");
+        assert!(
+            found[0].message.starts_with("signs sha256:eeee"),
+            "{found:?}"
+        );
     }
 }
