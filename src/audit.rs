@@ -757,7 +757,7 @@ mod tests {
             .unwrap();
         let path = dir.path().join("key.pem");
         std::fs::write(&path, pair.private_key_to_pem().unwrap().as_bytes()).unwrap();
-        let key = sign::SigningKey::load(&path, b"").unwrap();
+        let key = sign::SigningKey::load(&path, None).unwrap();
         let repo = f.repo.to_string();
         let statement = sign::statement(
             &[(repo.as_str(), subject)],

@@ -31,6 +31,20 @@ pub const COSIGN_SIGN_PREDICATE: &str = "https://sigstore.dev/cosign/sign/v1";
 /// The predicate type `cosign verify-attestation --type spdxjson` looks for.
 pub const SPDX_PREDICATE: &str = "https://spdx.dev/Document";
 
+/// The most a key file may hold (bytes); a cosign or PKCS#8 P-256 key is well under 1 KiB.
+pub const MAX_KEY_BYTES: u64 = 64 * 1024;
+
+/// Why a key of another algorithm or curve is refused.
+const NOT_P256: &str = "not an ECDSA P-256 key: occm-forge signs with ECDSA P-256, the key `cosign generate-key-pair` makes";
+
+/// The label of the first PEM block in `pem` (`-----BEGIN <label>-----`), if any.
+fn pem_label(pem: &[u8]) -> Option<String> {
+    let text = String::from_utf8_lossy(pem);
+    let start = text.find("-----BEGIN ")? + "-----BEGIN ".len();
+    let len = text[start..].find("-----")?;
+    Some(text[start..start + len].to_string())
+}
+
 /// A signing failure, one line naming the key file (never the password or key bytes).
 #[derive(Debug, thiserror::Error)]
 #[error("signing key {}: {message}", path.display())]
@@ -68,32 +82,65 @@ impl std::fmt::Debug for SigningKey {
 
 impl SigningKey {
     /// Reads `path`: cosign's `ENCRYPTED SIGSTORE PRIVATE KEY` (scrypt + secretbox, as `cosign
-    /// generate-key-pair` writes it; needs `password`, which may be empty) or an unencrypted
-    /// PKCS#8 PEM (`password` ignored).
+    /// generate-key-pair` writes it; opened with `password`, COSIGN_PASSWORD's bytes, `None`
+    /// when it is not set, which opens a key made with an empty password) or an unencrypted
+    /// PKCS#8 PEM (`password` ignored). At most [`MAX_KEY_BYTES`] are read.
     ///
     /// # Errors
-    /// A [`SignError`] naming `path` when the file cannot be read, the password does not open it,
-    /// or the key is not an ECDSA P-256 key.
-    pub fn load(path: &Path, password: &[u8]) -> Result<Self, SignError> {
-        let pem = std::fs::read(path)
-            .map_err(|e| SignError::new(path, format!("cannot read it: {e}")))?;
-        let encrypted = pem
-            .windows(b"ENCRYPTED SIGSTORE PRIVATE KEY".len())
-            .any(|w| w == b"ENCRYPTED SIGSTORE PRIVATE KEY");
-        let pair = if encrypted {
-            SigStoreKeyPair::from_encrypted_pem(&pem, password).map_err(|_| {
-                SignError::new(
-                    path,
-                    "the password does not open this cosign key (COSIGN_PASSWORD)",
+    /// A [`SignError`] naming `path` and saying what to do: the file cannot be read or is too
+    /// large; a damaged cosign key (its PEM block does not decode); the password does not open it
+    /// (saying whether COSIGN_PASSWORD was set); a public key, an encrypted PKCS#8 or a SEC1 key
+    /// (each with the command that converts it); not a key; not an ECDSA P-256 key.
+    pub fn load(path: &Path, password: Option<&[u8]>) -> Result<Self, SignError> {
+        use std::io::Read as _;
+        let fail = |message: String| SignError::new(path, message);
+        let mut pem = Vec::new();
+        std::fs::File::open(path)
+            .and_then(|f| f.take(MAX_KEY_BYTES + 1).read_to_end(&mut pem))
+            .map_err(|e| fail(format!("cannot read it: {e}")))?;
+        if pem.len() as u64 > MAX_KEY_BYTES {
+            return Err(fail(format!(
+                "larger than {} KiB: not a key file",
+                MAX_KEY_BYTES / 1024
+            )));
+        }
+        let pair = match pem_label(&pem).as_deref() {
+            Some("ENCRYPTED SIGSTORE PRIVATE KEY") => {
+                if pem::parse(&pem).is_err() {
+                    return Err(fail(
+                        "a damaged cosign key: its PEM block does not decode (cut short, or pasted with a literal \\n instead of line breaks?)".into(),
+                    ));
+                }
+                SigStoreKeyPair::from_encrypted_pem(&pem, password.unwrap_or_default()).map_err(
+                    |_| {
+                        fail(match password {
+                            None => "this cosign key needs its password, and COSIGN_PASSWORD is not set".into(),
+                            Some(_) => "the password in COSIGN_PASSWORD does not open this cosign key".into(),
+                        })
+                    },
+                )?
+            }
+            Some("PUBLIC KEY") => {
+                return Err(fail(
+                    "a public key (like cosign.pub): --sign-key takes the private key (cosign.key)".into(),
+                ));
+            }
+            Some("ENCRYPTED PRIVATE KEY") => {
+                return Err(fail(
+                    "an encrypted PKCS#8 key: import it as a cosign key (`cosign import-key-pair --key FILE`) or decrypt it (`openssl pkcs8 -in FILE -out key.pem`)".into(),
+                ));
+            }
+            Some("EC PRIVATE KEY") => {
+                return Err(fail(
+                    "a SEC1 EC key: convert it (`openssl pkcs8 -topk8 -nocrypt -in FILE -out key.pem`, or `cosign import-key-pair --key FILE`)".into(),
+                ));
+            }
+            Some("RSA PRIVATE KEY") => return Err(fail(NOT_P256.into())),
+            _ => SigStoreKeyPair::from_pem(&pem).map_err(|_| {
+                fail(
+                    "not a cosign key or a PKCS#8 PEM private key (`cosign generate-key-pair` makes one)".into(),
                 )
-            })?
-        } else {
-            SigStoreKeyPair::from_pem(&pem).map_err(|_| {
-                SignError::new(
-                    path,
-                    "not a cosign key or a PKCS#8 PEM private key (`cosign generate-key-pair` makes one)",
-                )
-            })?
+            })?,
         };
         Self::from_pair(path, &pair)
     }
@@ -101,9 +148,7 @@ impl SigningKey {
     fn from_pair(path: &Path, pair: &SigStoreKeyPair) -> Result<Self, SignError> {
         let signer = pair
             .to_sigstore_signer(&SigningScheme::ECDSA_P256_SHA256_ASN1)
-            .map_err(|_| {
-                SignError::new(path, "not an ECDSA P-256 key (cosign signs with P-256)")
-            })?;
+            .map_err(|_| SignError::new(path, NOT_P256))?;
         let public_der = pair
             .public_key_to_der()
             .map_err(|e| SignError::new(path, format!("cannot encode its public key: {e}")))?;
@@ -331,7 +376,7 @@ mod tests {
     fn a_cosign_key_signs_a_statement_its_public_key_verifies_and_a_flipped_byte_does_not() {
         let dir = tempfile::tempdir().unwrap();
         let (path, pair) = key_file(dir.path(), b"s3cret");
-        let key = SigningKey::load(&path, b"s3cret").unwrap();
+        let key = SigningKey::load(&path, Some(b"s3cret")).unwrap();
         let digest = format!("sha256:{}", "ab".repeat(32));
         let stmt = statement(
             &[("registry.example/occm", &digest)],
@@ -377,18 +422,67 @@ mod tests {
     fn a_wrong_password_is_one_line_naming_the_file_and_not_the_password() {
         let dir = tempfile::tempdir().unwrap();
         let (path, _) = key_file(dir.path(), b"s3cret");
-        let err = SigningKey::load(&path, b"hunter2").unwrap_err().to_string();
+        let err = SigningKey::load(&path, Some(b"hunter2"))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains(&path.display().to_string()), "{err}");
-        assert!(err.contains("password does not open"), "{err}");
+        assert!(
+            err.contains("the password in COSIGN_PASSWORD does not open"),
+            "{err}"
+        );
         assert!(!err.contains("hunter2") && !err.contains("s3cret"), "{err}");
         assert_eq!(err.lines().count(), 1);
+    }
+
+    #[test]
+    fn near_miss_key_files_say_what_they_are_and_what_to_do() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, pair) = key_file(dir.path(), b"s3cret");
+        let load = |name: &str, bytes: &[u8], password: Option<&[u8]>| {
+            let p = dir.path().join(name);
+            std::fs::write(&p, bytes).unwrap();
+            let err = SigningKey::load(&p, password).unwrap_err().to_string();
+            assert_eq!(err.lines().count(), 1, "{err}");
+            err
+        };
+        let unset = SigningKey::load(&path, None).unwrap_err().to_string();
+        assert!(
+            unset.ends_with("needs its password, and COSIGN_PASSWORD is not set"),
+            "{unset}"
+        );
+        let key = std::fs::read_to_string(&path).unwrap();
+        let cut = load("cut.key", &key.as_bytes()[..200], Some(b"s3cret"));
+        assert!(cut.contains("a damaged cosign key"), "{cut}");
+        let pasted = load(
+            "pasted.key",
+            key.replace('\n', "\\n").as_bytes(),
+            Some(b"s3cret"),
+        );
+        assert!(pasted.contains("a damaged cosign key"), "{pasted}");
+        let public = load(
+            "cosign.pub",
+            pair.public_key_to_pem().unwrap().as_bytes(),
+            None,
+        );
+        assert!(
+            public.contains("a public key (like cosign.pub)"),
+            "{public}"
+        );
+        let sec1 = load(
+            "sec1.pem",
+            b"-----BEGIN EC PRIVATE KEY-----\nAAAA\n-----END EC PRIVATE KEY-----\n",
+            None,
+        );
+        assert!(sec1.contains("openssl pkcs8 -topk8 -nocrypt"), "{sec1}");
+        let big = load("big.pem", &vec![b'A'; MAX_KEY_BYTES as usize + 1], None);
+        assert!(big.ends_with("larger than 64 KiB: not a key file"), "{big}");
     }
 
     #[test]
     fn an_unreadable_or_foreign_key_file_is_refused_with_its_name() {
         let dir = tempfile::tempdir().unwrap();
         let missing = dir.path().join("absent.key");
-        let err = SigningKey::load(&missing, b"").unwrap_err().to_string();
+        let err = SigningKey::load(&missing, None).unwrap_err().to_string();
         assert!(
             err.starts_with(&format!(
                 "signing key {}: cannot read it",
@@ -398,7 +492,7 @@ mod tests {
         );
         let junk = dir.path().join("junk.pem");
         std::fs::write(&junk, "not a key\n").unwrap();
-        let err = SigningKey::load(&junk, b"").unwrap_err().to_string();
+        let err = SigningKey::load(&junk, None).unwrap_err().to_string();
         assert!(err.contains("not a cosign key or a PKCS#8"), "{err}");
     }
 
@@ -408,7 +502,7 @@ mod tests {
         let pair = new_pair();
         let path = dir.path().join("key.pem");
         std::fs::write(&path, pair.private_key_to_pem().unwrap().as_bytes()).unwrap();
-        let key = SigningKey::load(&path, b"ignored").unwrap();
+        let key = SigningKey::load(&path, Some(b"ignored")).unwrap();
         let digest = format!("sha256:{}", "0".repeat(64));
         let stmt = statement(
             &[("r/o", &digest)],
@@ -436,7 +530,7 @@ mod tests {
     fn verify_bundle_accepts_the_signing_key_only_and_refuses_a_changed_payload_or_signature() {
         let dir = tempfile::tempdir().unwrap();
         let (path, pair) = key_file(dir.path(), b"");
-        let key = SigningKey::load(&path, b"").unwrap();
+        let key = SigningKey::load(&path, None).unwrap();
         // What cosign.pub holds (LF line ends; the sigstore crate writes CRLF).
         assert_eq!(
             key.public_key_pem(),

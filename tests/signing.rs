@@ -177,7 +177,7 @@ fn a_signed_build_verifies_with_cosign_and_verify_and_copy_keep_the_signature() 
     assert_eq!(
         stderr(&o),
         format!(
-            "occm-forge: error: signing key {}: the password does not open this cosign key (COSIGN_PASSWORD)\n",
+            "occm-forge: error: signing key {}: the password in COSIGN_PASSWORD does not open this cosign key\n",
             key.display()
         )
     );

@@ -112,8 +112,11 @@ impl BuildArgs {
                 .sign_key
                 .as_deref()
                 .map(|path| {
-                    let password = std::env::var_os("COSIGN_PASSWORD").unwrap_or_default();
-                    occm_forge::sign::SigningKey::load(path, password.as_encoded_bytes())
+                    let password = std::env::var_os("COSIGN_PASSWORD");
+                    occm_forge::sign::SigningKey::load(
+                        path,
+                        password.as_ref().map(|p| p.as_encoded_bytes()),
+                    )
                 })
                 .transpose()?
                 .map(std::sync::Arc::new),
