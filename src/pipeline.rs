@@ -179,14 +179,64 @@ async fn steps(
     let binaries = run
         .run(stages::BuildStage::of(plan, &tree, &out_dir))
         .await?;
-    // The layout is ours from the image stage to the garbage collection in describe.
+    let assembled = assemble(plan, registry, &mut run, &tree, &binaries, epoch).await?;
+    if plan.accept {
+        run.run(stages::AcceptStage { plan }).await?;
+    }
+    let published = if plan.push {
+        Some(
+            run.run(stages::PublishStage {
+                registry,
+                repo: &plan.repository_name,
+                image: &assembled.imaged.image,
+                attachments: &assembled.attachments,
+                served_before: served_before.as_deref(),
+                replace_tag: plan.replace_tag,
+                minor: plan.minor,
+                referrers: plan.referrers,
+            })
+            .await?,
+        )
+    } else {
+        None
+    };
+    let entry = entry(plan, &tree, &applied, &assembled, published.as_ref(), epoch);
+    run.run(stages::RecordStage {
+        plan,
+        entry: entry.clone(),
+    })
+    .await?;
+    drop(scratch);
+    tracing::debug!("image {} ({})", entry.image, short(&entry.digest));
+    Ok(BuildOutcome::of(plan, entry, run, false))
+}
+
+/// What the layout stages made: the image, its SBOMs and provenance, its signature (with
+/// `--sign-key`), and every referrer to push (SBOMs, provenance, then the bundles).
+struct Assembled {
+    imaged: Imaged,
+    described: Described,
+    signed: Option<Signed>,
+    attachments: Vec<Attachment>,
+}
+
+/// The image, describe and (with `--sign-key`) sign stages, holding the layout's lock from the
+/// image stage to the last garbage collection.
+async fn assemble(
+    plan: &BuildPlan,
+    registry: &dyn Registry,
+    run: &mut Runner<'_>,
+    tree: &SourceTree,
+    binaries: &[crate::go::build::Binary],
+    epoch: i64,
+) -> Result<Assembled, Error> {
     let layout_lock = crate::image::layout::lock(&plan.output)
         .map_err(|e| Error::Io(format!("--output {}: {e}", plan.output.display())))?;
     let imaged = run
         .run(stages::ImageStage {
             plan,
             registry,
-            binaries: &binaries,
+            binaries,
             epoch,
             revision: &tree.commit,
         })
@@ -194,8 +244,8 @@ async fn steps(
     let described = run
         .run(stages::DescribeStage {
             plan,
-            tree: &tree,
-            binaries: &binaries,
+            tree,
+            binaries,
             imaged: &imaged,
             epoch,
         })
@@ -214,51 +264,18 @@ async fn steps(
         None => None,
     };
     drop(layout_lock);
-    let attachments: Vec<_> = described
+    let attachments = described
         .attachments
         .iter()
         .chain(signed.iter().flat_map(|s| &s.attachments))
         .cloned()
         .collect();
-    if plan.accept {
-        run.run(stages::AcceptStage { plan }).await?;
-    }
-    let published = if plan.push {
-        Some(
-            run.run(stages::PublishStage {
-                registry,
-                repo: &plan.repository_name,
-                image: &imaged.image,
-                attachments: &attachments,
-                served_before: served_before.as_deref(),
-                replace_tag: plan.replace_tag,
-                minor: plan.minor,
-                referrers: plan.referrers,
-            })
-            .await?,
-        )
-    } else {
-        None
-    };
-    let entry = entry(
-        plan,
-        &tree,
-        &applied,
-        &imaged,
-        &described,
-        signed.as_ref(),
-        &attachments,
-        published.as_ref(),
-        epoch,
-    );
-    run.run(stages::RecordStage {
-        plan,
-        entry: entry.clone(),
+    Ok(Assembled {
+        imaged,
+        described,
+        signed,
+        attachments,
     })
-    .await?;
-    drop(scratch);
-    tracing::debug!("image {} ({})", entry.image, short(&entry.digest));
-    Ok(BuildOutcome::of(plan, entry, run, false))
 }
 
 /// The source and patches stages. In the minor's own work tree (`reusable`), a tree that still
@@ -401,19 +418,21 @@ fn preflight_output(dir: &Path) -> Result<(), Error> {
 /// The digest-manifest entry of a finished build. The digests of the referrers (SBOM,
 /// provenance, signature, attestations) are those of the referrer manifests the registry serves
 /// when pushed (without `subject` where the registry refused it), else those in the layout;
-/// `attachments` are the layout's, in the order publish pushed them.
-#[allow(clippy::too_many_arguments)]
+/// `assembled.attachments` are the layout's, in the order publish pushed them.
 fn entry(
     plan: &BuildPlan,
     tree: &SourceTree,
     applied: &[AppliedPatch],
-    imaged: &Imaged,
-    described: &Described,
-    signed: Option<&Signed>,
-    attachments: &[Attachment],
+    assembled: &Assembled,
     published: Option<&Published>,
     epoch: i64,
 ) -> Entry {
+    let Assembled {
+        imaged,
+        described,
+        signed,
+        attachments,
+    } = assembled;
     let image = &imaged.image;
     let digest_of = |layout: &str| match published {
         Some(p) if p.referrers == ReferrersPushed::TagSchema => p
@@ -431,7 +450,7 @@ fn entry(
         .map(|(platform, d)| (platform.clone(), digest_of(d)))
         .collect();
     let provenance = digest_of(&described.provenance);
-    let signature = signed.map(|s| {
+    let signature = signed.as_ref().map(|s| {
         let mut signature = s.signature.clone();
         signature.digest = digest_of(&signature.digest);
         for d in signature.attestations.values_mut() {

@@ -64,6 +64,39 @@ fn forge(f: &Fixture, reg: &TestRegistry, password: &str, args: &[&str]) -> Outp
         .unwrap()
 }
 
+/// `occm-forge verify --k8s 1.34`.
+fn verify(f: &Fixture, reg: &TestRegistry) -> Output {
+    forge(f, reg, "", &["verify", "--k8s", "1.34"])
+}
+
+/// `occm-forge copy --k8s 1.34 --to <to>`.
+fn copy(f: &Fixture, reg: &TestRegistry, to: &str) -> Output {
+    occm_forge(f.path())
+        .args([
+            "copy",
+            "--k8s",
+            "1.34",
+            "--to",
+            to,
+            "--insecure-registry",
+            &reg.addr,
+        ])
+        .output()
+        .unwrap()
+}
+
+/// `cosign generate-key-pair` into `dir` as `<prefix>.key` / `<prefix>.pub`.
+fn generate_key_pair(home: &Path, dir: &Path, prefix: &str, password: &str) {
+    let o = Command::new(cosign_bin())
+        .args(["generate-key-pair", "--output-key-prefix", prefix])
+        .current_dir(dir)
+        .env("HOME", home)
+        .env("COSIGN_PASSWORD", password)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+}
+
 fn text(o: &Output) -> String {
     format!("{}{}", stdout(o), stderr(o))
 }
@@ -154,14 +187,7 @@ fn a_signed_build_verifies_with_cosign_and_verify_and_copy_keep_the_signature() 
     f.write_config(&repo, &["linux/amd64"], "static", &[]);
     let home = tempfile::tempdir().unwrap();
     let keys = tempfile::tempdir().unwrap();
-    let o = Command::new(cosign_bin())
-        .arg("generate-key-pair")
-        .current_dir(keys.path())
-        .env("HOME", home.path())
-        .env("COSIGN_PASSWORD", "correct horse")
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", text(&o));
+    generate_key_pair(home.path(), keys.path(), "cosign", "correct horse");
     let key = keys.path().join("cosign.key");
     let public = keys.path().join("cosign.pub");
     let key_arg = key.to_str().unwrap();
@@ -238,23 +264,12 @@ fn a_signed_build_verifies_with_cosign_and_verify_and_copy_keep_the_signature() 
             text(&o)
         );
     }
-    let o = forge(&f, &reg, "", &["verify", "--k8s", "1.34"]);
+    let o = verify(&f, &reg);
     assert!(o.status.success(), "verify: {}", text(&o));
 
     // copy carries them, every digest unchanged: cosign verifies at the destination.
     let mirror = reg.repo("mirror/openstack-cloud-controller-manager");
-    let o = occm_forge(f.path())
-        .args([
-            "copy",
-            "--k8s",
-            "1.34",
-            "--to",
-            &mirror,
-            "--insecure-registry",
-            &reg.addr,
-        ])
-        .output()
-        .unwrap();
+    let o = copy(&f, &reg, &mirror);
     assert!(o.status.success(), "copy: {}", text(&o));
     let o = cosign_verify(
         home.path(),
@@ -322,7 +337,7 @@ fn a_signed_build_verifies_with_cosign_and_verify_and_copy_keep_the_signature() 
             "cosign verify passed with {pointer} changed: {}",
             text(&o)
         );
-        let o = forge(&f, &reg, "", &["verify", "--k8s", "1.34"]);
+        let o = verify(&f, &reg);
         assert_eq!(o.status.code(), Some(10), "{}", text(&o));
         assert!(
             stdout(&o).contains(&format!(
@@ -347,14 +362,7 @@ fn a_signed_build_verifies_with_cosign_and_verify_and_copy_keep_the_signature() 
     );
 
     // A digest manifest that names another key: the image's signature is foreign to it.
-    let o = Command::new(cosign_bin())
-        .args(["generate-key-pair", "--output-key-prefix", "other"])
-        .current_dir(keys.path())
-        .env("HOME", home.path())
-        .env("COSIGN_PASSWORD", "")
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", text(&o));
+    generate_key_pair(home.path(), keys.path(), "other", "");
     let other = std::fs::read_to_string(keys.path().join("other.pub")).unwrap();
     let other_key = occm_forge::sign::public_key_fingerprint(&other).unwrap();
     let original_lock = std::fs::read_to_string(&f.lock).unwrap();
@@ -362,7 +370,7 @@ fn a_signed_build_verifies_with_cosign_and_verify_and_copy_keep_the_signature() 
     edited["images"]["1.34"]["signature"]["public_key"] = other.clone().into();
     edited["images"]["1.34"]["signature"]["key"] = other_key.clone().into();
     std::fs::write(&f.lock, serde_norway::to_string(&edited).unwrap()).unwrap();
-    let o = forge(&f, &reg, "", &["verify", "--k8s", "1.34"]);
+    let o = verify(&f, &reg);
     assert_eq!(o.status.code(), Some(10), "{}", text(&o));
     let found = stdout(&o);
     assert!(
@@ -380,7 +388,7 @@ fn a_signed_build_verifies_with_cosign_and_verify_and_copy_keep_the_signature() 
         reg.delete(&format!("/v2/{name}/manifests/{sig_digest}")),
         Some(202)
     );
-    let o = forge(&f, &reg, "", &["verify", "--k8s", "1.34"]);
+    let o = verify(&f, &reg);
     assert_eq!(o.status.code(), Some(10), "{}", text(&o));
     assert!(
         stdout(&o).contains(&format!("1.34: signature: {sig_digest} is not in {repo}")),
@@ -423,7 +431,7 @@ fn a_signed_build_verifies_with_cosign_and_verify_and_copy_keep_the_signature() 
     );
     // The mirror copied before holds the old signature only: verify says so, and copying again
     // brings the new one.
-    let o = forge(&f, &reg, "", &["verify", "--k8s", "1.34"]);
+    let o = verify(&f, &reg);
     assert_eq!(o.status.code(), Some(10), "verify: {}", text(&o));
     let new_sig = lock["images"]["1.34"]["signature"]["digest"]
         .as_str()
@@ -435,20 +443,9 @@ fn a_signed_build_verifies_with_cosign_and_verify_and_copy_keep_the_signature() 
         "{}",
         text(&o)
     );
-    let o = occm_forge(f.path())
-        .args([
-            "copy",
-            "--k8s",
-            "1.34",
-            "--to",
-            &mirror,
-            "--insecure-registry",
-            &reg.addr,
-        ])
-        .output()
-        .unwrap();
+    let o = copy(&f, &reg, &mirror);
     assert!(o.status.success(), "copy again: {}", text(&o));
-    let o = forge(&f, &reg, "", &["verify", "--k8s", "1.34"]);
+    let o = verify(&f, &reg);
     assert!(o.status.success(), "verify: {}", text(&o));
     let o = cosign_verify(
         home.path(),
