@@ -92,7 +92,7 @@ impl Checker<'_> {
 
     /// Checks a referrer manifest: present, of `artifact_type`, about `subject` (its `subject`
     /// field, or none when it went in by the tag schema alone, `with_subject` false), and listed
-    /// in the subject's referrers index.
+    /// in the subject's referrers index. Returns the manifest when it is there and one.
     async fn referrer(
         &mut self,
         field: &str,
@@ -100,16 +100,16 @@ impl Checker<'_> {
         artifact_type: &str,
         subject: &str,
         with_subject: bool,
-    ) -> Result<(), RegistryError> {
+    ) -> Result<Option<Manifest>, RegistryError> {
         let Some(bytes) = self.manifest(field, digest).await? else {
-            return Ok(());
+            return Ok(None);
         };
         let Ok(m) = serde_json::from_slice::<Manifest>(&bytes) else {
             self.find(
                 field,
                 format!("{} is not an artifact manifest", short(digest)),
             );
-            return Ok(());
+            return Ok(None);
         };
         if m.artifact_type.as_deref() != Some(artifact_type) {
             self.find(
@@ -157,7 +157,7 @@ impl Checker<'_> {
                 ),
             );
         }
-        Ok(())
+        Ok(Some(m))
     }
 }
 
@@ -500,7 +500,7 @@ impl Checker<'_> {
                         subject,
                         with_subject,
                     )
-                    .await?
+                    .await?;
                 }
                 (None, _) => self.find(
                     format!("sbom {platform}"),
@@ -518,7 +518,7 @@ impl Checker<'_> {
                     &entry.digest,
                     with_subject,
                 )
-                .await?
+                .await?;
             }
             None => self.find("provenance", "the digest manifest records no provenance"),
         }
@@ -557,36 +557,36 @@ impl Checker<'_> {
         );
         for (field, digest) in bundles {
             let before = self.findings.len();
-            self.referrer(
-                &field,
-                digest,
-                BUNDLE_MEDIA_TYPE,
-                &entry.digest,
-                with_subject,
-            )
-            .await?;
-            if self.findings.len() == before {
-                self.bundle(&field, digest, signature, &entry.digest)
+            let manifest = self
+                .referrer(
+                    &field,
+                    digest,
+                    BUNDLE_MEDIA_TYPE,
+                    &entry.digest,
+                    with_subject,
+                )
+                .await?;
+            if let Some(m) = manifest
+                && self.findings.len() == before
+            {
+                self.bundle(&field, digest, &m, signature, &entry.digest)
                     .await?;
             }
         }
         Ok(())
     }
 
-    /// The bundle in referrer manifest `digest` verifies with the recorded public key, names the
-    /// recorded key, and its Statement's subjects include `index`.
+    /// The bundle in referrer manifest `manifest` (`digest`) verifies with the recorded public
+    /// key, names the recorded key, and its Statement's subjects include `index`.
     async fn bundle(
         &mut self,
         field: &str,
         digest: &str,
+        manifest: &Manifest,
         signature: &Signature,
         index: &str,
     ) -> Result<(), RegistryError> {
-        let bytes = self.registry.pull_manifest(&self.repo, digest).await?;
-        let layer = serde_json::from_slice::<Manifest>(&bytes)
-            .ok()
-            .and_then(|m| m.layers.into_iter().next());
-        let Some(layer) = layer else {
+        let Some(layer) = manifest.layers.first() else {
             self.find(field, format!("{} carries no bundle", short(digest)));
             return Ok(());
         };
