@@ -19,7 +19,7 @@ use serde_json::Value;
 
 use crate::config::{Config, Minor, Platform};
 use crate::describe::{IN_TOTO_MEDIA_TYPE, SPDX_MEDIA_TYPE};
-use crate::digest_manifest::{Entry, Signature};
+use crate::digest_manifest::{Entry, Signature, Signer};
 use crate::image::referrer::fallback_tag;
 use crate::image::spec::{Index, Manifest, keys};
 use crate::plan::{BuildPlan, Overrides};
@@ -136,17 +136,27 @@ impl Checker<'_> {
                 ),
             ),
         }
-        let listed = match self
+        // The referrers API (or the tag schema where there is none); a referrer pushed without
+        // `subject` is listed by the tag schema alone, even where there is an API.
+        let mut listed = self
             .registry
-            .pull_manifest(&self.repo, &fallback_tag(subject))
-            .await
-        {
-            Ok(b) => serde_json::from_slice::<Index>(&b)
-                .map(|i| i.manifests.iter().any(|d| d.digest == digest))
-                .unwrap_or(false),
-            Err(e) if e.kind == ErrorKind::NotFound => false,
-            Err(e) => return Err(e),
-        };
+            .referrers(&self.repo, subject)
+            .await?
+            .iter()
+            .any(|d| d.digest == digest);
+        if !listed && !with_subject {
+            listed = match self
+                .registry
+                .pull_manifest(&self.repo, &fallback_tag(subject))
+                .await
+            {
+                Ok(b) => serde_json::from_slice::<Index>(&b)
+                    .map(|i| i.manifests.iter().any(|d| d.digest == digest))
+                    .unwrap_or(false),
+                Err(e) if e.kind == ErrorKind::NotFound => false,
+                Err(e) => return Err(e),
+            };
+        }
         if !listed {
             self.find(
                 field,
@@ -529,24 +539,37 @@ impl Checker<'_> {
     }
 
     /// The signature and every attestation: a bundle referrer of the index, signed by the
-    /// recorded key (the one whose fingerprint the entry records), about the index. A missing
-    /// bundle or one that does not verify (another key's, or changed) is a finding.
+    /// recorded signer (the key whose fingerprint the entry records, or a certificate naming
+    /// the recorded identity), about the index. A missing bundle or one that does not verify
+    /// (another signer's, or changed) is a finding.
     async fn signature(
         &mut self,
         entry: &Entry,
         signature: &Signature,
         with_subject: bool,
     ) -> Result<(), RegistryError> {
-        match sign::public_key_fingerprint(&signature.public_key) {
-            Ok(f) if f == signature.key => {}
-            Ok(f) => self.find(
-                "signature",
-                format!(
-                    "the recorded public key is key {f}, not the recorded key {}",
-                    signature.key
+        let signer = match signature.signer() {
+            Ok(signer) => signer,
+            Err(e) => {
+                self.find("signature", e);
+                return Ok(());
+            }
+        };
+        if let Signer::Key {
+            fingerprint,
+            public_key,
+        } = signer
+        {
+            match sign::public_key_fingerprint(public_key) {
+                Ok(f) if f == fingerprint => {}
+                Ok(f) => self.find(
+                    "signature",
+                    format!(
+                        "the recorded public key is key {f}, not the recorded key {fingerprint}"
+                    ),
                 ),
-            ),
-            Err(e) => self.find("signature", format!("the recorded public key: {e}")),
+                Err(e) => self.find("signature", format!("the recorded public key: {e}")),
+            }
         }
         let mut bundles = vec![("signature".to_string(), &signature.digest)];
         bundles.extend(
@@ -569,21 +592,22 @@ impl Checker<'_> {
             if let Some(m) = manifest
                 && self.findings.len() == before
             {
-                self.bundle(&field, digest, &m, signature, &entry.digest)
+                self.bundle(&field, digest, &m, signer, &entry.digest)
                     .await?;
             }
         }
         Ok(())
     }
 
-    /// The bundle in referrer manifest `manifest` (`digest`) verifies with the recorded public
-    /// key, names the recorded key, and its Statement's subjects include `index`.
+    /// The bundle in referrer manifest `manifest` (`digest`) verifies with the recorded signer
+    /// ([`sign::verify_bundle`]), names no other key, and its Statement's subjects include
+    /// `index`.
     async fn bundle(
         &mut self,
         field: &str,
         digest: &str,
         manifest: &Manifest,
-        signature: &Signature,
+        signer: Signer<'_>,
         index: &str,
     ) -> Result<(), RegistryError> {
         let Some(layer) = manifest.layers.first() else {
@@ -598,20 +622,15 @@ impl Checker<'_> {
             }
             Err(e) => return Err(e),
         };
-        match sign::verify_bundle(&signature.public_key, &bundle) {
-            Err(e) => self.find(
-                field,
-                format!("{}: {e} (key {})", short(digest), signature.key),
-            ),
+        match sign::verify_bundle(signer, &bundle) {
+            Err(e) => self.find(field, format!("{}: {e} ({signer})", short(digest))),
             Ok(v) => {
-                if v.hint.as_deref().is_some_and(|h| h != signature.key) {
+                if let (Some(hint), Signer::Key { fingerprint, .. }) = (v.hint.as_deref(), signer)
+                    && hint != fingerprint
+                {
                     self.find(
                         field,
-                        format!(
-                            "names key {}, the digest manifest records key {}",
-                            v.hint.as_deref().unwrap_or(""),
-                            signature.key
-                        ),
+                        format!("names key {hint}, the digest manifest records key {fingerprint}"),
                     );
                 }
                 if !v.subject_digests().iter().any(|d| d == index) {
@@ -799,9 +818,10 @@ mod tests {
         let mut entry = f.entry.clone();
         entry.signature = Some(Signature {
             digest: ours.manifest.digest.clone(),
-            key: key.clone(),
-            public_key: public_key.clone(),
-            attestations: BTreeMap::new(),
+            ..Signature::by(Signer::Key {
+                fingerprint: &key,
+                public_key: &public_key,
+            })
         });
         let found = check(&reg, &config(), minor, &entry).await.unwrap();
         assert!(found.is_empty(), "{found:?}");
@@ -809,7 +829,7 @@ mod tests {
         // The digest manifest names another key than the one that signed.
         let mut foreign = entry.clone();
         let sig = foreign.signature.as_mut().unwrap();
-        (sig.public_key, sig.key) = (other_public.clone(), other_key.clone());
+        (sig.public_key, sig.key) = (Some(other_public.clone()), Some(other_key.clone()));
         let found = check(&reg, &config(), minor, &foreign).await.unwrap();
         assert_eq!(fields(&found), ["signature"], "{found:?}");
         assert!(
@@ -821,7 +841,7 @@ mod tests {
 
         // A fingerprint that is not the recorded public key's.
         let mut mismatched = entry.clone();
-        mismatched.signature.as_mut().unwrap().key = other_key.clone();
+        mismatched.signature.as_mut().unwrap().key = Some(other_key.clone());
         let found = check(&reg, &config(), minor, &mismatched).await.unwrap();
         assert!(
             found[0]
@@ -833,8 +853,11 @@ mod tests {
         // A bundle by the key, but about another digest.
         let mut misdirected = entry.clone();
         let sig = misdirected.signature.as_mut().unwrap();
-        (sig.digest, sig.public_key, sig.key) =
-            (elsewhere.manifest.digest.clone(), other_public, other_key);
+        (sig.digest, sig.public_key, sig.key) = (
+            elsewhere.manifest.digest.clone(),
+            Some(other_public),
+            Some(other_key),
+        );
         let found = check(&reg, &config(), minor, &misdirected).await.unwrap();
         assert_eq!(fields(&found), ["signature"], "{found:?}");
         assert!(

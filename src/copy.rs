@@ -269,8 +269,8 @@ struct SourceReferrers {
     blobs: Vec<Descriptor>,
 }
 
-/// Pulls, per subject, the source's fallback index and every referrer manifest it lists or
-/// `recorded` names.
+/// Pulls, per subject, the source's fallback index and every referrer manifest it, the
+/// referrers API or `recorded` lists.
 async fn read_referrers(
     registry: &dyn Registry,
     from: &RepositoryName,
@@ -290,6 +290,13 @@ async fn read_referrers(
             Some(b) => parse::<Index>(from, "referrers index", &tag, b)?.manifests,
             None => Vec::new(),
         };
+        // What the referrers API lists besides (cosign on a registry that has one writes no
+        // tag-schema index).
+        for d in registry.referrers(from, subject).await? {
+            if !descriptors.iter().any(|l| l.digest == d.digest) {
+                descriptors.push(d);
+            }
+        }
         for digest in recorded.get(subject).into_iter().flatten() {
             if !descriptors.iter().any(|d| &d.digest == digest) {
                 descriptors.push(unlisted(digest));

@@ -99,23 +99,119 @@ pub struct Entry {
 }
 
 /// How an image is signed: cosign's Sigstore bundles (v0.3, DSSE over an in-toto Statement),
-/// each the layer of a referrer manifest of the image index, in the form `referrers` records.
-/// Not an input of the image: its digest is the same signed or not.
+/// each the layer of a referrer manifest of the index, in the form `referrers` records. Not an
+/// input of the image: its digest is the same signed or not.
+///
+/// The signer is either a key (`key` and `public_key`, as `build --sign-key` records it) or a
+/// certificate identity (`certificate_identity` and `certificate_oidc_issuer`, cosign's keyless
+/// signing with a Fulcio certificate, as `manifest record-signatures` records it); see
+/// [`Signature::signer`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Signature {
     /// `sha256:<hex>` of the referrer manifest carrying the signature of the index (predicate
     /// `https://sigstore.dev/cosign/sign/v1`, what `cosign verify` checks).
     pub digest: String,
-    /// The signer's identity: the key's fingerprint as cosign names it in a bundle
+    /// A key's identity: its fingerprint as cosign names it in a bundle
     /// (`verificationMaterial.publicKey.hint`, base64 of the SHA-256 of the DER public key).
-    pub key: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
     /// The public key (PEM `PUBLIC KEY`, as in `cosign.pub`) the signature verifies with.
-    pub public_key: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub public_key: Option<String>,
+    /// Keyless: the signer's identity, the certificate's subject alternative name (for a GitHub
+    /// workflow `https://github.com/<owner>/<repo>/.github/workflows/<file>@<ref>`), as given
+    /// to `cosign verify --certificate-identity`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub certificate_identity: Option<String>,
+    /// Keyless: the OIDC issuer the certificate names (Fulcio's extension
+    /// 1.3.6.1.4.1.57264.1.8, or .1.1), as given to `cosign verify --certificate-oidc-issuer`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub certificate_oidc_issuer: Option<String>,
     /// Attestation → `sha256:<hex>` of the referrer manifest carrying its bundle: `provenance`
     /// (SLSA provenance v1, `cosign verify-attestation --type slsaprovenance1`) and `sbom
     /// <platform>` (SPDX, `--type spdxjson`).
     pub attestations: BTreeMap<String, String>,
+}
+
+/// Who signed, as a [`Signature`] records it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Signer<'a> {
+    /// A key: its fingerprint and its PEM `PUBLIC KEY`.
+    Key {
+        /// `Signature::key`.
+        fingerprint: &'a str,
+        /// `Signature::public_key`.
+        public_key: &'a str,
+    },
+    /// A Fulcio certificate naming this identity and OIDC issuer (keyless).
+    Certificate {
+        /// `Signature::certificate_identity`.
+        identity: &'a str,
+        /// `Signature::certificate_oidc_issuer`.
+        issuer: &'a str,
+    },
+}
+
+impl std::fmt::Display for Signer<'_> {
+    /// `key <fingerprint>` or `<identity> (issuer <issuer>)`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Signer::Key { fingerprint, .. } => write!(f, "key {fingerprint}"),
+            Signer::Certificate { identity, issuer } => write!(f, "{identity} (issuer {issuer})"),
+        }
+    }
+}
+
+impl Signature {
+    /// A signature by `signer` with no bundles found yet (`digest` empty).
+    pub fn by(signer: Signer<'_>) -> Signature {
+        let mut s = Signature {
+            digest: String::new(),
+            key: None,
+            public_key: None,
+            certificate_identity: None,
+            certificate_oidc_issuer: None,
+            attestations: BTreeMap::new(),
+        };
+        match signer {
+            Signer::Key {
+                fingerprint,
+                public_key,
+            } => {
+                s.key = Some(fingerprint.to_string());
+                s.public_key = Some(public_key.to_string());
+            }
+            Signer::Certificate { identity, issuer } => {
+                s.certificate_identity = Some(identity.to_string());
+                s.certificate_oidc_issuer = Some(issuer.to_string());
+            }
+        }
+        s
+    }
+
+    /// The signer: `key` with `public_key`, or `certificate_identity` with
+    /// `certificate_oidc_issuer`.
+    ///
+    /// # Errors
+    /// One line when the record names neither signer, both, or half of one.
+    pub fn signer(&self) -> Result<Signer<'_>, String> {
+        match (
+            &self.key,
+            &self.public_key,
+            &self.certificate_identity,
+            &self.certificate_oidc_issuer,
+        ) {
+            (Some(fingerprint), Some(public_key), None, None) => Ok(Signer::Key {
+                fingerprint,
+                public_key,
+            }),
+            (None, None, Some(identity), Some(issuer)) => Ok(Signer::Certificate { identity, issuer }),
+            _ => Err(
+                "records neither a key (key and public_key) nor a certificate identity (certificate_identity and certificate_oidc_issuer), or parts of both".into(),
+            ),
+        }
+    }
 }
 
 /// The whole file.
@@ -322,6 +418,14 @@ pub fn read(path: &Path) -> Result<DigestManifest, DigestManifestError> {
             ),
         });
     }
+    for (minor, entry) in &m.images {
+        if let Some(Err(e)) = entry.signature.as_ref().map(Signature::signer) {
+            return Err(DigestManifestError::Read {
+                path: path.to_path_buf(),
+                message: format!("{minor}: signature {e}"),
+            });
+        }
+    }
     Ok(m)
 }
 
@@ -449,7 +553,7 @@ pub fn record(
 ) -> Result<Recorded, DigestManifestError> {
     let mut m = read(path)?;
     if let Some(old) = m.images.get(&minor) {
-        keep_mirrors(old, &mut entry);
+        keep_mirrors_and_signature(old, &mut entry);
         if old.published && !entry.published {
             return Ok(Recorded::KeptPublished);
         }
@@ -519,7 +623,7 @@ pub fn merge(path: &Path, fragments: &[PathBuf]) -> Result<Vec<Minor>, DigestMan
         }
         let mut entry = entry;
         if let Some(old) = m.images.get(&minor) {
-            keep_mirrors(old, &mut entry);
+            keep_mirrors_and_signature(old, &mut entry);
         }
         m.images.insert(minor, entry);
     }
@@ -527,10 +631,15 @@ pub fn merge(path: &Path, fragments: &[PathBuf]) -> Result<Vec<Minor>, DigestMan
     Ok(minors)
 }
 
-/// The same image (same digest) recorded again keeps the mirrors it was copied to.
-fn keep_mirrors(old: &Entry, new: &mut Entry) {
+/// The same image (same digest) recorded again keeps the mirrors it was copied to, and its
+/// signature when the new record has none (the registry still holds the bundles, which are
+/// about the digest).
+fn keep_mirrors_and_signature(old: &Entry, new: &mut Entry) {
     if old.digest == new.digest && new.mirrors.is_empty() {
         new.mirrors = old.mirrors.clone();
+    }
+    if old.digest == new.digest && new.signature.is_none() {
+        new.signature = old.signature.clone();
     }
 }
 
@@ -563,21 +672,7 @@ pub fn record_mirror(
     mirror: &str,
 ) -> Result<bool, DigestManifestError> {
     let mut m = read(path)?;
-    let Some(entry) = m.images.get_mut(&minor) else {
-        return Err(DigestManifestError::Read {
-            path: path.to_path_buf(),
-            message: format!("no entry for {minor} any more; nothing recorded"),
-        });
-    };
-    if entry.digest != digest {
-        return Err(DigestManifestError::Read {
-            path: path.to_path_buf(),
-            message: format!(
-                "{minor} now records {}, not the copied {digest}; nothing recorded",
-                entry.digest
-            ),
-        });
-    }
+    let entry = entry_of(path, &mut m, minor, digest, "copied")?;
     if entry.is_at(mirror) {
         return Ok(false);
     }
@@ -585,6 +680,52 @@ pub fn record_mirror(
     entry.mirrors.sort();
     write(path, &m)?;
     Ok(true)
+}
+
+/// Records `signature` as the signature of `minor`'s image (whose index digest must still be
+/// `digest`), rewriting the digest manifest atomically; the caller holds the run lock. Returns
+/// false when the entry records that signature already (nothing written). Fails when the entry
+/// is gone or now names another digest (it was rebuilt meanwhile).
+pub fn record_signature(
+    path: &Path,
+    minor: Minor,
+    digest: &str,
+    signature: Signature,
+) -> Result<bool, DigestManifestError> {
+    let mut m = read(path)?;
+    let entry = entry_of(path, &mut m, minor, digest, "signed")?;
+    if entry.signature.as_ref() == Some(&signature) {
+        return Ok(false);
+    }
+    entry.signature = Some(signature);
+    write(path, &m)?;
+    Ok(true)
+}
+
+/// `minor`'s entry in `m`, read from `path`, when it still records index `digest` (the one
+/// that was `what`: copied, signed).
+fn entry_of<'a>(
+    path: &Path,
+    m: &'a mut DigestManifest,
+    minor: Minor,
+    digest: &str,
+    what: &str,
+) -> Result<&'a mut Entry, DigestManifestError> {
+    let fail = |message: String| DigestManifestError::Read {
+        path: path.to_path_buf(),
+        message,
+    };
+    let entry = m
+        .images
+        .get_mut(&minor)
+        .ok_or_else(|| fail(format!("no entry for {minor} any more; nothing recorded")))?;
+    if entry.digest != digest {
+        return Err(fail(format!(
+            "{minor} now records {}, not the {what} {digest}; nothing recorded",
+            entry.digest
+        )));
+    }
+    Ok(entry)
 }
 
 fn write(path: &Path, m: &DigestManifest) -> Result<(), DigestManifestError> {
@@ -699,6 +840,59 @@ mod tests {
             format!("m.example/x/occm:v1.34.1-occmforge.1@{}", e.digest)
         );
         assert!(at.mirrors.is_empty());
+    }
+
+    #[test]
+    fn a_keyless_signature_is_recorded_once_kept_across_a_re_record_and_a_half_signer_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("l.yaml");
+        let minor = "1.34".parse().unwrap();
+        let e = entry("v1.34.1-occmforge.1");
+        record(&p, "images.toml", minor, e.clone()).unwrap();
+        let signature = Signature {
+            digest: format!("sha256:{}", "5".repeat(64)),
+            ..Signature::by(Signer::Certificate {
+                identity: "https://github.com/o/r/.github/workflows/build.yml@refs/heads/main",
+                issuer: "https://token.actions.githubusercontent.com",
+            })
+        };
+        assert!(record_signature(&p, minor, &e.digest, signature.clone()).unwrap());
+        assert!(!record_signature(&p, minor, &e.digest, signature.clone()).unwrap());
+        let text = std::fs::read_to_string(&p).unwrap();
+        assert!(
+            text.contains("      certificate_identity: https://github.com/o/r/.github/workflows/build.yml@refs/heads/main\n      certificate_oidc_issuer: https://token.actions.githubusercontent.com\n"),
+            "{text}"
+        );
+        assert!(!text.contains("public_key"), "{text}");
+        // A build of the same digest that signs nothing keeps it; another digest is refused.
+        record(&p, "images.toml", minor, e.clone()).unwrap();
+        assert_eq!(read(&p).unwrap().images[&minor].signature, Some(signature));
+        let other = format!("sha256:{}", "9".repeat(64));
+        let err = record_signature(
+            &p,
+            minor,
+            &other,
+            Signature::by(Signer::Certificate {
+                identity: "i",
+                issuer: "o",
+            }),
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("not the signed"), "{err}");
+        // An edited record naming half a signer does not load.
+        std::fs::write(
+            &p,
+            text.replace(
+                "      certificate_oidc_issuer: https://token.actions.githubusercontent.com\n",
+                "",
+            ),
+        )
+        .unwrap();
+        let err = read(&p).unwrap_err().to_string();
+        assert!(
+            err.ends_with("1.34: signature records neither a key (key and public_key) nor a certificate identity (certificate_identity and certificate_oidc_issuer), or parts of both"),
+            "{err}"
+        );
     }
 
     /// An entry whose fields no longer hash to its fingerprint is edited, whichever field was

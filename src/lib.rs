@@ -45,6 +45,7 @@ pub mod render;
 pub mod report;
 pub mod self_image;
 pub mod sign;
+pub mod signatures;
 pub mod source;
 pub mod stage;
 pub mod stages;
@@ -139,13 +140,26 @@ pub enum Error {
     /// failed; one line naming the key file, never the password.
     #[error(transparent)]
     Sign(#[from] sign::SignError),
+    /// `manifest record-signatures`: the registry holds no signature of the image by the signer.
+    #[error("signatures: {0}")]
+    NotSigned(String),
+}
+
+impl From<signatures::FindError> for Error {
+    fn from(e: signatures::FindError) -> Self {
+        match e {
+            signatures::FindError::Usage(m) => Error::Usage(m),
+            signatures::FindError::NotSigned(m) => Error::NotSigned(m),
+            signatures::FindError::Registry(e) => Error::Registry(e),
+        }
+    }
 }
 
 impl Error {
     /// Exit status: 2 usage/config, 3 source, 4 patches (also a series that needs go.mod/go.sum
     /// changes it does not carry), 5 tests, 6 build (and a Go toolchain that cannot be had),
     /// 7 image, 8 registry, 9 digest manifest, 10 registry does not match the digest manifest
-    /// (`verify`), 11 copy found the target holding other bytes, 12 acceptance failed or not
+    /// (`verify`; `manifest record-signatures` finds no signature by the signer), 11 copy found the target holding other bytes, 12 acceptance failed or not
     /// verified (`accept`, `build --accept`), 14 a cluster not running the pinned image of its
     /// minor (`clusters`), 15 the management cluster cannot be read (`clusters`), 1 anything
     /// else.
@@ -167,7 +181,7 @@ impl Error {
             Error::Image(_) | Error::Base(_) => 7,
             Error::Publish(_) | Error::Inputs(_) | Error::Registry(_) => 8,
             Error::DigestManifest(_) => 9,
-            Error::Mismatch(_) => 10,
+            Error::Mismatch(_) | Error::NotSigned(_) => 10,
             Error::Interrupted(sig) => (128 + sig).clamp(0, 255) as u8,
             Error::Io(_) => 1,
             Error::Accept(_) => 12,

@@ -5,6 +5,7 @@ use std::path::Path;
 
 use crate::audit::Finding;
 use crate::config::Minor;
+use crate::digest_manifest::{Entry, Signature};
 use crate::pipeline::{BuildOutcome, MinorResult};
 use crate::upstream::{MinorStatus, UpstreamReport};
 use crate::util::{join, plural};
@@ -162,6 +163,27 @@ pub fn moved_tag(m: &MinorStatus, moved_to: &str, config: &str) -> String {
 /// `manifest merge`'s note.
 pub fn merged(minors: &[Minor], into: &Path) -> String {
     format!("merged {} into {}", join(minors), into.display())
+}
+
+/// `manifest record-signatures`' line per minor on stdout: `<minor> <repository>@<index digest>
+/// signature <repository>@<bundle referrer digest> by <signer>; attested: <names>`.
+pub fn signature_recorded(minor: Minor, entry: &Entry, signature: &Signature) -> String {
+    let signer = signature
+        .signer()
+        .map(|s| s.to_string())
+        .unwrap_or_else(|e| e);
+    let attested: Vec<&str> = signature.attestations.keys().map(String::as_str).collect();
+    format!(
+        "{minor} {repo}@{} signature {repo}@{} by {signer}; attested: {}",
+        entry.digest,
+        signature.digest,
+        if attested.is_empty() {
+            "nothing".to_string()
+        } else {
+            attested.join(", ")
+        },
+        repo = entry.repository,
+    )
 }
 
 #[cfg(test)]

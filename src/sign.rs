@@ -19,6 +19,10 @@ use base64::{Engine as _, engine::general_purpose::STANDARD as B64};
 use sha2::{Digest as _, Sha256};
 use sigstore::crypto::{SigStoreSigner, SigningScheme, signing_key::SigStoreKeyPair};
 
+use x509_cert::Certificate;
+use x509_cert::der::{Decode as _, oid::ObjectIdentifier};
+
+use crate::digest_manifest::Signer;
 use crate::util::is_sha256_digest;
 
 /// Media type of an in-toto Statement (a DSSE payload type, and the provenance referrer's
@@ -279,13 +283,123 @@ impl VerifiedBundle {
     }
 }
 
-/// Verifies a bundle made by [`SigningKey::sign_statement`] (or `cosign sign --key` / `cosign
-/// attest --key`) against `public_key_pem` (a PEM `PUBLIC KEY`, ECDSA P-256): some signature of
-/// its DSSE envelope verifies over the PAE of its payload, whose type is in-toto's.
+/// Fulcio's OIDC issuer extension, a DER UTF8String (Fulcio `docs/oid-info.md`).
+const ISSUER_V2_OID: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.3.6.1.4.1.57264.1.8");
+/// Fulcio's deprecated OIDC issuer extension, the raw string.
+const ISSUER_V1_OID: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.3.6.1.4.1.57264.1.1");
+/// X.509 subject alternative name (RFC 5280 4.2.1.6).
+const SAN_OID: ObjectIdentifier = ObjectIdentifier::new_unwrap("2.5.29.17");
+
+/// Who a keyless bundle's certificate names: its subject alternative names (URIs and e-mail
+/// addresses) and its OIDC issuer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CertificateIdentity {
+    /// The URI and e-mail subject alternative names.
+    pub identities: Vec<String>,
+    /// Fulcio's issuer extension (1.3.6.1.4.1.57264.1.8, else .1.1), when present.
+    pub issuer: Option<String>,
+}
+
+impl std::fmt::Display for CertificateIdentity {
+    /// `<identity> (issuer <issuer>)`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names = if self.identities.is_empty() {
+            "no identity".to_string()
+        } else {
+            self.identities.join(", ")
+        };
+        write!(
+            f,
+            "{names} (issuer {})",
+            self.issuer.as_deref().unwrap_or("none")
+        )
+    }
+}
+
+/// The signing certificate of a bundle: `verificationMaterial.certificate` (bundle v0.3) or the
+/// first of `verificationMaterial.x509CertificateChain` (v0.1, v0.2), DER in base64
+/// (sigstore/protobuf-specs `sigstore_bundle.proto`); `None` for a keyed bundle.
+fn bundle_certificate(b: &serde_json::Value) -> Option<Result<Certificate, String>> {
+    let m = &b["verificationMaterial"];
+    let raw = m["certificate"]["rawBytes"]
+        .as_str()
+        .or_else(|| m["x509CertificateChain"]["certificates"][0]["rawBytes"].as_str())?;
+    Some(
+        B64.decode(raw)
+            .map_err(|e| format!("its certificate is not base64: {e}"))
+            .and_then(|der| {
+                Certificate::from_der(&der)
+                    .map_err(|e| format!("its certificate is not X.509: {e}"))
+            }),
+    )
+}
+
+/// The identities and the OIDC issuer a Fulcio certificate names.
+fn certificate_identity(cert: &Certificate) -> CertificateIdentity {
+    use x509_cert::der::asn1::Utf8StringRef;
+    use x509_cert::ext::pkix::{SubjectAltName, name::GeneralName};
+    let extensions = cert.tbs_certificate().extensions().map(Vec::as_slice);
+    let ext = |oid| {
+        extensions
+            .unwrap_or_default()
+            .iter()
+            .find(|e| e.extn_id == oid)
+            .map(|e| e.extn_value.as_bytes())
+    };
+    let identities = ext(SAN_OID)
+        .and_then(|v| SubjectAltName::from_der(v).ok())
+        .map(|san| {
+            san.0
+                .iter()
+                .filter_map(|n| match n {
+                    GeneralName::UniformResourceIdentifier(s) | GeneralName::Rfc822Name(s) => {
+                        Some(s.as_str().to_string())
+                    }
+                    _ => None,
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let issuer = ext(ISSUER_V2_OID)
+        .and_then(|v| {
+            Utf8StringRef::from_der(v)
+                .ok()
+                .map(|s| s.as_str().to_string())
+        })
+        .or_else(|| ext(ISSUER_V1_OID).and_then(|v| String::from_utf8(v.to_vec()).ok()));
+    CertificateIdentity { identities, issuer }
+}
+
+/// Who a bundle says signed it, unverified, for messages: `key <hint>`, the certificate's
+/// [`CertificateIdentity`], or `an unnamed key`.
+pub fn bundle_signer(bundle: &[u8]) -> String {
+    let Ok(b) = serde_json::from_slice::<serde_json::Value>(bundle) else {
+        return "not a bundle".into();
+    };
+    match bundle_certificate(&b) {
+        Some(Ok(cert)) => certificate_identity(&cert).to_string(),
+        Some(Err(e)) => e,
+        None => match b["verificationMaterial"]["publicKey"]["hint"].as_str() {
+            Some(hint) => format!("key {hint}"),
+            None => "an unnamed key".into(),
+        },
+    }
+}
+
+/// Verifies a bundle made by [`SigningKey::sign_statement`], `cosign sign` or `cosign attest`
+/// against `signer`: with a key, some signature of its DSSE envelope verifies over the PAE of
+/// its payload (whose type is in-toto's) with the PEM `PUBLIC KEY` (ECDSA P-256); keyless, the
+/// bundle's certificate names the identity (a URI or e-mail subject alternative name, exactly)
+/// and the OIDC issuer, and the signature verifies with the certificate's key.
+///
+/// Keyless, this binds the bundle to the identity the digest manifest records; that the
+/// certificate chains to Fulcio's root and that Rekor logged the signature is what `cosign
+/// verify` checks with Sigstore's trusted root (docs/operators.md, section 13), not this.
 ///
 /// # Errors
-/// One line: the bundle is not a DSSE bundle, the key cannot be read, or no signature verifies.
-pub fn verify_bundle(public_key_pem: &str, bundle: &[u8]) -> Result<VerifiedBundle, String> {
+/// One line: the bundle is not a DSSE bundle, the key or certificate cannot be read, the
+/// certificate names another identity or issuer, or no signature verifies.
+pub fn verify_bundle(signer: Signer<'_>, bundle: &[u8]) -> Result<VerifiedBundle, String> {
     use sigstore::crypto::{CosignVerificationKey, Signature};
     let b: serde_json::Value =
         serde_json::from_slice(bundle).map_err(|e| format!("not a Sigstore bundle: {e}"))?;
@@ -297,11 +411,30 @@ pub fn verify_bundle(public_key_pem: &str, bundle: &[u8]) -> Result<VerifiedBund
         .as_str()
         .and_then(|p| B64.decode(p).ok())
         .ok_or("the DSSE payload is not base64")?;
-    let key = CosignVerificationKey::from_pem(
-        public_key_pem.as_bytes(),
-        &SigningScheme::ECDSA_P256_SHA256_ASN1,
-    )
-    .map_err(|e| format!("the recorded public key cannot be read: {e}"))?;
+    let (key, whose) = match signer {
+        Signer::Key { public_key, .. } => (
+            CosignVerificationKey::from_pem(
+                public_key.as_bytes(),
+                &SigningScheme::ECDSA_P256_SHA256_ASN1,
+            )
+            .map_err(|e| format!("the recorded public key cannot be read: {e}"))?,
+            "the recorded public key",
+        ),
+        Signer::Certificate { identity, issuer } => {
+            let cert = bundle_certificate(&b).ok_or("signed with a key, not a certificate")??;
+            let named = certificate_identity(&cert);
+            if !named.identities.iter().any(|i| i == identity)
+                || named.issuer.as_deref() != Some(issuer)
+            {
+                return Err(format!("its certificate names {named}, not {signer}"));
+            }
+            (
+                CosignVerificationKey::try_from(cert.tbs_certificate().subject_public_key_info())
+                    .map_err(|e| format!("its certificate's key cannot be read: {e}"))?,
+                "its certificate's key",
+            )
+        }
+    };
     let signed = pae(IN_TOTO_MEDIA_TYPE, &payload);
     let verified = env["signatures"]
         .as_array()
@@ -310,7 +443,7 @@ pub fn verify_bundle(public_key_pem: &str, bundle: &[u8]) -> Result<VerifiedBund
         .filter_map(|s| s["sig"].as_str().and_then(|s| B64.decode(s).ok()))
         .any(|sig| key.verify_signature(Signature::Raw(&sig), &signed).is_ok());
     if !verified {
-        return Err("no signature verifies with the recorded public key".into());
+        return Err(format!("no signature verifies with {whose}"));
     }
     let statement =
         serde_json::from_slice(&payload).map_err(|e| format!("the payload is not JSON: {e}"))?;
@@ -340,6 +473,13 @@ pub fn pae(payload_type: &str, payload: &[u8]) -> Vec<u8> {
 mod tests {
     use super::*;
     use sigstore::crypto::Signature;
+
+    fn by_key(public_key: &str) -> Signer<'_> {
+        Signer::Key {
+            fingerprint: "",
+            public_key,
+        }
+    }
 
     fn new_pair() -> SigStoreKeyPair {
         SigningScheme::ECDSA_P256_SHA256_ASN1
@@ -512,7 +652,7 @@ mod tests {
         .unwrap();
         let bundle = key.sign_statement(&stmt).unwrap();
         let public = pair.public_key_to_pem().unwrap();
-        let verified = verify_bundle(&public, &bundle).unwrap();
+        let verified = verify_bundle(by_key(&public), &bundle).unwrap();
         assert_eq!(verified.subject_digests(), [digest]);
         assert_eq!(verified.predicate_type(), SPDX_PREDICATE);
         for subject in ["latest", "sha256:ABCD"] {
@@ -543,7 +683,7 @@ mod tests {
         )
         .unwrap();
         let bundle = key.sign_statement(&stmt).unwrap();
-        let verified = verify_bundle(&key.public_key_pem(), &bundle).unwrap();
+        let verified = verify_bundle(by_key(&key.public_key_pem()), &bundle).unwrap();
         assert_eq!(verified.hint.as_deref(), Some(key.fingerprint().as_str()));
         assert_eq!(
             public_key_fingerprint(&key.public_key_pem()).unwrap(),
@@ -551,16 +691,69 @@ mod tests {
         );
 
         let other = new_pair().public_key_to_pem().unwrap();
-        let err = verify_bundle(&other, &bundle).unwrap_err();
+        let err = verify_bundle(by_key(&other), &bundle).unwrap_err();
         assert!(err.contains("no signature verifies"), "{err}");
 
         let mut b: serde_json::Value = serde_json::from_slice(&bundle).unwrap();
         let mut forged = stmt.clone();
         forged[20] ^= 1;
         b["dsseEnvelope"]["payload"] = B64.encode(&forged).into();
-        let err =
-            verify_bundle(&key.public_key_pem(), &serde_json::to_vec(&b).unwrap()).unwrap_err();
+        let err = verify_bundle(
+            by_key(&key.public_key_pem()),
+            &serde_json::to_vec(&b).unwrap(),
+        )
+        .unwrap_err();
         assert!(err.contains("no signature verifies"), "{err}");
+    }
+
+    #[test]
+    fn a_keyless_bundle_verifies_only_for_the_identity_and_issuer_its_certificate_names() {
+        use crate::testing::CertificateSigner;
+        const ID: &str =
+            "https://github.com/example/occm/.github/workflows/build.yml@refs/heads/main";
+        const ISSUER: &str = "https://token.actions.githubusercontent.com";
+        let ours = CertificateSigner::new(ID, ISSUER);
+        let stmt = statement(
+            &[("r/o", &format!("sha256:{}", "2".repeat(64)))],
+            COSIGN_SIGN_PREDICATE,
+            serde_json::json!({}),
+        )
+        .unwrap();
+        let bundle = ours.sign(&stmt);
+        let by = |identity, issuer| Signer::Certificate { identity, issuer };
+        let verified = verify_bundle(by(ID, ISSUER), &bundle).unwrap();
+        assert_eq!(verified.predicate_type(), COSIGN_SIGN_PREDICATE);
+        assert_eq!(bundle_signer(&bundle), format!("{ID} (issuer {ISSUER})"));
+
+        // Another workflow (a fork, a branch), another issuer.
+        let other = "https://github.com/fork/occm/.github/workflows/build.yml@refs/heads/main";
+        let err = verify_bundle(by(other, ISSUER), &bundle).unwrap_err();
+        assert_eq!(
+            err,
+            format!("its certificate names {ID} (issuer {ISSUER}), not {other} (issuer {ISSUER})")
+        );
+        let err = verify_bundle(by(ID, "https://accounts.google.com"), &bundle).unwrap_err();
+        assert!(err.starts_with("its certificate names"), "{err}");
+
+        // A certificate naming the identity on someone else's signature: the signature must
+        // verify with the certificate's key.
+        let forger = CertificateSigner::new(ID, ISSUER);
+        let forged: serde_json::Value = serde_json::from_slice(&forger.sign(&stmt)).unwrap();
+        let mut mixed: serde_json::Value = serde_json::from_slice(&bundle).unwrap();
+        mixed["dsseEnvelope"]["signatures"] = forged["dsseEnvelope"]["signatures"].clone();
+        let err = verify_bundle(by(ID, ISSUER), &serde_json::to_vec(&mixed).unwrap()).unwrap_err();
+        assert_eq!(err, "no signature verifies with its certificate's key");
+
+        // A keyed bundle is no keyless signature.
+        let dir = tempfile::tempdir().unwrap();
+        let (path, _) = key_file(dir.path(), b"");
+        let keyed = SigningKey::load(&path, None)
+            .unwrap()
+            .sign_statement(&stmt)
+            .unwrap();
+        let err = verify_bundle(by(ID, ISSUER), &keyed).unwrap_err();
+        assert_eq!(err, "signed with a key, not a certificate");
+        assert!(bundle_signer(&keyed).starts_with("key "));
     }
 
     #[test]

@@ -219,3 +219,56 @@ pub fn entry(minor: &str, repository: &str, fill: char) -> crate::digest_manifes
         signature: None,
     }
 }
+
+/// A keyless signer as Fulcio makes one, for tests: a fresh ECDSA P-256 key and a self-signed
+/// certificate for it naming `identity` (a URI subject alternative name) and `issuer` (Fulcio's
+/// extension 1.3.6.1.4.1.57264.1.8, a DER UTF8String).
+pub struct CertificateSigner {
+    key: crate::sign::SigningKey,
+    certificate_der: Vec<u8>,
+    _dir: tempfile::TempDir,
+}
+
+impl CertificateSigner {
+    /// A signer whose certificate names `identity` and `issuer`.
+    pub fn new(identity: &str, issuer: &str) -> Self {
+        use rcgen::{CertificateParams, CustomExtension, KeyPair, SanType};
+        let pair = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).expect("key pair");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("leaf.key");
+        std::fs::write(&path, pair.serialize_pem()).expect("write key");
+        let key = crate::sign::SigningKey::load(&path, None).expect("load key");
+        let mut params = CertificateParams::new(Vec::<String>::new()).expect("params");
+        params
+            .subject_alt_names
+            .push(SanType::URI(identity.try_into().expect("IA5 identity")));
+        let mut utf8 = vec![0x0c, u8::try_from(issuer.len()).expect("short issuer")];
+        utf8.extend_from_slice(issuer.as_bytes());
+        params
+            .custom_extensions
+            .push(CustomExtension::from_oid_content(
+                &[1, 3, 6, 1, 4, 1, 57264, 1, 8],
+                utf8,
+            ));
+        let cert = params.self_signed(&pair).expect("certificate");
+        CertificateSigner {
+            key,
+            certificate_der: cert.der().to_vec(),
+            _dir: dir,
+        }
+    }
+
+    /// A Sigstore bundle v0.3 of `statement` as `cosign sign` keyless writes it (without its
+    /// Rekor entry): the DSSE envelope, and the certificate as `verificationMaterial`.
+    pub fn sign(&self, statement: &[u8]) -> Vec<u8> {
+        use base64::Engine as _;
+        let bundle = self.key.sign_statement(statement).expect("sign");
+        let mut b: serde_json::Value = serde_json::from_slice(&bundle).expect("bundle JSON");
+        b["verificationMaterial"] = serde_json::json!({
+            "certificate": {
+                "rawBytes": base64::engine::general_purpose::STANDARD.encode(&self.certificate_der)
+            }
+        });
+        serde_json::to_vec(&b).expect("bundle JSON")
+    }
+}

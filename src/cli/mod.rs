@@ -192,7 +192,7 @@ pub async fn run(cli: &Cli) -> Result<u8, Error> {
         Command::Render(args) => render::run(args, cli.quiet),
         Command::Copy(args) => copy::run(cli, args).await,
         Command::Minors(args) => minors::run(args),
-        Command::Manifest(cmd) => manifest::run(cli, cmd),
+        Command::Manifest(cmd) => manifest::run(cli, cmd).await,
         Command::Patches(cmd) => patches::run(cli, cmd).await,
         Command::Accept(args) => accept::run(cli, args).await,
         Command::Clusters(args) => clusters::run(args, cli.quiet).await,

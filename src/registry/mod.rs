@@ -124,4 +124,32 @@ pub trait Registry: Send + Sync {
         repo: &RepositoryName,
         reference: &str,
     ) -> Result<Option<String>, RegistryError>;
+    /// The referrers of `subject` (a `sha256:` digest) in `repo`, as image-index descriptors:
+    /// `GET /v2/<name>/referrers/<digest>` (distribution-spec v1.1, "Listing Referrers"), or,
+    /// where the registry has no referrers API (a 404, as distribution 2.8), the index at the
+    /// referrers tag schema's `sha256-<hex>` tag; empty when neither lists any.
+    ///
+    /// The default reads the tag schema alone (through [`Registry::pull_manifest`]).
+    ///
+    /// # Errors
+    /// The registry cannot be asked, or its tag-schema index is not an image index.
+    async fn referrers(
+        &self,
+        repo: &RepositoryName,
+        subject: &str,
+    ) -> Result<Vec<crate::image::spec::Descriptor>, RegistryError> {
+        let tag = crate::image::referrer::fallback_tag(subject);
+        match self.pull_manifest(repo, &tag).await {
+            Ok(b) => serde_json::from_slice::<crate::image::spec::Index>(&b)
+                .map(|i| i.manifests)
+                .map_err(|e| RegistryError {
+                    registry: repo.registry.clone(),
+                    operation: format!("list the referrers of {}", crate::util::short(subject)),
+                    message: format!("{}:{tag} is not an image index: {e}", repo.path),
+                    kind: ErrorKind::Other,
+                }),
+            Err(e) if e.kind == ErrorKind::NotFound => Ok(Vec::new()),
+            Err(e) => Err(e),
+        }
+    }
 }

@@ -657,6 +657,30 @@ impl Registry for OciRegistry {
             }
         }
     }
+
+    async fn referrers(
+        &self,
+        repo: &RepositoryName,
+        subject: &str,
+    ) -> Result<Vec<crate::image::spec::Descriptor>, RegistryError> {
+        // oci-client asks the referrers API and falls back to the tag schema on a 404.
+        let (r, _, client) = self.reference(repo, subject).await?;
+        let op = || format!("list the referrers of {}", short(subject));
+        let index = client
+            .pull_referrers(&r, None)
+            .await
+            .map_err(|e| self.error(repo, op(), e))?;
+        serde_json::to_vec(&index)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<crate::image::spec::Index>(&b).ok())
+            .map(|i| i.manifests)
+            .ok_or_else(|| RegistryError {
+                registry: repo.registry.clone(),
+                operation: op(),
+                message: "the referrers index is not an image index".into(),
+                kind: ErrorKind::Other,
+            })
+    }
 }
 
 #[cfg(test)]

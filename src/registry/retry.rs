@@ -179,6 +179,14 @@ impl<R: Registry> Registry for Retrying<R> {
         self.run(|| self.inner.manifest_digest(repo, reference))
             .await
     }
+
+    async fn referrers(
+        &self,
+        repo: &RepositoryName,
+        subject: &str,
+    ) -> Result<Vec<crate::image::spec::Descriptor>, RegistryError> {
+        self.run(|| self.inner.referrers(repo, subject)).await
+    }
 }
 
 #[cfg(test)]

@@ -94,13 +94,17 @@ async fn freshness(plan: &BuildPlan, registry: &dyn Registry) -> Result<Freshnes
         ));
     }
     if let Some(key) = &plan.sign_key
-        && entry.signature.as_ref().map(|s| s.key.as_str()) != Some(key.fingerprint().as_str())
+        && entry.signature.as_ref().and_then(|s| s.key.as_deref())
+            != Some(key.fingerprint().as_str())
     {
         return stale(format!(
             "{at} records {} {}, and --sign-key signs with key {}",
             plan.minor,
             match &entry.signature {
-                Some(s) => format!("signed by key {}", s.key),
+                Some(s) => match s.signer() {
+                    Ok(signer) => format!("signed by {signer}"),
+                    Err(_) => "signed".to_string(),
+                },
                 None => "unsigned".to_string(),
             },
             key.fingerprint()

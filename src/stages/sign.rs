@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use async_trait::async_trait;
 
 use crate::Error;
-use crate::digest_manifest::Signature;
+use crate::digest_manifest::{Signature, Signer};
 use crate::image::referrer::{self, Attachment};
 use crate::image::{ImageError, layout};
 use crate::plan::BuildPlan;
@@ -117,9 +117,11 @@ impl Stage for SignStage<'_> {
                 attachments,
                 signature: Signature {
                     digest: signature_digest,
-                    key: self.key.fingerprint(),
-                    public_key: self.key.public_key_pem(),
                     attestations,
+                    ..Signature::by(Signer::Key {
+                        fingerprint: &self.key.fingerprint(),
+                        public_key: &self.key.public_key_pem(),
+                    })
                 },
             },
             detail,
