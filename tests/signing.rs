@@ -460,3 +460,330 @@ fn a_signed_build_verifies_with_cosign_and_verify_and_copy_keep_the_signature() 
         text(&o)
     );
 }
+
+const IDENTITY: &str =
+    "https://github.com/example/occm/.github/workflows/build.yml@refs/heads/main";
+const FORK: &str = "https://github.com/fork/occm/.github/workflows/build.yml@refs/heads/main";
+const ISSUER: &str = "https://token.actions.githubusercontent.com";
+
+/// A Fulcio stand-in in `dir`: a CA (`ca.pem`) and a code-signing certificate (`leaf.pem`) it
+/// issued for a fresh key (`leaf.key`, PKCS#8) naming `identity` and, in Fulcio's issuer
+/// extension 1.3.6.1.4.1.57264.1.8, [`ISSUER`]: what Fulcio gives a GitHub workflow.
+fn fulcio_certificate(dir: &Path, identity: &str) {
+    use rcgen::{
+        BasicConstraints, CertificateParams, CustomExtension, DnType, ExtendedKeyUsagePurpose,
+        IsCa, Issuer, KeyPair, KeyUsagePurpose, SanType,
+    };
+    let now = time::OffsetDateTime::now_utc();
+    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.distinguished_name
+        .push(DnType::CommonName, "test fulcio");
+    ca.key_usages = vec![KeyUsagePurpose::KeyCertSign];
+    ca.not_before = now - time::Duration::hours(1);
+    ca.not_after = now + time::Duration::days(1);
+    let ca_key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
+    let ca_cert = ca.self_signed(&ca_key).unwrap();
+    let issuer = Issuer::new(ca, ca_key);
+    let mut leaf = CertificateParams::new(Vec::<String>::new()).unwrap();
+    leaf.subject_alt_names = vec![SanType::URI(identity.try_into().unwrap())];
+    leaf.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+    leaf.extended_key_usages = vec![ExtendedKeyUsagePurpose::CodeSigning];
+    let mut utf8 = vec![0x0c, ISSUER.len() as u8];
+    utf8.extend_from_slice(ISSUER.as_bytes());
+    leaf.custom_extensions = vec![CustomExtension::from_oid_content(
+        &[1, 3, 6, 1, 4, 1, 57264, 1, 8],
+        utf8,
+    )];
+    leaf.not_before = now - time::Duration::hours(1);
+    leaf.not_after = now + time::Duration::days(1);
+    let leaf_key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
+    let leaf_cert = leaf.signed_by(&leaf_key, &issuer).unwrap();
+    std::fs::write(dir.join("ca.pem"), ca_cert.pem()).unwrap();
+    std::fs::write(dir.join("leaf.pem"), leaf_cert.pem()).unwrap();
+    std::fs::write(dir.join("leaf.key"), leaf_key.serialize_pem()).unwrap();
+}
+
+/// Runs cosign in `dir`, asserting success.
+fn cosign_ok(home: &Path, dir: &Path, args: &[&str]) -> Output {
+    let o = Command::new(cosign_bin())
+        .args(args)
+        .current_dir(dir)
+        .env("HOME", home)
+        .env("COSIGN_PASSWORD", "")
+        .env("COSIGN_YES", "true")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "cosign {args:?}: {}", text(&o));
+    o
+}
+
+/// `cosign verify` (or `verify-attestation` with `extra`) of `reference` by `identity` with
+/// [`ISSUER`], trusting `trusted_root` (our CA as Fulcio's), no transparency log or SCT.
+fn cosign_verify_keyless(
+    home: &Path,
+    dir: &Path,
+    command: &str,
+    identity: &str,
+    reference: &str,
+    extra: &[&str],
+) -> Output {
+    let mut args = vec![
+        command,
+        "--certificate-identity",
+        identity,
+        "--certificate-oidc-issuer",
+        ISSUER,
+        "--trusted-root",
+        "trusted_root.json",
+        "--insecure-ignore-tlog=true",
+        "--insecure-ignore-sct=true",
+        "--allow-insecure-registry",
+        "--allow-http-registry",
+    ];
+    args.extend_from_slice(extra);
+    args.push(reference);
+    Command::new(cosign_bin())
+        .args(&args)
+        .current_dir(dir)
+        .env("HOME", home)
+        .output()
+        .unwrap()
+}
+
+/// `occm-forge manifest record-signatures --k8s 1.34` by `identity`.
+fn record_signatures(f: &Fixture, reg: &TestRegistry, identity: &str) -> Output {
+    occm_forge(f.path())
+        .args([
+            "manifest",
+            "record-signatures",
+            "--k8s",
+            "1.34",
+            "--certificate-identity",
+            identity,
+            "--certificate-oidc-issuer",
+            ISSUER,
+            "--insecure-registry",
+            &reg.addr,
+        ])
+        .output()
+        .unwrap()
+}
+
+/// The pipeline's keyless path (pipelines/build.yml): `build --push` unsigned, then the real
+/// cosign signs and attests with a certificate as Fulcio issues one to a workflow (here from a
+/// CA of the test's own; no Fulcio or Rekor is reachable), then `manifest record-signatures`
+/// records what that identity signed, `verify` checks it, and `copy` carries it.
+#[test]
+fn keyless_signatures_by_cosign_are_recorded_by_identity_checked_by_verify_and_copied() {
+    let reg = TestRegistry::start();
+    let f = fixture(&["linux/amd64"]);
+    let name = "occm/openstack-cloud-controller-manager";
+    let repo = reg.repo(name);
+    f.write_config(&repo, &["linux/amd64"], "static", &[]);
+    let o = forge(&f, &reg, "", &["build", "--k8s", "1.34", "--push"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let lock = read_lock(&f.lock);
+    let entry = &lock["images"]["1.34"];
+    let digest = entry["digest"].as_str().unwrap().to_string();
+    let tag = entry["tag"].as_str().unwrap();
+    let reference = format!("{repo}@{digest}");
+
+    // Nothing signed yet: said so, exit 10, nothing recorded.
+    let o = record_signatures(&f, &reg, IDENTITY);
+    assert_eq!(o.status.code(), Some(10), "{}", text(&o));
+    assert!(
+        stderr(&o).contains(&format!(
+            "has no signature by {IDENTITY} (issuer {ISSUER}) among its 1 referrers"
+        )),
+        "{}",
+        text(&o)
+    );
+
+    // What the sign job does, with cosign's flags for a certificate of its own.
+    let home = tempfile::tempdir().unwrap();
+    let pki = tempfile::tempdir().unwrap();
+    let dir = pki.path();
+    fulcio_certificate(dir, IDENTITY);
+    cosign_ok(
+        home.path(),
+        dir,
+        &[
+            "import-key-pair",
+            "--key",
+            "leaf.key",
+            "--output-key-prefix",
+            "leaf-cosign",
+        ],
+    );
+    cosign_ok(
+        home.path(),
+        dir,
+        &[
+            "signing-config",
+            "create",
+            "--no-default-fulcio",
+            "--no-default-oidc",
+            "--no-default-rekor",
+            "--no-default-tsa",
+            "--out",
+            "signing_config.json",
+        ],
+    );
+    cosign_ok(
+        home.path(),
+        dir,
+        &[
+            "trusted-root",
+            "create",
+            "--no-default-fulcio",
+            "--no-default-rekor",
+            "--no-default-ctfe",
+            "--no-default-tsa",
+            "--fulcio=url=https://fulcio.test,certificate-chain=ca.pem",
+            "--out",
+            "trusted_root.json",
+        ],
+    );
+    let signing = [
+        "--key",
+        "leaf-cosign.key",
+        "--certificate",
+        "leaf.pem",
+        "--signing-config",
+        "signing_config.json",
+        "--allow-insecure-registry",
+        "--allow-http-registry",
+    ];
+    let attestations = f.path().join("out/attestations").join(tag);
+    let sbom = attestations.join("sbom.linux-amd64.spdx.json");
+    let provenance: Value = serde_json::from_slice(
+        &std::fs::read(attestations.join("provenance.intoto.json")).unwrap(),
+    )
+    .unwrap();
+    let predicate = dir.join("provenance.predicate.json");
+    std::fs::write(
+        &predicate,
+        serde_json::to_vec(&provenance["predicate"]).unwrap(),
+    )
+    .unwrap();
+    let with = |first: &[&str], last: &[&str]| -> Vec<String> {
+        first
+            .iter()
+            .chain(&signing)
+            .chain(last)
+            .map(|s| s.to_string())
+            .collect()
+    };
+    for args in [
+        with(&["sign"], &[&reference]),
+        with(
+            &[
+                "attest",
+                "--type",
+                "spdxjson",
+                "--predicate",
+                sbom.to_str().unwrap(),
+            ],
+            &[&reference],
+        ),
+        with(
+            &[
+                "attest",
+                "--type",
+                "slsaprovenance1",
+                "--predicate",
+                predicate.to_str().unwrap(),
+            ],
+            &[&reference],
+        ),
+    ] {
+        cosign_ok(
+            home.path(),
+            dir,
+            &args.iter().map(String::as_str).collect::<Vec<_>>(),
+        );
+    }
+    let o = cosign_verify_keyless(home.path(), dir, "verify", IDENTITY, &reference, &[]);
+    assert!(o.status.success(), "cosign verify: {}", text(&o));
+
+    // Recorded by identity: the signature and both attestations.
+    let o = record_signatures(&f, &reg, IDENTITY);
+    assert!(o.status.success(), "{}", text(&o));
+    let lock = read_lock(&f.lock);
+    let signature = &lock["images"]["1.34"]["signature"];
+    assert_eq!(signature["certificate_identity"].as_str(), Some(IDENTITY));
+    assert_eq!(signature["certificate_oidc_issuer"].as_str(), Some(ISSUER));
+    assert!(signature.get("public_key").is_none(), "{signature:?}");
+    let sig_digest = signature["digest"].as_str().unwrap().to_string();
+    let attested: Vec<&str> = signature["attestations"]
+        .as_mapping()
+        .unwrap()
+        .keys()
+        .map(|k| k.as_str().unwrap())
+        .collect();
+    assert_eq!(attested, ["provenance", "sbom linux/amd64"]);
+    assert_eq!(
+        stdout(&o),
+        format!(
+            "1.34 {reference} signature {repo}@{sig_digest} by {IDENTITY} (issuer {ISSUER}); attested: provenance, sbom linux/amd64\n"
+        )
+    );
+    let o = verify(&f, &reg);
+    assert!(o.status.success(), "verify: {}", text(&o));
+
+    // Another workflow signed nothing here: exit 10, naming who did.
+    let o = record_signatures(&f, &reg, FORK);
+    assert_eq!(o.status.code(), Some(10), "{}", text(&o));
+    assert!(
+        stderr(&o).contains(&format!("signed by {IDENTITY} (issuer {ISSUER}) instead")),
+        "{}",
+        text(&o)
+    );
+
+    // A digest manifest that names another identity: the signature is foreign to it.
+    let original_lock = std::fs::read_to_string(&f.lock).unwrap();
+    std::fs::write(&f.lock, original_lock.replace(IDENTITY, FORK)).unwrap();
+    let o = verify(&f, &reg);
+    assert_eq!(o.status.code(), Some(10), "{}", text(&o));
+    assert!(
+        stdout(&o).contains(&format!(
+            "1.34: signature: {}: its certificate names {IDENTITY} (issuer {ISSUER}), not {FORK} (issuer {ISSUER})",
+            &sig_digest[..19]
+        )),
+        "{}",
+        text(&o)
+    );
+    std::fs::write(&f.lock, original_lock).unwrap();
+
+    // copy carries them, every digest unchanged: cosign verifies the identity at the copy.
+    let mirror = reg.repo("mirror/openstack-cloud-controller-manager");
+    let o = copy(&f, &reg, &mirror);
+    assert!(o.status.success(), "copy: {}", text(&o));
+    let copied = format!("{mirror}@{digest}");
+    let o = cosign_verify_keyless(home.path(), dir, "verify", IDENTITY, &copied, &[]);
+    assert!(
+        o.status.success(),
+        "cosign verify at the copy: {}",
+        text(&o)
+    );
+    let o = cosign_verify_keyless(
+        home.path(),
+        dir,
+        "verify-attestation",
+        IDENTITY,
+        &copied,
+        &["--type", "slsaprovenance1"],
+    );
+    assert!(
+        o.status.success(),
+        "cosign verify-attestation at the copy: {}",
+        text(&o)
+    );
+    let o = cosign_verify_keyless(home.path(), dir, "verify", FORK, &copied, &[]);
+    assert!(
+        !o.status.success(),
+        "cosign verify of another identity: {}",
+        text(&o)
+    );
+}
