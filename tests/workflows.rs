@@ -432,11 +432,25 @@ fn build_fans_out_per_minor_without_racing() {
         "occm-forge minors",
         "--manifest-fragment",
         "occm-forge manifest merge",
+        "occm-forge manifest record-signatures",
         "occm-forge verify",
         "--registry-config",
     ] {
         assert!(text.contains(needle), "build.yml no longer runs `{needle}`");
     }
+    // The merge job records what the sign job signed before it verifies, and hands on the
+    // digest manifest only after both.
+    let merge_steps = steps(&wf["jobs"]["merge"]).join("\n");
+    let at = |needle: &str| {
+        merge_steps
+            .find(needle)
+            .unwrap_or_else(|| panic!("build.yml: the merge job does not run `{needle}`"))
+    };
+    assert!(
+        at("occm-forge manifest record-signatures") < at("occm-forge verify \"$")
+            && at("occm-forge verify \"$") < at("digest-manifest/manifest.yaml"),
+        "build.yml: merge must record the signatures, then verify, then hand on the digest manifest"
+    );
     let watch = std::fs::read_to_string(repo().join("pipelines/watch.yml")).unwrap();
     for needle in [
         "upstream check --json",
