@@ -570,10 +570,120 @@ fn record_signatures(f: &Fixture, reg: &TestRegistry, identity: &str) -> Output 
         .unwrap()
 }
 
-/// The pipeline's keyless path (pipelines/build.yml): `build --push` unsigned, then the real
-/// cosign signs and attests with a certificate as Fulcio issues one to a workflow (here from a
-/// CA of the test's own; no Fulcio or Rekor is reachable), then `manifest record-signatures`
-/// records what that identity signed, `verify` checks it, and `copy` carries it.
+/// The steps of pipelines/build.yml's `sign` job, run as GitHub runs them (bash -eo pipefail,
+/// `$GITHUB_OUTPUT`, `$RUNNER_TEMP`), with `cosign` on PATH a wrapper of the real one that signs
+/// with the test's certificate and trusts the test's CA (what `--certificate` and
+/// `--trusted-root` do; Fulcio, Rekor and the OIDC token are what cannot be had here).
+struct SignJob {
+    temp: tempfile::TempDir,
+    env: Vec<(String, String)>,
+    steps: Vec<Value>,
+}
+
+impl SignJob {
+    /// The job for the build that printed `built` (`<repo>:<tag>@<digest>`), its fragment and
+    /// attestations where the build job uploads them.
+    fn new(home: &Path, pki: &Path, f: &Fixture, tag: &str, built: &str) -> SignJob {
+        let temp = tempfile::tempdir().unwrap();
+        let runner = temp.path();
+        let out = runner.join("built");
+        std::fs::create_dir_all(&out).unwrap();
+        std::fs::write(out.join("1.34.ref"), format!("{built}\n")).unwrap();
+        let copy = std::process::Command::new("cp")
+            .arg("-R")
+            .arg(f.path().join("out/attestations").join(tag))
+            .arg(out.join("1.34.attestations"))
+            .status()
+            .unwrap();
+        assert!(copy.success());
+        let bin = runner.join("bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        let real = cosign_bin();
+        let p = |name: &str| pki.join(name).display().to_string();
+        let wrapper = format!(
+            "#!/bin/bash\ncase \"$1\" in\n  sign|attest) exec {real} \"$@\" --key {key} --certificate {cert} --signing-config {config} --allow-insecure-registry --allow-http-registry ;;\n  verify|verify-attestation) exec {real} \"$@\" --trusted-root {root} --insecure-ignore-tlog=true --insecure-ignore-sct=true --allow-insecure-registry --allow-http-registry ;;\n  *) exec {real} \"$@\" ;;\nesac\n",
+            real = real.display(),
+            key = p("leaf-cosign.key"),
+            cert = p("leaf.pem"),
+            config = p("signing_config.json"),
+            root = p("trusted_root.json"),
+        );
+        let cosign = bin.join("cosign");
+        std::fs::write(&cosign, wrapper).unwrap();
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(&cosign, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let workflow: serde_norway::Value = serde_norway::from_str(
+            &std::fs::read_to_string(
+                Path::new(env!("CARGO_MANIFEST_DIR")).join("pipelines/build.yml"),
+            )
+            .unwrap(),
+        )
+        .unwrap();
+        let steps: Value = serde_json::to_value(&workflow["jobs"]["sign"]["steps"]).unwrap();
+        let env = [
+            (
+                "PATH",
+                format!("{}:{}", bin.display(), std::env::var("PATH").unwrap()),
+            ),
+            ("HOME", home.display().to_string()),
+            ("COSIGN_PASSWORD", String::new()),
+            ("RUNNER_TEMP", runner.display().to_string()),
+            ("GITHUB_OUTPUT", runner.join("output").display().to_string()),
+            (
+                "GITHUB_STEP_SUMMARY",
+                runner.join("summary").display().to_string(),
+            ),
+            ("GITHUB_REPOSITORY", "example/occm".into()),
+            ("GITHUB_REF", "refs/heads/main".into()),
+            ("MINOR", "1.34".into()),
+            ("OIDC_ISSUER", ISSUER.into()),
+        ];
+        SignJob {
+            env: env.into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
+            steps: steps.as_array().unwrap().clone(),
+            temp,
+        }
+    }
+
+    /// Runs the step whose name starts with `name`, with `env`; returns its stdout and stderr.
+    fn run_logged(&self, name: &str, env: &[(&str, &str)]) -> String {
+        let step = self
+            .steps
+            .iter()
+            .find(|s| s["name"].as_str().is_some_and(|n| n.starts_with(name)))
+            .unwrap_or_else(|| panic!("build.yml's sign job has no step {name:?}"));
+        let o = Command::new("bash")
+            .args(["--noprofile", "--norc", "-eo", "pipefail", "-c"])
+            .arg(step["run"].as_str().unwrap())
+            .env_clear()
+            .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .envs(env.iter().copied())
+            .current_dir(self.temp.path())
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "sign job step {name:?}: {}", text(&o));
+        text(&o)
+    }
+
+    /// [`SignJob::run_logged`], returning what the step wrote to `$GITHUB_OUTPUT`.
+    fn run(&self, name: &str, env: &[(&str, &str)]) -> std::collections::BTreeMap<String, String> {
+        let output = self.temp.path().join("output");
+        let _ = std::fs::remove_file(&output);
+        self.run_logged(name, env);
+        std::fs::read_to_string(&output)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.split_once('='))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+}
+
+/// The pipeline's keyless path (pipelines/build.yml): `build --push` unsigned; the `sign` job's
+/// scripts sign and attest with the real cosign and a certificate as Fulcio issues one to the
+/// workflow (here from a CA of the test's own; no Fulcio or Rekor is reachable), once however
+/// often they run; then `manifest record-signatures` records what that identity signed,
+/// `verify` checks it, and `copy` carries it.
 #[test]
 fn keyless_signatures_by_cosign_are_recorded_by_identity_checked_by_verify_and_copied() {
     let reg = TestRegistry::start();
@@ -600,7 +710,8 @@ fn keyless_signatures_by_cosign_are_recorded_by_identity_checked_by_verify_and_c
         text(&o)
     );
 
-    // What the sign job does, with cosign's flags for a certificate of its own.
+    // The sign job's own scripts (pipelines/build.yml), with a cosign that signs with the test's
+    // certificate instead of Fulcio's and trusts the test's CA instead of Sigstore's root.
     let home = tempfile::tempdir().unwrap();
     let pki = tempfile::tempdir().unwrap();
     let dir = pki.path();
@@ -645,67 +756,31 @@ fn keyless_signatures_by_cosign_are_recorded_by_identity_checked_by_verify_and_c
             "trusted_root.json",
         ],
     );
-    let signing = [
-        "--key",
-        "leaf-cosign.key",
-        "--certificate",
-        "leaf.pem",
-        "--signing-config",
-        "signing_config.json",
-        "--allow-insecure-registry",
-        "--allow-http-registry",
-    ];
-    let attestations = f.path().join("out/attestations").join(tag);
-    let sbom = attestations.join("sbom.linux-amd64.spdx.json");
-    let provenance: Value = serde_json::from_slice(
-        &std::fs::read(attestations.join("provenance.intoto.json")).unwrap(),
-    )
-    .unwrap();
-    let predicate = dir.join("provenance.predicate.json");
-    std::fs::write(
-        &predicate,
-        serde_json::to_vec(&provenance["predicate"]).unwrap(),
-    )
-    .unwrap();
-    let with = |first: &[&str], last: &[&str]| -> Vec<String> {
-        first
-            .iter()
-            .chain(&signing)
-            .chain(last)
-            .map(|s| s.to_string())
-            .collect()
+    let job = SignJob::new(home.path(), dir, &f, tag, &format!("{repo}:{tag}@{digest}"));
+    let outputs = job.run("The image to sign", &[("BUILD_RESULT", "success")]);
+    assert_eq!(outputs["image"], reference);
+    assert_eq!(outputs["identity"], IDENTITY);
+    let image = [("IMAGE", reference.as_str()), ("IDENTITY", IDENTITY)];
+    job.run("Sign ", &image);
+    job.run("Attest the SBOMs and the provenance", &image);
+    job.run("Verify as users do", &image);
+    let bundles = |reg: &TestRegistry| {
+        referrers(reg, name, &digest)["manifests"]
+            .as_array()
+            .unwrap()
+            .len()
     };
-    for args in [
-        with(&["sign"], &[&reference]),
-        with(
-            &[
-                "attest",
-                "--type",
-                "spdxjson",
-                "--predicate",
-                sbom.to_str().unwrap(),
-            ],
-            &[&reference],
-        ),
-        with(
-            &[
-                "attest",
-                "--type",
-                "slsaprovenance1",
-                "--predicate",
-                predicate.to_str().unwrap(),
-            ],
-            &[&reference],
-        ),
-    ] {
-        cosign_ok(
-            home.path(),
-            dir,
-            &args.iter().map(String::as_str).collect::<Vec<_>>(),
-        );
-    }
-    let o = cosign_verify_keyless(home.path(), dir, "verify", IDENTITY, &reference, &[]);
-    assert!(o.status.success(), "cosign verify: {}", text(&o));
+    let signed = bundles(&reg);
+    assert_eq!(
+        signed,
+        1 + 3,
+        "the provenance, the signature and two attestations"
+    );
+    // A rerun (of a failed job, or of the whole run) signs and attests nothing again.
+    assert!(job.run_logged("Sign ", &image).contains("is signed by"));
+    let again = job.run_logged("Attest the SBOMs and the provenance", &image);
+    assert!(again.contains("is attested already"), "{again}");
+    assert_eq!(bundles(&reg), signed);
 
     // Recorded by identity: the signature and both attestations.
     let o = record_signatures(&f, &reg, IDENTITY);
