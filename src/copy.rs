@@ -27,7 +27,9 @@ use crate::image::referrer::fallback_tag;
 use crate::image::spec::{self, Descriptor, Index, Manifest};
 use crate::reference::RepositoryName;
 use crate::registry::publish::ReferrersPushed;
-use crate::registry::transfer::{BlobSource, transfer_blobs, write_referrers_index};
+use crate::registry::transfer::{
+    BlobSource, ManifestBytes, push_manifests, tag_last, transfer_blobs, write_referrers_index,
+};
 use crate::registry::{ErrorKind, Registry, RegistryError};
 use crate::util::short;
 
@@ -72,13 +74,6 @@ fn parse<T: serde::de::DeserializeOwned>(
     })
 }
 
-/// A manifest to copy: its exact bytes and media type.
-struct Pulled {
-    digest: String,
-    media_type: String,
-    bytes: Bytes,
-}
-
 /// Copies `entry`'s image from `entry.repository` to `to`; see the module documentation.
 /// `on_bytes(n, total)` hears about every blob handled. Errors name the registry and operation.
 pub async fn copy_image(
@@ -121,14 +116,7 @@ pub async fn copy_image(
         ..Copied::default()
     };
     push_manifests(registry, to, &image.manifests).await?;
-    registry
-        .push_manifest(
-            to,
-            &entry.digest,
-            &image.index_media_type,
-            image.index_bytes.clone(),
-        )
-        .await?;
+    push_manifests(registry, to, std::slice::from_ref(&image.index)).await?;
     push_manifests(registry, to, &referrers.manifests)
         .await
         .map_err(|e| explain_refused_subject(e, &referrers.manifests))?;
@@ -142,14 +130,7 @@ pub async fn copy_image(
         )
         .await?;
     }
-    tag_and_verify(
-        registry,
-        to,
-        entry,
-        &image.index_media_type,
-        image.index_bytes,
-    )
-    .await?;
+    tag_last(registry, to, &entry.tag, &image.index, "copied").await?;
     copied.reference = format!("{to}:{}@{}", entry.tag, entry.digest);
     copied.manifests = image.manifests.len();
     copied.referrers = referrers.manifests.len();
@@ -179,12 +160,10 @@ async fn refuse_moved_tag(
 
 /// The image index and its platform manifests as pulled from the source.
 struct SourceImage {
-    /// The index's exact bytes.
-    index_bytes: Bytes,
-    /// The index's media type ([`spec::OCI_INDEX`] when it names none).
-    index_media_type: String,
+    /// The index (media type [`spec::OCI_INDEX`] when it names none).
+    index: ManifestBytes,
     /// The platform manifests, in index order.
-    manifests: Vec<Pulled>,
+    manifests: Vec<ManifestBytes>,
     /// Config and layers of every platform manifest.
     blobs: Vec<Descriptor>,
 }
@@ -209,15 +188,18 @@ async fn read_image(
         let m: Manifest = parse(from, "manifest", &d.digest, &bytes)?;
         blobs.push(m.config.clone());
         blobs.extend(m.layers.iter().cloned());
-        manifests.push(Pulled {
+        manifests.push(ManifestBytes {
             digest: d.digest.clone(),
             media_type: d.media_type.clone(),
             bytes,
         });
     }
     Ok(SourceImage {
-        index_bytes,
-        index_media_type,
+        index: ManifestBytes {
+            digest: digest.to_string(),
+            media_type: index_media_type,
+            bytes: index_bytes,
+        },
         manifests,
         blobs,
     })
@@ -262,7 +244,7 @@ struct Fallback {
 /// The referrers of every subject as pulled from the source.
 struct SourceReferrers {
     /// Each referrer manifest once.
-    manifests: Vec<Pulled>,
+    manifests: Vec<ManifestBytes>,
     /// One per subject that has referrers.
     fallbacks: Vec<Fallback>,
     /// Config and layers of every referrer manifest.
@@ -311,7 +293,7 @@ async fn read_referrers(
             out.blobs.push(m.config.clone());
             out.blobs.extend(m.layers.iter().cloned());
             if seen.insert(d.digest.clone()) {
-                out.manifests.push(Pulled {
+                out.manifests.push(ManifestBytes {
                     digest: d.digest.clone(),
                     media_type: d.media_type.clone(),
                     bytes,
@@ -370,7 +352,7 @@ fn describe_from_manifest(d: &mut Descriptor, m: &Manifest, len: usize) {
 
 /// A target that refuses a referrer carrying `subject` (older Harbor, Quay, Docker Hub): said so,
 /// since copy keeps every digest and cannot rewrite the referrer without it.
-fn explain_refused_subject(e: RegistryError, referrers: &[Pulled]) -> RegistryError {
+fn explain_refused_subject(e: RegistryError, referrers: &[ManifestBytes]) -> RegistryError {
     let carries_subject = referrers.iter().any(|m| {
         serde_json::from_slice::<serde_json::Value>(&m.bytes)
             .is_ok_and(|v| v.get("subject").is_some_and(|s| !s.is_null()))
@@ -385,46 +367,6 @@ fn explain_refused_subject(e: RegistryError, referrers: &[Pulled]) -> RegistryEr
         };
     }
     e
-}
-
-/// Pushes each manifest by digest, byte for byte.
-async fn push_manifests(
-    registry: &dyn Registry,
-    to: &RepositoryName,
-    manifests: &[Pulled],
-) -> Result<(), RegistryError> {
-    for m in manifests {
-        registry
-            .push_manifest(to, &m.digest, &m.media_type, m.bytes.clone())
-            .await?;
-    }
-    Ok(())
-}
-
-/// Pushes the index under `entry.tag` (the last write) and checks the tag serves `entry.digest`.
-async fn tag_and_verify(
-    registry: &dyn Registry,
-    to: &RepositoryName,
-    entry: &Entry,
-    index_media_type: &str,
-    index_bytes: Bytes,
-) -> Result<(), RegistryError> {
-    registry
-        .push_manifest(to, &entry.tag, index_media_type, index_bytes)
-        .await?;
-    let served = registry.manifest_digest(to, &entry.tag).await?;
-    if served.as_deref() != Some(entry.digest.as_str()) {
-        return Err(other(
-            to,
-            format!("verify tag {}", entry.tag),
-            format!(
-                "serves {} instead of the copied {}",
-                served.as_deref().unwrap_or("nothing"),
-                entry.digest
-            ),
-        ));
-    }
-    Ok(())
 }
 
 /// A `copy` request: plain data.

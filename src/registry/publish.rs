@@ -18,7 +18,9 @@ use std::str::FromStr;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
-use super::transfer::{BlobSource, transfer_blobs, write_referrers_index};
+use super::transfer::{
+    BlobSource, ManifestBytes, push_manifests, tag_last, transfer_blobs, write_referrers_index,
+};
 use super::{ErrorKind, Registry, RegistryError};
 use crate::reference::RepositoryName;
 use crate::util::short;
@@ -143,35 +145,15 @@ pub async fn publish(
         on_bytes,
     )
     .await?;
-    for p in &image.platforms {
-        push_from_layout(registry, repo, &image.layout_dir, &p.manifest).await?;
+    let mut manifests = Vec::new();
+    for d in image.platforms.iter().map(|p| &p.manifest) {
+        manifests.push(from_layout(repo, &image.layout_dir, d)?);
     }
-    let index = read_manifest(repo, &image.layout_dir, &image.index)?;
-    registry
-        .push_manifest(
-            repo,
-            &image.index.digest,
-            &image.index.media_type,
-            index.clone(),
-        )
-        .await?;
+    let index = from_layout(repo, &image.layout_dir, &image.index)?;
+    manifests.push(index.clone());
+    push_manifests(registry, repo, &manifests).await?;
     let referrers = push_referrers(registry, repo, &image.layout_dir, attachments, mode).await?;
-    registry
-        .push_manifest(repo, &image.tag, &image.index.media_type, index)
-        .await?;
-    let served = registry.manifest_digest(repo, &image.tag).await?;
-    if served.as_deref() != Some(image.index.digest.as_str()) {
-        return Err(RegistryError {
-            registry: repo.registry.clone(),
-            operation: format!("verify tag {}", image.tag),
-            message: format!(
-                "serves {} instead of the pushed {}",
-                served.as_deref().unwrap_or("nothing"),
-                image.index.digest
-            ),
-            kind: ErrorKind::Other,
-        });
-    }
+    tag_last(registry, repo, &image.tag, &index, "pushed").await?;
     Ok(Published {
         reference: format!("{repo}:{}@{}", image.tag, image.index.digest),
         digest: image.index.digest.clone(),
@@ -188,14 +170,18 @@ pub async fn publish(
     })
 }
 
-/// The exact bytes of manifest `d` from the layout.
-fn read_manifest(
+/// Manifest `d` from the layout, its exact bytes.
+fn from_layout(
     repo: &RepositoryName,
     layout_dir: &std::path::Path,
     d: &Descriptor,
-) -> Result<Bytes, RegistryError> {
+) -> Result<ManifestBytes, RegistryError> {
     layout::read_blob(layout_dir, &d.digest)
-        .map(Bytes::from)
+        .map(|b| ManifestBytes {
+            digest: d.digest.clone(),
+            media_type: d.media_type.clone(),
+            bytes: Bytes::from(b),
+        })
         .map_err(|e| local_err(repo, format!("read manifest {}", short(&d.digest)), e))
 }
 
@@ -206,10 +192,8 @@ async fn push_from_layout(
     layout_dir: &std::path::Path,
     d: &Descriptor,
 ) -> Result<(), RegistryError> {
-    let body = read_manifest(repo, layout_dir, d)?;
-    registry
-        .push_manifest(repo, &d.digest, &d.media_type, body)
-        .await
+    let m = from_layout(repo, layout_dir, d)?;
+    push_manifests(registry, repo, std::slice::from_ref(&m)).await
 }
 
 /// What [`push_referrers`] did.

@@ -4,9 +4,12 @@
 //! - [`transfer_blobs`]: each distinct blob once, [`CONCURRENCY`] at a time — skipped when the
 //!   target has it, mounted when the source says it may be (distribution-spec "Mounting a blob
 //!   from another repository"), else read and uploaded;
+//! - [`push_manifests`]: manifests by digest, byte for byte, in the order given (the platform
+//!   manifests before the index that names them, referrers after their subject);
 //! - [`write_referrers_index`]: a subject's referrers tag-schema index `sha256-<hex>`
 //!   (distribution-spec "Referrers Tag Schema", for registries without the referrers API such as
-//!   distribution 2.8), merged with what is there and keeping other tools' referrers (cosign's).
+//!   distribution 2.8), merged with what is there and keeping other tools' referrers (cosign's);
+//! - [`tag_last`]: the index under its tag, the last write, and a check that the tag serves it.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -141,6 +144,64 @@ async fn transfer_one(
         uploaded: 1,
         ..Transferred::default()
     })
+}
+
+/// A manifest to push by digest: its exact bytes and media type.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ManifestBytes {
+    /// `sha256:<hex>` of `bytes`.
+    pub digest: String,
+    /// The `Content-Type` it is pushed with (its `mediaType`).
+    pub media_type: String,
+    /// The exact bytes: what the digest is of.
+    pub bytes: Bytes,
+}
+
+/// Pushes each manifest to `to` by its digest, byte for byte, in order; the first failure is
+/// returned.
+pub async fn push_manifests(
+    registry: &dyn Registry,
+    to: &RepositoryName,
+    manifests: &[ManifestBytes],
+) -> Result<(), RegistryError> {
+    for m in manifests {
+        registry
+            .push_manifest(to, &m.digest, &m.media_type, m.bytes.clone())
+            .await?;
+    }
+    Ok(())
+}
+
+/// Pushes `index` under `tag` in `to` (the last write of a push or a copy, so that no tag points
+/// at a half-written image) and asks the registry which digest the tag serves now.
+///
+/// # Errors
+/// The push fails, or the tag serves another digest than `index.digest` (`serves <digest>
+/// instead of the <done> <index digest>`, `done` being `pushed` or `copied`).
+pub async fn tag_last(
+    registry: &dyn Registry,
+    to: &RepositoryName,
+    tag: &str,
+    index: &ManifestBytes,
+    done: &str,
+) -> Result<(), RegistryError> {
+    registry
+        .push_manifest(to, tag, &index.media_type, index.bytes.clone())
+        .await?;
+    let served = registry.manifest_digest(to, tag).await?;
+    if served.as_deref() != Some(index.digest.as_str()) {
+        return Err(RegistryError {
+            registry: to.registry.clone(),
+            operation: format!("verify tag {tag}"),
+            message: format!(
+                "serves {} instead of the {done} {}",
+                served.as_deref().unwrap_or("nothing"),
+                index.digest
+            ),
+            kind: ErrorKind::Other,
+        });
+    }
+    Ok(())
 }
 
 /// Writes `subject`'s referrers tag-schema index `sha256-<hex>` on `repo` so that it lists
