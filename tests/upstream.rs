@@ -12,6 +12,7 @@ mod common;
 
 use std::process::Command;
 
+use common::sigstore::*;
 use common::*;
 
 /// The mirror named by OCCM_FORGE_UPSTREAM_MIRROR; panics when it is unset (the tests are
@@ -98,12 +99,12 @@ fn real_v1_34_build_push_and_run() {
         .arg("--version")
         .output()
         .unwrap();
-    let text = format!("{}{}", stdout(&out), stderr(&out));
-    eprintln!("binary --version: {text}");
+    let version = text(&out);
+    eprintln!("binary --version: {version}");
     // The tag's suffix as semver build metadata (README, "What build does").
     assert!(
-        text.contains("v1.34.1+occmforge.1"),
-        "the binary does not report v1.34.1+occmforge.1: {text}"
+        version.contains("v1.34.1+occmforge.1"),
+        "the binary does not report v1.34.1+occmforge.1: {version}"
     );
 
     // A second build from scratch — an empty cache (git objects, Go modules and build cache),
@@ -183,6 +184,85 @@ fn real_v1_34_build_push_and_run() {
     assert!(o.status.success(), "{}", stderr(&o));
     let o = verify();
     assert!(o.status.success(), "verify: {}{}", stdout(&o), stderr(&o));
+
+    // Signed keylessly as pipelines/build.yml's sign job signs it (its own scripts and the real
+    // cosign; a CA of the test's own stands in for Fulcio), recorded by identity, checked by
+    // verify, carried by copy: the real image's SBOMs and provenance.
+    let home = tempfile::tempdir().unwrap();
+    let pki = keyless_pki(home.path(), IDENTITY);
+    let reference = format!("{repo}@{digest}");
+    let job = SignJob::new(
+        home.path(),
+        pki.path(),
+        &dir.path().join("out/attestations").join(tag),
+        &format!("{repo}:{tag}@{digest}"),
+    );
+    let outputs = job.run("The image to sign", &[("BUILD_RESULT", "success")]);
+    assert_eq!(outputs["image"], reference);
+    let image = [("IMAGE", reference.as_str()), ("IDENTITY", IDENTITY)];
+    for step in [
+        "Sign ",
+        "Attest the SBOMs and the provenance",
+        "Verify as users do",
+    ] {
+        job.run(step, &image);
+    }
+    let forge = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_occm-forge"))
+            .current_dir(dir.path())
+            .arg("--cache-dir")
+            .arg(cache.path())
+            .args(args)
+            .args(["--insecure-registry", &reg.addr, "--config"])
+            .arg(&config)
+            .output()
+            .unwrap()
+    };
+    let o = forge(&[
+        "manifest",
+        "record-signatures",
+        "--k8s",
+        "1.34",
+        "--certificate-identity",
+        IDENTITY,
+        "--certificate-oidc-issuer",
+        ISSUER,
+    ]);
+    assert!(o.status.success(), "record-signatures: {}", text(&o));
+    assert!(
+        stdout(&o).ends_with("; attested: provenance, sbom linux/amd64, sbom linux/arm64\n"),
+        "{}",
+        text(&o)
+    );
+    let o = verify();
+    assert!(
+        o.status.success(),
+        "verify of the signed image: {}",
+        text(&o)
+    );
+    let mirror = reg.repo("mirror/openstack-cloud-controller-manager");
+    let o = forge(&["copy", "--k8s", "1.34", "--to", &mirror]);
+    assert!(o.status.success(), "copy: {}", text(&o));
+    for (command, extra) in [
+        ("verify", &[][..]),
+        ("verify-attestation", &["--type", "spdxjson"][..]),
+        ("verify-attestation", &["--type", "slsaprovenance1"][..]),
+    ] {
+        let o = cosign_verify_keyless(
+            home.path(),
+            pki.path(),
+            command,
+            IDENTITY,
+            &format!("{mirror}@{digest}"),
+            extra,
+        );
+        assert!(
+            o.status.success(),
+            "cosign {command} at the copy: {}",
+            text(&o)
+        );
+    }
+
     skopeo(&[
         "copy",
         "--quiet",

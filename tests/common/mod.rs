@@ -4,6 +4,8 @@
 //! run the real `occm-forge` binary and the independent checkers (skopeo, umoci).
 #![allow(dead_code)]
 
+pub mod sigstore;
+
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
