@@ -4,12 +4,13 @@
 //! platform with the recorded manifest digest; each platform's config carries the
 //! `org.opencontainers.image.{source,revision,version}` labels of the entry; the SBOM and
 //! provenance referrers exist, have the right artifact type and point at the recorded subject
-//! (carry no `subject` when the entry records `referrers: tag-schema`), and are listed in the
-//! subject's referrers (tag-schema fallback `sha256-<hex>`); with `referrers: skipped` they are
-//! not looked for. A signed entry's signature and attestations (`signature`) are bundle
-//! referrers of the index, present, listed, and verify with the recorded public key, whose
-//! fingerprint is the recorded key; a missing or foreign signature is a finding. Every mismatch
-//! is one [`Finding`].
+//! (carry no `subject` when the entry records `referrers: tag-schema`), and are listed among the
+//! subject's referrers ([`Registry::referrers`]: the referrers API, else the tag-schema fallback
+//! `sha256-<hex>`); with `referrers: skipped` they are not looked for. A signed entry's
+//! signature and attestations (`signature`) are bundle referrers of the index, present, listed,
+//! and verify with the recorded signer ([`sign::verify_bundle`]: the recorded public key, whose
+//! fingerprint is the recorded key, or a certificate naming the recorded identity and issuer); a
+//! missing or foreign signature is a finding. Every mismatch is one [`Finding`].
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

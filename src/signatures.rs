@@ -15,7 +15,7 @@
 use std::collections::BTreeMap;
 
 use crate::digest_manifest::{Entry, Signature, Signer};
-use crate::image::spec::{Manifest, keys::CREATED};
+use crate::image::spec::{Descriptor, Manifest, keys::CREATED};
 use crate::reference::RepositoryName;
 use crate::registry::{ErrorKind, Registry, RegistryError};
 use crate::sign::{self, BUNDLE_MEDIA_TYPE, COSIGN_SIGN_PREDICATE, SPDX_PREDICATE};
@@ -80,48 +80,7 @@ pub async fn find(
         entry,
         sboms: BTreeMap::new(),
     };
-    // Kind (`signature`, `provenance`, `sbom <platform>`) → (created, referrer digest).
-    let mut newest: BTreeMap<String, (String, String)> = BTreeMap::new();
-    let mut others = Vec::new();
-    let bundles = listed
-        .iter()
-        .filter(|d| d.artifact_type.as_deref() == Some(BUNDLE_MEDIA_TYPE));
-    for d in bundles {
-        let Some((manifest, bundle)) = finder.bundle(&d.digest).await? else {
-            continue;
-        };
-        let verified = match sign::verify_bundle(signer, &bundle) {
-            Ok(v) if v.subject_digests().contains(&entry.digest) => v,
-            _ => {
-                let who = sign::bundle_signer(&bundle);
-                if !others.contains(&who) {
-                    others.push(who);
-                }
-                continue;
-            }
-        };
-        let kind = match verified.predicate_type() {
-            COSIGN_SIGN_PREDICATE => "signature".to_string(),
-            SLSA_PROVENANCE_V1 => "provenance".to_string(),
-            SPDX_PREDICATE => match finder.sbom_platform(&verified).await? {
-                Some(platform) => format!("sbom {platform}"),
-                None => continue,
-            },
-            _ => continue,
-        };
-        // The newest of a kind by its manifest's creation time (cosign and occm-forge both set
-        // it; RFC 3339 in UTC compares as text), then by digest: registries list referrers in no
-        // particular order.
-        let created = manifest
-            .annotations
-            .get(CREATED)
-            .cloned()
-            .unwrap_or_default();
-        let candidate = (created, d.digest.clone());
-        if newest.get(&kind).is_none_or(|n| *n < candidate) {
-            newest.insert(kind, candidate);
-        }
-    }
+    let (newest, mut others) = finder.survey(&listed, signer).await?;
     others.sort();
     let mut signature = Signature::by(signer);
     for (kind, (_, digest)) in newest {
@@ -170,6 +129,59 @@ struct Finder<'a> {
 }
 
 impl Finder<'_> {
+    /// The newest bundle of each kind by `signer` about the index among `listed` (kind:
+    /// `signature`, `provenance`, `sbom <platform>`; → (creation time, referrer digest)), and
+    /// who signed the bundles that are not the signer's, each once.
+    async fn survey(
+        &mut self,
+        listed: &[Descriptor],
+        signer: Signer<'_>,
+    ) -> Result<(BTreeMap<String, (String, String)>, Vec<String>), RegistryError> {
+        // Kind (`signature`, `provenance`, `sbom <platform>`) → (created, referrer digest).
+        let mut newest: BTreeMap<String, (String, String)> = BTreeMap::new();
+        let mut others = Vec::new();
+        let bundles = listed
+            .iter()
+            .filter(|d| d.artifact_type.as_deref() == Some(BUNDLE_MEDIA_TYPE));
+        for d in bundles {
+            let Some((manifest, bundle)) = self.bundle(&d.digest).await? else {
+                continue;
+            };
+            let verified = match sign::verify_bundle(signer, &bundle) {
+                Ok(v) if v.subject_digests().contains(&self.entry.digest) => v,
+                _ => {
+                    let who = sign::bundle_signer(&bundle);
+                    if !others.contains(&who) {
+                        others.push(who);
+                    }
+                    continue;
+                }
+            };
+            let kind = match verified.predicate_type() {
+                COSIGN_SIGN_PREDICATE => "signature".to_string(),
+                SLSA_PROVENANCE_V1 => "provenance".to_string(),
+                SPDX_PREDICATE => match self.sbom_platform(&verified).await? {
+                    Some(platform) => format!("sbom {platform}"),
+                    None => continue,
+                },
+                _ => continue,
+            };
+            // The newest of a kind by its manifest's creation time (cosign and occm-forge both
+            // set it; RFC 3339 in UTC compares as text), then by digest: registries list
+            // referrers in no particular order.
+            let created = manifest
+                .annotations
+                .get(CREATED)
+                .cloned()
+                .unwrap_or_default();
+            let candidate = (created, d.digest.clone());
+            if newest.get(&kind).is_none_or(|n| *n < candidate) {
+                newest.insert(kind, candidate);
+            }
+        }
+        Ok((newest, others))
+    }
+
     /// The referrer manifest `digest` and what it carries (its first layer: a bundle, an
     /// SBOM); `None` when the manifest or the layer is gone or is not one.
     async fn bundle(&self, digest: &str) -> Result<Option<(Manifest, Vec<u8>)>, RegistryError> {
