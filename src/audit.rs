@@ -28,6 +28,7 @@ use crate::reference::RepositoryName;
 use crate::registry::publish::ReferrersPushed;
 use crate::registry::{ErrorKind, Registry, RegistryError};
 use crate::sign::{self, BUNDLE_MEDIA_TYPE};
+use crate::signatures::Kinds;
 use crate::stage::Reporter;
 use crate::util::{join, sha256_digest, short};
 
@@ -572,14 +573,17 @@ impl Checker<'_> {
                 Err(e) => self.find("signature", format!("the recorded public key: {e}")),
             }
         }
-        let mut bundles = vec![("signature".to_string(), &signature.digest)];
+        let mut bundles = vec![("signature", "signature".to_string(), &signature.digest)];
         bundles.extend(
             signature
                 .attestations
                 .iter()
-                .map(|(name, d)| (format!("attestation {name}"), d)),
+                .map(|(name, d)| (name.as_str(), format!("attestation {name}"), d)),
         );
-        for (field, digest) in bundles {
+        let repo = self.repo.clone();
+        let registry = self.registry;
+        let mut kinds = Kinds::new(registry, &repo, entry);
+        for (kind, field, digest) in bundles {
             let before = self.findings.len();
             let manifest = self
                 .referrer(
@@ -593,8 +597,25 @@ impl Checker<'_> {
             if let Some(m) = manifest
                 && self.findings.len() == before
             {
-                self.bundle(&field, digest, &m, signer, &entry.digest)
+                let verified = self
+                    .bundle(&field, digest, &m, signer, &entry.digest)
                     .await?;
+                if let Some(v) = verified {
+                    let is = kinds.kind(&v).await?;
+                    if is.as_deref() != Some(kind) {
+                        self.find(
+                            field,
+                            format!(
+                                "{} is {}, not the {kind} the digest manifest names it",
+                                short(digest),
+                                is.map_or_else(
+                                    || format!("a {} bundle", sign::printable(v.predicate_type())),
+                                    |is| format!("the {is}")
+                                )
+                            ),
+                        );
+                    }
+                }
             }
         }
         Ok(())
@@ -602,7 +623,7 @@ impl Checker<'_> {
 
     /// The bundle in referrer manifest `manifest` (`digest`) verifies with the recorded signer
     /// ([`sign::verify_bundle`]), names no other key, and its Statement's subjects include
-    /// `index`.
+    /// `index`; returns it when it verifies and is about the index.
     async fn bundle(
         &mut self,
         field: &str,
@@ -610,21 +631,24 @@ impl Checker<'_> {
         manifest: &Manifest,
         signer: Signer<'_>,
         index: &str,
-    ) -> Result<(), RegistryError> {
+    ) -> Result<Option<sign::VerifiedBundle>, RegistryError> {
         let Some(layer) = manifest.layers.first() else {
             self.find(field, format!("{} carries no bundle", short(digest)));
-            return Ok(());
+            return Ok(None);
         };
         let bundle = match self.registry.pull_blob(&self.repo, &layer.digest).await {
             Ok(b) => b,
             Err(e) if e.kind == ErrorKind::NotFound => {
                 self.find(field, format!("its bundle {} is missing", layer.digest));
-                return Ok(());
+                return Ok(None);
             }
             Err(e) => return Err(e),
         };
         match sign::verify_bundle(signer, &bundle) {
-            Err(e) => self.find(field, format!("{}: {e} ({signer})", short(digest))),
+            Err(e) => {
+                self.find(field, format!("{}: {e} ({signer})", short(digest)));
+                Ok(None)
+            }
             Ok(v) => {
                 if let (Some(hint), Signer::Key { fingerprint, .. }) = (v.hint.as_deref(), signer)
                     && hint != fingerprint
@@ -643,10 +667,11 @@ impl Checker<'_> {
                             short(index)
                         ),
                     );
+                    return Ok(None);
                 }
+                Ok(Some(v))
             }
         }
-        Ok(())
     }
 }
 

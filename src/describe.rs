@@ -437,7 +437,7 @@ pub fn slsa_provenance(i: &ProvenanceInput<'_>) -> Vec<u8> {
     let statement = json!({
         "_type": "https://in-toto.io/Statement/v1",
         "subject": subjects,
-        "predicateType": "https://slsa.dev/provenance/v1",
+        "predicateType": crate::sign::SLSA_PROVENANCE_V1,
         "predicate": {
             "buildDefinition": {
                 "buildType": BUILD_TYPE,

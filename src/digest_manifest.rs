@@ -419,17 +419,51 @@ pub fn read(path: &Path) -> Result<DigestManifest, DigestManifestError> {
         });
     }
     for (minor, entry) in &m.images {
+        let fail = |message: String| DigestManifestError::Read {
+            path: path.to_path_buf(),
+            message: format!("{minor}: {message}"),
+        };
         if let Some(Err(e)) = entry.signature.as_ref().map(Signature::signer) {
-            return Err(DigestManifestError::Read {
-                path: path.to_path_buf(),
-                message: format!("{minor}: signature {e}"),
-            });
+            return Err(fail(format!("signature {e}")));
+        }
+        if let Some((field, digest)) = entry
+            .digests()
+            .into_iter()
+            .find(|(_, d)| !crate::util::is_sha256_digest(d))
+        {
+            return Err(fail(format!(
+                "{field} {digest:?} is not a digest (sha256:<64 lower-case hex>)"
+            )));
         }
     }
     Ok(m)
 }
 
 impl Entry {
+    /// Every digest the entry records, each with the field it is in (`digest`, `manifests
+    /// linux/amd64`, `sbom linux/amd64`, `provenance`, `signature`, `attestation provenance`).
+    pub fn digests(&self) -> Vec<(String, &str)> {
+        let mut out = vec![("digest".to_string(), self.digest.as_str())];
+        for (field, map) in [("manifests", &self.manifests), ("sbom", &self.sbom)] {
+            out.extend(
+                map.iter()
+                    .map(|(p, d)| (format!("{field} {p}"), d.as_str())),
+            );
+        }
+        if let Some(p) = &self.provenance {
+            out.push(("provenance".to_string(), p));
+        }
+        if let Some(s) = &self.signature {
+            out.push(("signature".to_string(), s.digest.as_str()));
+            out.extend(
+                s.attestations
+                    .iter()
+                    .map(|(name, d)| (format!("attestation {name}"), d.as_str())),
+            );
+        }
+        out
+    }
+
     /// The inputs this entry records: its `inputs:` with the entry's own copies of them over it
     /// (upstream commit, patch series, Go, base, platforms, repository, tag). An entry from
     /// before occm-forge recorded inputs (no `inputs:`) gives those fields alone, the others
@@ -891,6 +925,16 @@ mod tests {
         let err = read(&p).unwrap_err().to_string();
         assert!(
             err.ends_with("1.34: signature records neither a key (key and public_key) nor a certificate identity (certificate_identity and certificate_oidc_issuer), or parts of both"),
+            "{err}"
+        );
+        // A digest that is none: named before anyone asks a registry for it.
+        std::fs::write(&p, text.replace("sha256:5555", "sha256:zz55")).unwrap();
+        let err = read(&p).unwrap_err().to_string();
+        assert!(
+            err.ends_with(&format!(
+                "1.34: signature \"sha256:zz{}\" is not a digest (sha256:<64 lower-case hex>)",
+                "5".repeat(62)
+            )),
             "{err}"
         );
     }

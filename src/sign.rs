@@ -32,6 +32,9 @@ pub const IN_TOTO_MEDIA_TYPE: &str = "application/vnd.in-toto+json";
 pub const BUNDLE_MEDIA_TYPE: &str = "application/vnd.dev.sigstore.bundle.v0.3+json";
 /// The predicate type of a plain image signature (what `cosign sign` v3 signs).
 pub const COSIGN_SIGN_PREDICATE: &str = "https://sigstore.dev/cosign/sign/v1";
+/// The predicate type of the build's provenance, and what `cosign attest --type
+/// slsaprovenance1` writes.
+pub const SLSA_PROVENANCE_V1: &str = "https://slsa.dev/provenance/v1";
 /// The predicate type `cosign verify-attestation --type spdxjson` looks for.
 pub const SPDX_PREDICATE: &str = "https://spdx.dev/Document";
 
@@ -241,19 +244,27 @@ pub fn statement(
 /// of its DER body.
 ///
 /// # Errors
-/// One line when `public_key_pem` is not one PEM `PUBLIC KEY` block.
+/// One line when `public_key_pem` is not exactly one PEM `PUBLIC KEY` block, or not an ECDSA
+/// P-256 key (what `cosign generate-key-pair` makes and occm-forge verifies).
 pub fn public_key_fingerprint(public_key_pem: &str) -> Result<String, String> {
-    let body: String = public_key_pem
-        .trim()
-        .strip_prefix("-----BEGIN PUBLIC KEY-----")
-        .and_then(|rest| rest.strip_suffix("-----END PUBLIC KEY-----"))
-        .ok_or("not a PEM PUBLIC KEY")?
-        .split_whitespace()
-        .collect();
-    let der = B64
-        .decode(body)
-        .map_err(|e| format!("not a PEM PUBLIC KEY: {e}"))?;
-    Ok(B64.encode(Sha256::digest(der)))
+    use sigstore::crypto::CosignVerificationKey;
+    let blocks = pem::parse_many(public_key_pem.as_bytes())
+        .map_err(|_| "not a PEM PUBLIC KEY (a PEM block does not decode)".to_string())?;
+    let [block] = blocks.as_slice() else {
+        return Err(format!(
+            "holds {} PEM blocks, not one PUBLIC KEY",
+            blocks.len()
+        ));
+    };
+    if block.tag() != "PUBLIC KEY" {
+        return Err(format!("a PEM {}, not a PUBLIC KEY", block.tag()));
+    }
+    let not_p256 = || NOT_P256.replace("key: occm-forge signs", "public key: occm-forge verifies");
+    match CosignVerificationKey::try_from_der(block.contents()) {
+        Ok(CosignVerificationKey::ECDSA_P256_SHA256_ASN1(_)) => {}
+        _ => return Err(not_p256()),
+    }
+    Ok(B64.encode(Sha256::digest(block.contents())))
 }
 
 /// What a bundle that verified says: its key hint and its Statement.
@@ -290,30 +301,47 @@ const ISSUER_V1_OID: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.3.6.1.4.
 /// X.509 subject alternative name (RFC 5280 4.2.1.6).
 const SAN_OID: ObjectIdentifier = ObjectIdentifier::new_unwrap("2.5.29.17");
 
-/// Who a keyless bundle's certificate names: its subject alternative names (URIs and e-mail
-/// addresses) and its OIDC issuer.
+/// Who a keyless bundle's certificate names: its identity and its OIDC issuer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CertificateIdentity {
-    /// The URI and e-mail subject alternative names.
-    pub identities: Vec<String>,
+    /// The identity cosign compares `--certificate-identity` with: the first subject alternative
+    /// name in Go's order, DNS names, then e-mail addresses, then URIs (sigstore's
+    /// `cryptoutils.GetSubjectAlternateNames`, of which sigstore-go takes the first; Fulcio
+    /// issues one).
+    pub identity: Option<String>,
     /// Fulcio's issuer extension (1.3.6.1.4.1.57264.1.8, else .1.1), when present.
     pub issuer: Option<String>,
 }
 
 impl std::fmt::Display for CertificateIdentity {
-    /// `<identity> (issuer <issuer>)`.
+    /// `<identity> (issuer <issuer>)`, control characters escaped (a certificate is anyone's
+    /// text until it is checked; it must not add lines to a log).
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let names = if self.identities.is_empty() {
-            "no identity".to_string()
-        } else {
-            self.identities.join(", ")
+        let shown = |s: &Option<String>, none: &str| match s {
+            Some(s) => printable(s),
+            None => none.to_string(),
         };
         write!(
             f,
-            "{names} (issuer {})",
-            self.issuer.as_deref().unwrap_or("none")
+            "{} (issuer {})",
+            shown(&self.identity, "no identity"),
+            shown(&self.issuer, "none")
         )
     }
+}
+
+/// `s` with control characters (newlines, escape sequences) escaped as `\u{…}`.
+pub fn printable(s: &str) -> String {
+    s.chars()
+        .flat_map(|c| {
+            let escaped: Vec<char> = if c.is_control() {
+                c.escape_unicode().collect()
+            } else {
+                vec![c]
+            };
+            escaped
+        })
+        .collect()
 }
 
 /// The signing certificate of a bundle: `verificationMaterial.certificate` (bundle v0.3) or the
@@ -346,20 +374,29 @@ fn certificate_identity(cert: &Certificate) -> CertificateIdentity {
             .find(|e| e.extn_id == oid)
             .map(|e| e.extn_value.as_bytes())
     };
-    let identities = ext(SAN_OID)
+    let identity = ext(SAN_OID)
         .and_then(|v| SubjectAltName::from_der(v).ok())
-        .map(|san| {
-            san.0
-                .iter()
-                .filter_map(|n| match n {
-                    GeneralName::UniformResourceIdentifier(s) | GeneralName::Rfc822Name(s) => {
-                        Some(s.as_str().to_string())
-                    }
+        .and_then(|san| {
+            let of = |want: fn(&GeneralName) -> Option<&str>| {
+                san.0.iter().find_map(want).map(str::to_string)
+            };
+            of(|n| match n {
+                GeneralName::DnsName(s) => Some(s.as_str()),
+                _ => None,
+            })
+            .or_else(|| {
+                of(|n| match n {
+                    GeneralName::Rfc822Name(s) => Some(s.as_str()),
                     _ => None,
                 })
-                .collect()
-        })
-        .unwrap_or_default();
+            })
+            .or_else(|| {
+                of(|n| match n {
+                    GeneralName::UniformResourceIdentifier(s) => Some(s.as_str()),
+                    _ => None,
+                })
+            })
+        });
     let issuer = ext(ISSUER_V2_OID)
         .and_then(|v| {
             Utf8StringRef::from_der(v)
@@ -367,21 +404,25 @@ fn certificate_identity(cert: &Certificate) -> CertificateIdentity {
                 .map(|s| s.as_str().to_string())
         })
         .or_else(|| ext(ISSUER_V1_OID).and_then(|v| String::from_utf8(v.to_vec()).ok()));
-    CertificateIdentity { identities, issuer }
+    CertificateIdentity { identity, issuer }
 }
 
 /// Who a bundle says signed it, unverified, for messages: `key <hint>`, the certificate's
-/// [`CertificateIdentity`], or `an unnamed key`.
+/// [`CertificateIdentity`], `a key it does not name`, or what the bytes are instead (`not a
+/// Sigstore bundle`); control characters escaped ([`printable`]).
 pub fn bundle_signer(bundle: &[u8]) -> String {
     let Ok(b) = serde_json::from_slice::<serde_json::Value>(bundle) else {
-        return "not a bundle".into();
+        return "not a Sigstore bundle (not JSON)".into();
     };
+    if !b["verificationMaterial"].is_object() {
+        return "not a Sigstore bundle (no verificationMaterial)".into();
+    }
     match bundle_certificate(&b) {
         Some(Ok(cert)) => certificate_identity(&cert).to_string(),
         Some(Err(e)) => e,
         None => match b["verificationMaterial"]["publicKey"]["hint"].as_str() {
-            Some(hint) => format!("key {hint}"),
-            None => "an unnamed key".into(),
+            Some(hint) => format!("key {}", printable(hint)),
+            None => "a key it does not name".into(),
         },
     }
 }
@@ -412,6 +453,9 @@ pub fn verify_bundle(signer: Signer<'_>, bundle: &[u8]) -> Result<VerifiedBundle
         .and_then(|p| B64.decode(p).ok())
         .ok_or("the DSSE payload is not base64")?;
     let (key, whose) = match signer {
+        Signer::Key { .. } if bundle_certificate(&b).is_some() => {
+            return Err("signed with a certificate (keyless), not a key".into());
+        }
         Signer::Key { public_key, .. } => (
             CosignVerificationKey::from_pem(
                 public_key.as_bytes(),
@@ -423,10 +467,13 @@ pub fn verify_bundle(signer: Signer<'_>, bundle: &[u8]) -> Result<VerifiedBundle
         Signer::Certificate { identity, issuer } => {
             let cert = bundle_certificate(&b).ok_or("signed with a key, not a certificate")??;
             let named = certificate_identity(&cert);
-            if !named.identities.iter().any(|i| i == identity)
+            if named.identity.as_deref() != Some(identity)
                 || named.issuer.as_deref() != Some(issuer)
             {
-                return Err(format!("its certificate names {named}, not {signer}"));
+                return Err(format!(
+                    "its certificate names {named}, not {}",
+                    printable(&signer.to_string())
+                ));
             }
             (
                 CosignVerificationKey::try_from(cert.tbs_certificate().subject_public_key_info())
@@ -754,6 +801,46 @@ mod tests {
         let err = verify_bundle(by(ID, ISSUER), &keyed).unwrap_err();
         assert_eq!(err, "signed with a key, not a certificate");
         assert!(bundle_signer(&keyed).starts_with("key "));
+
+        // The certificate's key is no key of a keyed signature (`cosign verify --key` refuses
+        // it the same way).
+        let err = verify_bundle(by_key(&ours.public_key_pem()), &bundle).unwrap_err();
+        assert_eq!(err, "signed with a certificate (keyless), not a key");
+
+        // Only the first subject alternative name is the identity, as cosign reads it.
+        let two = CertificateSigner::with_uris(&[ID, "https://example.com/second"], ISSUER);
+        let bundle = two.sign(&stmt);
+        assert!(verify_bundle(by(ID, ISSUER), &bundle).is_ok());
+        let err = verify_bundle(by("https://example.com/second", ISSUER), &bundle).unwrap_err();
+        assert!(err.starts_with("its certificate names"), "{err}");
+
+        // A certificate is anyone's text: it cannot add a line to a log.
+        let evil = CertificateSigner::new(ID, "https://evil.example\n::add-mask::\u{1b}[31m");
+        let named = bundle_signer(&evil.sign(&stmt));
+        assert_eq!(
+            named,
+            format!("{ID} (issuer https://evil.example\\u{{a}}::add-mask::\\u{{1b}}[31m)")
+        );
+        let err = verify_bundle(by(ID, ISSUER), &evil.sign(&stmt)).unwrap_err();
+        assert!(!err.contains('\n') && !err.contains('\u{1b}'), "{err}");
+    }
+
+    #[test]
+    fn a_public_key_is_one_p256_pem_block() {
+        let p256 = new_pair().public_key_to_pem().unwrap();
+        assert!(public_key_fingerprint(&p256).is_ok());
+        let two = public_key_fingerprint(&format!("{p256}{p256}")).unwrap_err();
+        assert_eq!(two, "holds 2 PEM blocks, not one PUBLIC KEY");
+        let p384 = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P384_SHA384)
+            .unwrap()
+            .public_key_pem();
+        let err = public_key_fingerprint(&p384).unwrap_err();
+        assert!(err.starts_with("not an ECDSA P-256 public key"), "{err}");
+        let private = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)
+            .unwrap()
+            .serialize_pem();
+        let err = public_key_fingerprint(&private).unwrap_err();
+        assert_eq!(err, "a PEM PRIVATE KEY, not a PUBLIC KEY");
     }
 
     #[test]

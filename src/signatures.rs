@@ -18,11 +18,10 @@ use crate::digest_manifest::{Entry, Signature, Signer};
 use crate::image::spec::{Descriptor, Manifest, keys::CREATED};
 use crate::reference::RepositoryName;
 use crate::registry::{ErrorKind, Registry, RegistryError};
-use crate::sign::{self, BUNDLE_MEDIA_TYPE, COSIGN_SIGN_PREDICATE, SPDX_PREDICATE};
+use crate::sign::{
+    self, BUNDLE_MEDIA_TYPE, COSIGN_SIGN_PREDICATE, SLSA_PROVENANCE_V1, SPDX_PREDICATE,
+};
 use crate::util::short;
-
-/// The predicate type `cosign attest --type slsaprovenance1` writes, and the build's provenance.
-pub const SLSA_PROVENANCE_V1: &str = "https://slsa.dev/provenance/v1";
 
 /// What [`find`] found for one entry.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -119,6 +118,36 @@ pub async fn find(
     })
 }
 
+/// Tells what each verified bundle about an entry's index is, as the digest manifest names it
+/// (`signature`, `provenance`, `sbom <platform>`): `verify` checks that each recorded bundle is
+/// what its name says.
+pub struct Kinds<'a>(Finder<'a>);
+
+impl<'a> Kinds<'a> {
+    /// For `entry`'s bundles in `repo` (its repository or a mirror).
+    pub fn new(registry: &'a dyn Registry, repo: &'a RepositoryName, entry: &'a Entry) -> Self {
+        Kinds(Finder {
+            registry,
+            repo,
+            entry,
+            sboms: BTreeMap::new(),
+        })
+    }
+
+    /// What `verified` is: `signature` (predicate `https://sigstore.dev/cosign/sign/v1`),
+    /// `provenance` (SLSA provenance v1) or `sbom <platform>` (SPDX, the platform's manifest a
+    /// subject or its recorded SPDX document the predicate); `None` for anything else.
+    ///
+    /// # Errors
+    /// The registry cannot be asked for the entry's SBOM documents.
+    pub async fn kind(
+        &mut self,
+        verified: &sign::VerifiedBundle,
+    ) -> Result<Option<String>, RegistryError> {
+        self.0.kind(verified).await
+    }
+}
+
 /// Reads bundles and SBOM documents from the entry's repository.
 struct Finder<'a> {
     registry: &'a dyn Registry,
@@ -157,14 +186,8 @@ impl Finder<'_> {
                     continue;
                 }
             };
-            let kind = match verified.predicate_type() {
-                COSIGN_SIGN_PREDICATE => "signature".to_string(),
-                SLSA_PROVENANCE_V1 => "provenance".to_string(),
-                SPDX_PREDICATE => match self.sbom_platform(&verified).await? {
-                    Some(platform) => format!("sbom {platform}"),
-                    None => continue,
-                },
-                _ => continue,
+            let Some(kind) = self.kind(&verified).await? else {
+                continue;
             };
             // The newest of a kind by its manifest's creation time (cosign and occm-forge both
             // set it; RFC 3339 in UTC compares as text), then by digest: registries list
@@ -180,6 +203,23 @@ impl Finder<'_> {
             }
         }
         Ok((newest, others))
+    }
+
+    /// What a verified bundle about the index is, by its predicate type: `signature`,
+    /// `provenance`, `sbom <platform>` ([`Finder::sbom_platform`]); `None` for anything else.
+    async fn kind(
+        &mut self,
+        verified: &sign::VerifiedBundle,
+    ) -> Result<Option<String>, RegistryError> {
+        Ok(match verified.predicate_type() {
+            COSIGN_SIGN_PREDICATE => Some("signature".to_string()),
+            SLSA_PROVENANCE_V1 => Some("provenance".to_string()),
+            SPDX_PREDICATE => self
+                .sbom_platform(verified)
+                .await?
+                .map(|platform| format!("sbom {platform}")),
+            _ => None,
+        })
     }
 
     /// The referrer manifest `digest` and what it carries (its first layer: a bundle, an
@@ -342,6 +382,34 @@ mod tests {
                 "its certificate names {ID} (issuer {ISSUER}), not {FORK} (issuer {ISSUER})"
             )),
             "{findings:?}"
+        );
+
+        // Each recorded bundle must be what its name says: swapped names are findings.
+        let mut swapped = f.entry.clone();
+        let mut signature = found.signature.clone();
+        signature.attestations = BTreeMap::from([
+            ("provenance".to_string(), sbom.manifest.digest.clone()),
+            (
+                "sbom linux/arm64".to_string(),
+                newer.manifest.digest.clone(),
+            ),
+        ]);
+        signature.digest = provenance.manifest.digest.clone();
+        swapped.signature = Some(signature);
+        let findings = crate::audit::check(&reg, &config, minor, &swapped)
+            .await
+            .unwrap();
+        let said: Vec<String> = findings
+            .iter()
+            .map(|f| format!("{}: {}", f.field, &f.message[20..]))
+            .collect();
+        assert_eq!(
+            said,
+            [
+                "signature: is the provenance, not the signature the digest manifest names it",
+                "attestation provenance: is the sbom linux/arm64, not the provenance the digest manifest names it",
+                "attestation sbom linux/arm64: is the signature, not the sbom linux/arm64 the digest manifest names it",
+            ]
         );
 
         // Nothing by a key: said so, naming who did sign.

@@ -232,6 +232,11 @@ pub struct CertificateSigner {
 impl CertificateSigner {
     /// A signer whose certificate names `identity` and `issuer`.
     pub fn new(identity: &str, issuer: &str) -> Self {
+        Self::with_uris(&[identity], issuer)
+    }
+
+    /// A signer whose certificate names each of `uris` (in order) and `issuer`.
+    pub fn with_uris(uris: &[&str], issuer: &str) -> Self {
         use rcgen::{CertificateParams, CustomExtension, KeyPair, SanType};
         let pair = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).expect("key pair");
         let dir = tempfile::tempdir().expect("tempdir");
@@ -239,9 +244,11 @@ impl CertificateSigner {
         std::fs::write(&path, pair.serialize_pem()).expect("write key");
         let key = crate::sign::SigningKey::load(&path, None).expect("load key");
         let mut params = CertificateParams::new(Vec::<String>::new()).expect("params");
-        params
-            .subject_alt_names
-            .push(SanType::URI(identity.try_into().expect("IA5 identity")));
+        for uri in uris {
+            params
+                .subject_alt_names
+                .push(SanType::URI((*uri).try_into().expect("IA5 identity")));
+        }
         let mut utf8 = vec![0x0c, u8::try_from(issuer.len()).expect("short issuer")];
         utf8.extend_from_slice(issuer.as_bytes());
         params
@@ -256,6 +263,11 @@ impl CertificateSigner {
             certificate_der: cert.der().to_vec(),
             _dir: dir,
         }
+    }
+
+    /// The certificate's public key, PEM.
+    pub fn public_key_pem(&self) -> String {
+        self.key.public_key_pem()
     }
 
     /// A Sigstore bundle v0.3 of `statement` as `cosign sign` keyless writes it (without its

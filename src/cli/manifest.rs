@@ -43,14 +43,25 @@ pub struct RecordSignaturesArgs {
     /// Keyless: the identity the signing certificate names, as for `cosign verify
     /// --certificate-identity` (a GitHub workflow:
     /// https://github.com/<owner>/<repo>/.github/workflows/<file>@<ref>).
-    #[arg(long, value_name = "IDENTITY", requires = "certificate_oidc_issuer")]
+    #[arg(
+        long,
+        value_name = "IDENTITY",
+        requires = "certificate_oidc_issuer",
+        value_parser = clap::builder::NonEmptyStringValueParser::new()
+    )]
     certificate_identity: Option<String>,
     /// Keyless: the OIDC issuer the certificate names, as for `cosign verify
     /// --certificate-oidc-issuer` (GitHub Actions: https://token.actions.githubusercontent.com).
-    #[arg(long, value_name = "URL", requires = "certificate_identity")]
+    #[arg(
+        long,
+        value_name = "URL",
+        requires = "certificate_identity",
+        value_parser = clap::builder::NonEmptyStringValueParser::new()
+    )]
     certificate_oidc_issuer: Option<String>,
-    /// With a key: its public key (PEM, like cosign.pub).
-    #[arg(long, value_name = "FILE")]
+    /// With a key: its public key (PEM, like cosign.pub; ECDSA P-256, what `cosign
+    /// generate-key-pair` makes).
+    #[arg(long, value_name = "FILE", conflicts_with = "certificate_oidc_issuer")]
     key: Option<PathBuf>,
     /// images.toml (for the digest manifest's path).
     #[arg(long, default_value = "images.toml", value_name = "FILE")]
@@ -94,50 +105,90 @@ pub async fn run(cli: &Cli, cmd: &ManifestCommand) -> Result<u8, Error> {
     let path = &config.digest_manifest;
     let _lock = lock(path, args.no_wait)?;
     let manifest = digest_manifest::read_existing(path)?;
-    let mut unsigned = Vec::new();
-    for minor in &args.k8s {
-        let entry = manifest
-            .images
-            .get(minor)
-            .ok_or_else(|| Error::Usage(format!("{}: no entry for {minor}", path.display())))?;
+    let mut minors = args.k8s.clone();
+    minors.sort();
+    minors.dedup();
+    // Every minor is tried and each failure named; the exit status is 10 when a minor has no
+    // signature by the signer, else that of the first failure.
+    let mut failures: Vec<Error> = Vec::new();
+    for minor in minors {
+        let Some(entry) = manifest.images.get(&minor) else {
+            failures.push(Error::Usage(format!(
+                "{}: no entry for {minor}",
+                path.display()
+            )));
+            continue;
+        };
         let found = match signatures::find(&registry, entry, signer).await {
-            Err(signatures::FindError::NotSigned(m)) => {
-                unsigned.push(m);
+            Err(e @ (signatures::FindError::NotSigned(_) | signatures::FindError::Usage(_))) => {
+                failures.push(e.into());
                 continue;
             }
             r => r?,
         };
-        for other in &found.others {
-            note(
-                cli.quiet,
-                &format!("{minor}: also signed by {other} (not recorded)"),
-            );
-        }
-        for name in &found.missing {
-            warn(&format!("{minor}: no {name} attestation by {signer}"));
-        }
-        let written = tokio::task::block_in_place(|| {
-            digest_manifest::record_signature(path, *minor, &entry.digest, found.signature.clone())
-        })?;
+        record_found(cli, path, minor, entry, &found)?;
+    }
+    let Some(chosen) = failures
+        .iter()
+        .position(|e| matches!(e, Error::NotSigned(_)))
+        .or((!failures.is_empty()).then_some(0))
+    else {
+        return Ok(0);
+    };
+    let chosen = failures.remove(chosen);
+    for e in &failures {
+        super::output::print_error(e);
+    }
+    Err(chosen)
+}
+
+/// Records what [`signatures::find`] found for `minor`, saying what changes.
+fn record_found(
+    cli: &Cli,
+    path: &std::path::Path,
+    minor: Minor,
+    entry: &digest_manifest::Entry,
+    found: &signatures::Found,
+) -> Result<(), Error> {
+    let signer = found
+        .signature
+        .signer()
+        .map_err(|e| Error::Usage(format!("{minor}: {e}")))?;
+    for other in &found.others {
         note(
             cli.quiet,
-            &format!(
-                "{minor}: {} in {}",
-                if written {
-                    "recorded"
-                } else {
-                    "already recorded"
-                },
-                path.display()
-            ),
+            &format!("{minor}: also signed by {other} (not recorded)"),
         );
-        print_stdout(&report::signature_recorded(*minor, entry, &found.signature))?;
     }
-    if unsigned.is_empty() {
-        Ok(0)
+    for name in &found.missing {
+        warn(&format!("{minor}: no {name} attestation by {signer}"));
+    }
+    let before = entry.signature.as_ref().and_then(|s| s.signer().ok());
+    let written = tokio::task::block_in_place(|| {
+        digest_manifest::record_signature(path, minor, &entry.digest, found.signature.clone())
+    })?;
+    if !written {
+        note(
+            cli.quiet,
+            &format!("{minor}: already recorded in {}", path.display()),
+        );
     } else {
-        Err(Error::NotSigned(unsigned.join("; ")))
+        let replaced = match before {
+            Some(b) if b != signer => format!(", replacing the signature by {b}"),
+            _ => String::new(),
+        };
+        note(
+            cli.quiet,
+            &format!("{minor}: recorded in {}{replaced}", path.display()),
+        );
+        if !entry.mirrors.is_empty() {
+            warn(&format!(
+                "{minor}: the mirrors {} do not have these bundles until they are copied again (`occm-forge copy --k8s {minor} --to <mirror>`); verify reports them until then",
+                entry.mirrors.join(", ")
+            ));
+        }
     }
+    print_stdout(&report::signature_recorded(minor, entry, &found.signature))
 }
 
 fn lock(path: &std::path::Path, no_wait: bool) -> Result<digest_manifest::RunLock, Error> {
