@@ -54,6 +54,8 @@ struct Checker<'a> {
     repo: RepositoryName,
     minor: Minor,
     findings: Vec<Finding>,
+    /// Subject digest → the digests of its referrers, asked once per subject.
+    referrers: BTreeMap<String, Vec<String>>,
 }
 
 impl Checker<'_> {
@@ -140,12 +142,14 @@ impl Checker<'_> {
         }
         // The referrers API (or the tag schema where there is none); a referrer pushed without
         // `subject` is listed by the tag schema alone, even where there is an API.
-        let mut listed = self
-            .registry
-            .referrers(&self.repo, subject)
-            .await?
-            .iter()
-            .any(|d| d.digest == digest);
+        if !self.referrers.contains_key(subject) {
+            let listed = self.registry.referrers(&self.repo, subject).await?;
+            self.referrers.insert(
+                subject.to_string(),
+                listed.into_iter().map(|d| d.digest).collect(),
+            );
+        }
+        let mut listed = self.referrers[subject].iter().any(|d| d == digest);
         if !listed && !with_subject {
             listed = match self
                 .registry
@@ -376,6 +380,7 @@ pub async fn check_entry(
         repo: repo.clone(),
         minor,
         findings: Vec::new(),
+        referrers: BTreeMap::new(),
     };
     match registry.manifest_digest(&repo, &entry.tag).await? {
         None => c.find("tag", format!("{repo}:{} does not exist", entry.tag)),
