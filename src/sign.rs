@@ -94,13 +94,24 @@ impl SigningKey {
     /// PKCS#8 PEM (`password` ignored). At most [`MAX_KEY_BYTES`] are read.
     ///
     /// # Errors
-    /// A [`SignError`] naming `path` and saying what to do: the file cannot be read or is too
-    /// large; a damaged cosign key (its PEM block does not decode); the password does not open it
+    /// A [`SignError`] naming `path` and saying what to do: not a regular file (a FIFO would
+    /// block), the file cannot be read or is too large; a damaged cosign key (its PEM block does not decode); the password does not open it
     /// (saying whether COSIGN_PASSWORD was set); a public key, an encrypted PKCS#8 or a SEC1 key
     /// (each with the command that converts it); not a key; not an ECDSA P-256 key.
     pub fn load(path: &Path, password: Option<&[u8]>) -> Result<Self, SignError> {
         use std::io::Read as _;
         let fail = |message: String| SignError::new(path, message);
+        // A FIFO or a device would block or never end: only a regular file is opened.
+        match std::fs::metadata(path) {
+            Ok(m) if !m.is_file() => {
+                return Err(fail(if m.is_dir() {
+                    "a directory, not a key file".into()
+                } else {
+                    "not a regular file (a FIFO or a device?): give the key file itself".into()
+                }));
+            }
+            _ => {}
+        }
         let mut pem = Vec::new();
         std::fs::File::open(path)
             .and_then(|f| f.take(MAX_KEY_BYTES + 1).read_to_end(&mut pem))
@@ -677,6 +688,16 @@ mod tests {
             )),
             "{err}"
         );
+        let fifo = dir.path().join("fifo.key");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let err = SigningKey::load(&fifo, None).unwrap_err().to_string();
+        assert!(
+            err.ends_with("not a regular file (a FIFO or a device?): give the key file itself"),
+            "{err}"
+        );
+        let err = SigningKey::load(dir.path(), None).unwrap_err().to_string();
+        assert!(err.ends_with("a directory, not a key file"), "{err}");
         let junk = dir.path().join("junk.pem");
         std::fs::write(&junk, "not a key\n").unwrap();
         let err = SigningKey::load(&junk, None).unwrap_err().to_string();
