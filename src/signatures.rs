@@ -325,8 +325,22 @@ mod tests {
         .unwrap()
     }
 
-    #[tokio::test]
-    async fn the_newest_bundles_by_the_identity_are_found_recorded_and_verified_and_others_named() {
+    /// The fixture image published with bundles by [`ID`] (an older and a newer signature, the
+    /// provenance, the arm64 SBOM) and a newer signature by [`FORK`].
+    struct Signed {
+        f: testing::FixtureImage,
+        reg: MemoryRegistry,
+        newer: referrer::Attachment,
+        provenance: referrer::Attachment,
+        sbom: referrer::Attachment,
+    }
+
+    const BY_ID: Signer<'static> = Signer::Certificate {
+        identity: ID,
+        issuer: ISSUER,
+    };
+
+    async fn signed() -> Signed {
         let f = testing::image("v1.34.1-occmforge.1");
         let index = f.image.index.digest.as_str();
         let arm64 = f.entry.manifests["linux/arm64"].as_str();
@@ -345,12 +359,25 @@ mod tests {
         f.publish_as(&reg, &f.repo, &attachments, ReferrersMode::Fallback)
             .await
             .unwrap();
+        Signed {
+            f,
+            reg,
+            newer,
+            provenance,
+            sbom,
+        }
+    }
 
-        let signer = Signer::Certificate {
-            identity: ID,
-            issuer: ISSUER,
-        };
-        let found = find(&reg, &f.entry, signer).await.unwrap();
+    #[tokio::test]
+    async fn the_newest_bundles_by_the_identity_are_found_and_others_named() {
+        let Signed {
+            f,
+            reg,
+            newer,
+            provenance,
+            sbom,
+        } = signed().await;
+        let found = find(&reg, &f.entry, BY_ID).await.unwrap();
         assert_eq!(found.signature.digest, newer.manifest.digest);
         assert_eq!(found.signature.certificate_identity.as_deref(), Some(ID));
         assert_eq!(
@@ -363,56 +390,7 @@ mod tests {
         assert_eq!(found.missing, ["sbom linux/amd64"]);
         assert_eq!(found.others, [format!("{FORK} (issuer {ISSUER})")]);
 
-        // Recorded, `verify` checks it; under another identity it is a finding.
-        let mut entry = f.entry.clone();
-        entry.signature = Some(found.signature.clone());
-        let config = testing::config();
-        let minor = "1.34".parse().unwrap();
-        let findings = crate::audit::check(&reg, &config, minor, &entry)
-            .await
-            .unwrap();
-        assert!(findings.is_empty(), "{findings:?}");
-        entry.signature.as_mut().unwrap().certificate_identity = Some(FORK.into());
-        let findings = crate::audit::check(&reg, &config, minor, &entry)
-            .await
-            .unwrap();
-        assert_eq!(findings.len(), 3, "{findings:?}");
-        assert!(
-            findings[0].message.contains(&format!(
-                "its certificate names {ID} (issuer {ISSUER}), not {FORK} (issuer {ISSUER})"
-            )),
-            "{findings:?}"
-        );
-
-        // Each recorded bundle must be what its name says: swapped names are findings.
-        let mut swapped = f.entry.clone();
-        let mut signature = found.signature.clone();
-        signature.attestations = BTreeMap::from([
-            ("provenance".to_string(), sbom.manifest.digest.clone()),
-            (
-                "sbom linux/arm64".to_string(),
-                newer.manifest.digest.clone(),
-            ),
-        ]);
-        signature.digest = provenance.manifest.digest.clone();
-        swapped.signature = Some(signature);
-        let findings = crate::audit::check(&reg, &config, minor, &swapped)
-            .await
-            .unwrap();
-        let said: Vec<String> = findings
-            .iter()
-            .map(|f| format!("{}: {}", f.field, &f.message[20..]))
-            .collect();
-        assert_eq!(
-            said,
-            [
-                "signature: is the provenance, not the signature the digest manifest names it",
-                "attestation provenance: is the sbom linux/arm64, not the provenance the digest manifest names it",
-                "attestation sbom linux/arm64: is the signature, not the sbom linux/arm64 the digest manifest names it",
-            ]
-        );
-
-        // Nothing by a key: said so, naming who did sign.
+        // Nothing by this identity: said so, naming who did sign.
         let unsigned = find(
             &reg,
             &f.entry,
@@ -434,13 +412,70 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn verify_checks_the_recorded_identity_and_that_each_bundle_is_what_its_name_says() {
+        let Signed {
+            f,
+            reg,
+            newer,
+            provenance,
+            sbom,
+        } = signed().await;
+        let found = find(&reg, &f.entry, BY_ID).await.unwrap();
+        let config = testing::config();
+        let minor = "1.34".parse().unwrap();
+
+        // Recorded, `verify` checks it; under another identity it is a finding.
+        let mut entry = f.entry.clone();
+        entry.signature = Some(found.signature.clone());
+        let findings = crate::audit::check(&reg, &config, minor, &entry)
+            .await
+            .unwrap();
+        assert!(findings.is_empty(), "{findings:?}");
+        entry.signature.as_mut().unwrap().certificate_identity = Some(FORK.into());
+        let findings = crate::audit::check(&reg, &config, minor, &entry)
+            .await
+            .unwrap();
+        assert_eq!(findings.len(), 3, "{findings:?}");
+        assert!(
+            findings[0].message.contains(&format!(
+                "its certificate names {ID} (issuer {ISSUER}), not {FORK} (issuer {ISSUER})"
+            )),
+            "{findings:?}"
+        );
+
+        // Swapped names are findings.
+        let mut swapped = f.entry.clone();
+        let mut signature = found.signature.clone();
+        signature.attestations = BTreeMap::from([
+            ("provenance".to_string(), sbom.manifest.digest.clone()),
+            (
+                "sbom linux/arm64".to_string(),
+                newer.manifest.digest.clone(),
+            ),
+        ]);
+        signature.digest = provenance.manifest.digest.clone();
+        swapped.signature = Some(signature);
+        let said: Vec<String> = crate::audit::check(&reg, &config, minor, &swapped)
+            .await
+            .unwrap()
+            .iter()
+            .map(|f| format!("{}: {}", f.field, &f.message[20..]))
+            .collect();
+        assert_eq!(
+            said,
+            [
+                "signature: is the provenance, not the signature the digest manifest names it",
+                "attestation provenance: is the sbom linux/arm64, not the provenance the digest manifest names it",
+                "attestation sbom linux/arm64: is the signature, not the sbom linux/arm64 the digest manifest names it",
+            ]
+        );
+    }
+
+    #[tokio::test]
     async fn an_image_that_was_not_pushed_or_has_no_referrers_has_no_signature() {
         let f = testing::image("v1.34.1-occmforge.1");
         let reg = MemoryRegistry::new();
-        let signer = Signer::Certificate {
-            identity: ID,
-            issuer: ISSUER,
-        };
+        let signer = BY_ID;
         let mut local = f.entry.clone();
         local.published = false;
         let err = find(&reg, &local, signer).await.unwrap_err();
