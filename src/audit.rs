@@ -26,7 +26,7 @@ use crate::image::spec::{Index, Manifest, keys};
 use crate::plan::{BuildPlan, Overrides};
 use crate::reference::RepositoryName;
 use crate::registry::publish::ReferrersPushed;
-use crate::registry::{ErrorKind, Registry, RegistryError};
+use crate::registry::{ErrorKind, Registry, RegistryError, if_present};
 use crate::sign::{self, BUNDLE_MEDIA_TYPE};
 use crate::signatures::Kinds;
 use crate::stage::Reporter;
@@ -151,17 +151,10 @@ impl Checker<'_> {
         }
         let mut listed = self.referrers[subject].iter().any(|d| d == digest);
         if !listed && !with_subject {
-            listed = match self
-                .registry
-                .pull_manifest(&self.repo, &fallback_tag(subject))
-                .await
-            {
-                Ok(b) => serde_json::from_slice::<Index>(&b)
-                    .map(|i| i.manifests.iter().any(|d| d.digest == digest))
-                    .unwrap_or(false),
-                Err(e) if e.kind == ErrorKind::NotFound => false,
-                Err(e) => return Err(e),
-            };
+            let tag = fallback_tag(subject);
+            listed = if_present(self.registry.pull_manifest(&self.repo, &tag).await)?
+                .and_then(|b| serde_json::from_slice::<Index>(&b).ok())
+                .is_some_and(|i| i.manifests.iter().any(|d| d.digest == digest));
         }
         if !listed {
             self.find(
@@ -470,16 +463,14 @@ impl Checker<'_> {
             self.find(format!("manifest {platform}"), "is not an image manifest");
             return Ok(());
         };
-        let config_bytes = match self.registry.pull_blob(&self.repo, &m.config.digest).await {
-            Ok(b) => b,
-            Err(e) if e.kind == ErrorKind::NotFound => {
-                self.find(
-                    format!("config {platform}"),
-                    format!("{} is missing", m.config.digest),
-                );
-                return Ok(());
-            }
-            Err(e) => return Err(e),
+        let Some(config_bytes) =
+            if_present(self.registry.pull_blob(&self.repo, &m.config.digest).await)?
+        else {
+            self.find(
+                format!("config {platform}"),
+                format!("{} is missing", m.config.digest),
+            );
+            return Ok(());
         };
         let cfg: Value = serde_json::from_slice(&config_bytes).unwrap_or(Value::Null);
         let labels = &cfg["config"]["Labels"];
@@ -641,13 +632,10 @@ impl Checker<'_> {
             self.find(field, format!("{} carries no bundle", short(digest)));
             return Ok(None);
         };
-        let bundle = match self.registry.pull_blob(&self.repo, &layer.digest).await {
-            Ok(b) => b,
-            Err(e) if e.kind == ErrorKind::NotFound => {
-                self.find(field, format!("its bundle {} is missing", layer.digest));
-                return Ok(None);
-            }
-            Err(e) => return Err(e),
+        let Some(bundle) = if_present(self.registry.pull_blob(&self.repo, &layer.digest).await)?
+        else {
+            self.find(field, format!("its bundle {} is missing", layer.digest));
+            return Ok(None);
         };
         match sign::verify_bundle(signer, &bundle) {
             Err(e) => {

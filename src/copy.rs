@@ -30,7 +30,7 @@ use crate::registry::publish::ReferrersPushed;
 use crate::registry::transfer::{
     BlobSource, ManifestBytes, push_manifests, tag_last, transfer_blobs, write_referrers_index,
 };
-use crate::registry::{ErrorKind, Registry, RegistryError};
+use crate::registry::{ErrorKind, Registry, RegistryError, if_present};
 use crate::util::short;
 
 /// What [`copy_image`] did.
@@ -267,7 +267,7 @@ async fn read_referrers(
     let mut seen = BTreeSet::new();
     for subject in subjects {
         let tag = fallback_tag(subject);
-        let listed = pull_if_present(registry, from, &tag).await?;
+        let listed = if_present(registry.pull_manifest(from, &tag).await)?;
         let mut descriptors: Vec<Descriptor> = match &listed {
             Some(b) => parse::<Index>(from, "referrers index", &tag, b)?.manifests,
             None => Vec::new(),
@@ -309,19 +309,6 @@ async fn read_referrers(
         }
     }
     Ok(out)
-}
-
-/// The manifest at `reference`, or `None` when the registry has none there.
-async fn pull_if_present(
-    registry: &dyn Registry,
-    repo: &RepositoryName,
-    reference: &str,
-) -> Result<Option<Bytes>, RegistryError> {
-    match registry.pull_manifest(repo, reference).await {
-        Ok(b) => Ok(Some(b)),
-        Err(e) if e.kind == ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(e),
-    }
 }
 
 /// A descriptor of a recorded referrer the source does not list: only its digest, until

@@ -17,7 +17,7 @@ use std::collections::BTreeMap;
 use crate::digest_manifest::{Entry, Signature, Signer};
 use crate::image::spec::{Descriptor, Manifest, keys::CREATED};
 use crate::reference::RepositoryName;
-use crate::registry::{ErrorKind, Registry, RegistryError};
+use crate::registry::{Registry, RegistryError, if_present};
 use crate::sign::{
     self, BUNDLE_MEDIA_TYPE, COSIGN_SIGN_PREDICATE, SLSA_PROVENANCE_V1, SPDX_PREDICATE,
 };
@@ -225,29 +225,16 @@ impl Finder<'_> {
     /// The referrer manifest `digest` and what it carries (its first layer: a bundle, an
     /// SBOM); `None` when the manifest or the layer is gone or is not one.
     async fn bundle(&self, digest: &str) -> Result<Option<(Manifest, Vec<u8>)>, RegistryError> {
-        let Some(m) = self.manifest(digest).await? else {
+        let Some(m) = if_present(self.registry.pull_manifest(self.repo, digest).await)?
+            .and_then(|b| serde_json::from_slice::<Manifest>(&b).ok())
+        else {
             return Ok(None);
         };
         let Some(layer) = m.layers.first() else {
             return Ok(None);
         };
-        Ok(self.blob(&layer.digest).await?.map(|b| (m, b)))
-    }
-
-    async fn manifest(&self, digest: &str) -> Result<Option<Manifest>, RegistryError> {
-        match self.registry.pull_manifest(self.repo, digest).await {
-            Ok(b) => Ok(serde_json::from_slice(&b).ok()),
-            Err(e) if e.kind == ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(e),
-        }
-    }
-
-    async fn blob(&self, digest: &str) -> Result<Option<Vec<u8>>, RegistryError> {
-        match self.registry.pull_blob(self.repo, digest).await {
-            Ok(b) => Ok(Some(b.to_vec())),
-            Err(e) if e.kind == ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(e),
-        }
+        let blob = if_present(self.registry.pull_blob(self.repo, &layer.digest).await)?;
+        Ok(blob.map(|b| (m, b.to_vec())))
     }
 
     /// The platform an SBOM attestation is about: the one whose manifest is a subject of the

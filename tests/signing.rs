@@ -60,6 +60,13 @@ fn verify(f: &Fixture, reg: &TestRegistry) -> Output {
     forge(f, reg, "", &["verify", "--k8s", "1.34"])
 }
 
+/// `occm-forge verify --k8s 1.34`, which must find mismatches (exit 10): its findings (stdout).
+fn findings(f: &Fixture, reg: &TestRegistry) -> String {
+    let o = verify(f, reg);
+    assert_eq!(o.status.code(), Some(10), "verify: {}", text(&o));
+    stdout(&o)
+}
+
 /// `occm-forge copy --k8s 1.34 --to <to>`.
 fn copy(f: &Fixture, reg: &TestRegistry, to: &str) -> Output {
     occm_forge(f.path())
@@ -324,15 +331,13 @@ fn a_signed_build_verifies_with_cosign_and_verify_and_copy_keep_the_signature() 
             "cosign verify passed with {pointer} changed: {}",
             text(&o)
         );
-        let o = verify(&f, &reg);
-        assert_eq!(o.status.code(), Some(10), "{}", text(&o));
+        let found = findings(&f, &reg);
         assert!(
-            stdout(&o).contains(&format!(
+            found.contains(&format!(
                 "1.34: signature: {} is not listed among the referrers",
                 &sig_digest[..19]
             )),
-            "{}",
-            text(&o)
+            "{found}"
         );
         reg.put_manifest(
             name,
@@ -357,9 +362,7 @@ fn a_signed_build_verifies_with_cosign_and_verify_and_copy_keep_the_signature() 
     edited["images"]["1.34"]["signature"]["public_key"] = other.clone().into();
     edited["images"]["1.34"]["signature"]["key"] = other_key.clone().into();
     std::fs::write(&f.lock, serde_norway::to_string(&edited).unwrap()).unwrap();
-    let o = verify(&f, &reg);
-    assert_eq!(o.status.code(), Some(10), "{}", text(&o));
-    let found = stdout(&o);
+    let found = findings(&f, &reg);
     assert!(
         found.contains(&format!(
             "1.34: signature: {}: no signature verifies with the recorded public key (key {other_key})",
@@ -375,12 +378,10 @@ fn a_signed_build_verifies_with_cosign_and_verify_and_copy_keep_the_signature() 
         reg.delete(&format!("/v2/{name}/manifests/{sig_digest}")),
         Some(202)
     );
-    let o = verify(&f, &reg);
-    assert_eq!(o.status.code(), Some(10), "{}", text(&o));
+    let found = findings(&f, &reg);
     assert!(
-        stdout(&o).contains(&format!("1.34: signature: {sig_digest} is not in {repo}")),
-        "{}",
-        text(&o)
+        found.contains(&format!("1.34: signature: {sig_digest} is not in {repo}")),
+        "{found}"
     );
 
     // Signing with another key signs again (the same image digest) and records that key.
@@ -418,17 +419,15 @@ fn a_signed_build_verifies_with_cosign_and_verify_and_copy_keep_the_signature() 
     );
     // The mirror copied before holds the old signature only: verify says so, and copying again
     // brings the new one.
-    let o = verify(&f, &reg);
-    assert_eq!(o.status.code(), Some(10), "verify: {}", text(&o));
+    let found = findings(&f, &reg);
     let new_sig = lock["images"]["1.34"]["signature"]["digest"]
         .as_str()
         .unwrap();
     assert!(
-        stdout(&o).starts_with(&format!(
+        found.starts_with(&format!(
             "1.34: mirror {mirror}: signature: {new_sig} is not in {mirror}\n"
         )),
-        "{}",
-        text(&o)
+        "{found}"
     );
     let o = copy(&f, &reg, &mirror);
     assert!(o.status.success(), "copy again: {}", text(&o));
@@ -571,15 +570,13 @@ fn keyless_signatures_by_cosign_are_recorded_by_identity_checked_by_verify_and_c
     // A digest manifest that names another identity: the signature is foreign to it.
     let original_lock = std::fs::read_to_string(&f.lock).unwrap();
     std::fs::write(&f.lock, original_lock.replace(IDENTITY, FORK)).unwrap();
-    let o = verify(&f, &reg);
-    assert_eq!(o.status.code(), Some(10), "{}", text(&o));
+    let found = findings(&f, &reg);
     assert!(
-        stdout(&o).contains(&format!(
+        found.contains(&format!(
             "1.34: signature: {}: its certificate names {IDENTITY} (issuer {ISSUER}), not {FORK} (issuer {ISSUER})",
             &sig_digest[..19]
         )),
-        "{}",
-        text(&o)
+        "{found}"
     );
     std::fs::write(&f.lock, original_lock).unwrap();
 

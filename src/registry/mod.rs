@@ -25,6 +25,19 @@ use async_trait::async_trait;
 use crate::reference::RepositoryName;
 use bytes::Bytes;
 
+/// `r` with a 404 (`*_UNKNOWN`, [`ErrorKind::NotFound`]) as `None`: for what may not be there
+/// (a referrers index, a deleted referrer).
+///
+/// # Errors
+/// Any other failure, as it is.
+pub fn if_present<T>(r: Result<T, RegistryError>) -> Result<Option<T>, RegistryError> {
+    match r {
+        Ok(t) => Ok(Some(t)),
+        Err(e) if e.kind == ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
 /// What kind of failure a registry call had; wrappers (retry) decide on it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ErrorKind {
@@ -139,17 +152,16 @@ pub trait Registry: Send + Sync {
         subject: &str,
     ) -> Result<Vec<crate::image::spec::Descriptor>, RegistryError> {
         let tag = crate::image::referrer::fallback_tag(subject);
-        match self.pull_manifest(repo, &tag).await {
-            Ok(b) => serde_json::from_slice::<crate::image::spec::Index>(&b)
-                .map(|i| i.manifests)
-                .map_err(|e| RegistryError {
-                    registry: repo.registry.clone(),
-                    operation: format!("list the referrers of {}", crate::util::short(subject)),
-                    message: format!("{}:{tag} is not an image index: {e}", repo.path),
-                    kind: ErrorKind::Other,
-                }),
-            Err(e) if e.kind == ErrorKind::NotFound => Ok(Vec::new()),
-            Err(e) => Err(e),
-        }
+        let Some(b) = if_present(self.pull_manifest(repo, &tag).await)? else {
+            return Ok(Vec::new());
+        };
+        serde_json::from_slice::<crate::image::spec::Index>(&b)
+            .map(|i| i.manifests)
+            .map_err(|e| RegistryError {
+                registry: repo.registry.clone(),
+                operation: format!("list the referrers of {}", crate::util::short(subject)),
+                message: format!("{}:{tag} is not an image index: {e}", repo.path),
+                kind: ErrorKind::Other,
+            })
     }
 }

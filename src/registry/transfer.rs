@@ -16,7 +16,7 @@ use std::path::Path;
 
 use bytes::Bytes;
 
-use super::{ErrorKind, Registry, RegistryError};
+use super::{ErrorKind, Registry, RegistryError, if_present};
 use crate::image::layout;
 use crate::image::referrer::{fallback_tag, merge_referrers};
 use crate::image::spec::{self, Descriptor, Index};
@@ -231,11 +231,7 @@ pub async fn write_referrers_index(
             kind: ErrorKind::Other,
         })
     };
-    let existing = match registry.pull_manifest(repo, &tag).await {
-        Ok(bytes) => Some(bytes),
-        Err(e) if e.kind == ErrorKind::NotFound => None,
-        Err(e) => return Err(e),
-    };
+    let existing = if_present(registry.pull_manifest(repo, &tag).await)?;
     let (media_type, body) = match (preferred, &existing) {
         (Some(p), None) if lists_all(p, referrers) => (parse(p)?.media_type, p.clone()),
         (Some(p), Some(there)) if p == there => return Ok(()),
