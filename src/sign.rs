@@ -385,28 +385,20 @@ fn certificate_identity(cert: &Certificate) -> CertificateIdentity {
             .find(|e| e.extn_id == oid)
             .map(|e| e.extn_value.as_bytes())
     };
+    // sigstore's order: DNS names, then e-mail addresses, then URIs; the first of the first kind.
     let identity = ext(SAN_OID)
         .and_then(|v| SubjectAltName::from_der(v).ok())
         .and_then(|san| {
-            let of = |want: fn(&GeneralName) -> Option<&str>| {
-                san.0.iter().find_map(want).map(str::to_string)
-            };
-            of(|n| match n {
-                GeneralName::DnsName(s) => Some(s.as_str()),
-                _ => None,
-            })
-            .or_else(|| {
-                of(|n| match n {
-                    GeneralName::Rfc822Name(s) => Some(s.as_str()),
+            san.0
+                .iter()
+                .filter_map(|n| match n {
+                    GeneralName::DnsName(s) => Some((0, s)),
+                    GeneralName::Rfc822Name(s) => Some((1, s)),
+                    GeneralName::UniformResourceIdentifier(s) => Some((2, s)),
                     _ => None,
                 })
-            })
-            .or_else(|| {
-                of(|n| match n {
-                    GeneralName::UniformResourceIdentifier(s) => Some(s.as_str()),
-                    _ => None,
-                })
-            })
+                .min_by_key(|(rank, _)| *rank)
+                .map(|(_, s)| s.as_str().to_string())
         });
     let issuer = ext(ISSUER_V2_OID)
         .and_then(|v| {
