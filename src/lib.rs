@@ -33,6 +33,7 @@ pub mod image;
 pub mod inputs;
 pub mod interrupt;
 pub mod kubernetes;
+pub mod mcapi;
 pub mod patches;
 pub mod pin;
 pub mod pipeline;

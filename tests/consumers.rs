@@ -1,8 +1,8 @@
 //! From a pinned digest to a running cluster, held against what the consumers really read:
-//! magnum-cluster-api's label handling and Helm values shape (`image: {repository, tag}`, rendered
-//! by `helm template` as release `openstack-ccm` in `kube-system`), its ClusterResourceSet Secret
-//! (`<stack_id>-cloud-provider`, base64 `data`, as `kubectl get -o yaml` prints it), and
-//! Atmosphere's `atmosphere_image_overrides`. `copy` runs against two real loopback registries and
+//! magnum-cluster-api's own compiled renderer (0.38.2 from PyPI, installed by scripts/test into
+//! `.tools/mcapi`; it runs `helm template` on the OCCM chart it carries) turning our labels into
+//! its `<stack_id>-cloud-provider` ClusterResourceSet Secret (base64 `data`, as `kubectl get -o
+//! yaml` prints it), and Atmosphere's `atmosphere_image_overrides`. `copy` runs against two real loopback registries and
 //! skopeo checks every digest on both.
 
 mod common;
@@ -13,6 +13,7 @@ use std::process::{Command, Output, Stdio};
 
 use base64::Engine as _;
 use common::*;
+use occm_forge::mcapi::{self, MagnumCluster};
 use serde::Deserialize;
 use serde_norway::Value;
 
@@ -29,109 +30,12 @@ fn helm() -> PathBuf {
     helm
 }
 
-/// A small OCCM chart written for these tests. Its DaemonSet image line is the OCCM chart's
-/// (`templates/daemonset.yaml:48`), its structure the chart's (RollingUpdate, host network, a
-/// loopback bind address, the uninitialized toleration), and it renders other documents around the
-/// DaemonSet like the real chart does.
-fn occm_chart(dir: &Path) -> PathBuf {
-    let chart = dir.join("occm-chart");
-    let t = chart.join("templates");
-    std::fs::create_dir_all(&t).unwrap();
-    let w = |p: &str, s: &str| std::fs::write(chart.join(p), s).unwrap();
-    w(
-        "Chart.yaml",
-        "apiVersion: v2\nname: openstack-cloud-controller-manager\nversion: 2.35.0\nappVersion: v1.35.0\n",
-    );
-    w(
-        "values.yaml",
-        "image:\n  repository: registry.k8s.io/provider-os/openstack-cloud-controller-manager\n  tag: \"\"\nsecret:\n  enabled: true\n  create: true\n  name: cloud-config\nextraVolumes: []\nextraVolumeMounts: []\ncluster:\n  name: kubernetes\nserviceAccountName: cloud-controller-manager\n",
-    );
-    w(
-        "templates/serviceaccount.yaml",
-        "apiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: {{ .Values.serviceAccountName }}\n  namespace: {{ .Release.Namespace }}\n",
-    );
-    w(
-        "templates/clusterrolebinding.yaml",
-        "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata:\n  name: system:cloud-controller-manager\nroleRef:\n  apiGroup: rbac.authorization.k8s.io\n  kind: ClusterRole\n  name: system:cloud-controller-manager\nsubjects:\n- kind: ServiceAccount\n  name: {{ .Values.serviceAccountName }}\n  namespace: {{ .Release.Namespace | quote }}\n",
-    );
-    w(
-        "templates/daemonset.yaml",
-        r#"apiVersion: apps/v1
-kind: DaemonSet
-metadata:
-  name: {{ .Chart.Name }}
-  namespace: {{ .Release.Namespace }}
-  labels:
-    app: {{ .Chart.Name }}
-    release: {{ .Release.Name }}
-spec:
-  selector:
-    matchLabels:
-      component: controllermanager
-      app: {{ .Chart.Name }}
-      release: {{ .Release.Name }}
-  updateStrategy:
-    type: RollingUpdate
-  template:
-    metadata:
-      annotations:
-        checksum/config: {{ .Values.cluster.name | sha256sum }}
-      labels:
-        component: controllermanager
-        app: {{ .Chart.Name }}
-        release: {{ .Release.Name }}
-    spec:
-      nodeSelector:
-        node-role.kubernetes.io/control-plane: ""
-      securityContext:
-        runAsUser: 1001
-      tolerations:
-        - key: node.cloudprovider.kubernetes.io/uninitialized
-          value: "true"
-          effect: NoSchedule
-      serviceAccountName: {{ .Values.serviceAccountName }}
-      containers:
-        - name: openstack-cloud-controller-manager
-          image: "{{ .Values.image.repository }}:{{ default .Chart.AppVersion .Values.image.tag }}"
-          args:
-            - /bin/openstack-cloud-controller-manager
-            - --v=2
-            - --cloud-config=$(CLOUD_CONFIG)
-            - --cluster-name=$(CLUSTER_NAME)
-            - --cloud-provider=openstack
-            - --use-service-account-credentials=false
-            - --controllers=cloud-node,cloud-node-lifecycle,route,service
-            - --bind-address=127.0.0.1
-          volumeMounts:
-            - mountPath: /etc/config
-              name: cloud-config-volume
-              readOnly: true
-          {{- with .Values.extraVolumeMounts }}
-            {{- toYaml . | nindent 12 }}
-          {{- end }}
-          env:
-            - name: CLOUD_CONFIG
-              value: /etc/config/cloud.conf
-            - name: CLUSTER_NAME
-              value: {{ .Values.cluster.name }}
-      dnsPolicy: ClusterFirst
-      hostNetwork: true
-      volumes:
-      - name: cloud-config-volume
-        secret:
-          secretName: {{ .Values.secret.name }}
-      {{- with .Values.extraVolumes }}
-        {{ toYaml . | nindent 6 }}
-      {{- end }}
-"#,
-    );
-    chart
-}
-
 /// The values magnum-cluster-api passes to the chart (`CloudControllerManagerValues`,
 /// `src/addons/cloud_controller_manager.rs:77-130`), serialised as it does (serde, YAML): the
 /// repository is the chart default, or `<container_infra_prefix>/openstack-cloud-controller-manager`,
-/// and the tag is the `cloud_provider_tag` label verbatim.
+/// and the tag is the `cloud_provider_tag` label verbatim. The imitation remains only for charts
+/// magnum-cluster-api does not compile in (the gated test of upstream's charts below); the real
+/// code renders the one it carries ([`mcapi_manifests`]).
 fn mcapi_values(container_infra_prefix: Option<&str>, cloud_provider_tag: &str) -> String {
     let repository = match container_infra_prefix {
         Some(p) => format!("{}/{OCCM}", p.trim_end_matches('/')),
@@ -201,6 +105,16 @@ fn occm_image(stream: &str) -> String {
     assert_eq!(c["name"], OCCM);
     c["image"].as_str().unwrap().to_string()
 }
+
+/// The OCCM image magnum-cluster-api's real code renders for a 1.34 cluster with the labels of
+/// `labels` (`key=value` lines, as `render --format magnum-*` prints them).
+fn mcapi_image(labels: &str) -> String {
+    let cluster = MagnumCluster::new(CLUSTER_UUID, "kube-abc12", "v1.34.1").with_labels(labels);
+    occm_image(&mcapi_manifests(&cluster))
+}
+
+/// The cluster UUID the test clusters have (the chart's `cluster.name`).
+const CLUSTER_UUID: &str = "8b1d7c5e-7f0c-4a59-9a3e-3f1b8a7c2d10";
 
 fn b64(s: &str) -> String {
     base64::engine::general_purpose::STANDARD.encode(s)
@@ -321,10 +235,9 @@ fn render(f: &Fixture, args: &[&str]) -> Output {
 }
 
 #[test]
-fn every_magnum_output_gives_the_pinned_image_through_magnum_cluster_api_values_and_helm() {
+fn every_magnum_output_gives_the_pinned_image_through_magnum_cluster_api_s_own_renderer() {
     let f = fixture(&["linux/amd64"]);
     write_lock(&f);
-    let chart = occm_chart(f.path());
     let pinned_tag = format!("v1.34.1-occmforge.1@{DIGEST_34}");
 
     // magnum-tag: the cluster keeps its container_infra_prefix (the mirror's prefix here);
@@ -340,14 +253,14 @@ fn every_magnum_output_gives_the_pinned_image_through_magnum_cluster_api_values_
         assert!(o.status.success(), "{}", stderr(&o));
         assert_eq!(stdout(&o), format!("cloud_provider_tag={pinned_tag}\n"));
         assert_eq!(stderr(&o), "", "no warning: nothing else moves");
-        let (key, tag) = stdout(&o)
-            .trim_end()
-            .split_once('=')
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .unwrap();
-        assert_eq!(key, "cloud_provider_tag");
-        let rendered = helm_template(&chart, &mcapi_values(Some(&p), &tag));
-        assert_eq!(occm_image(&rendered), format!("{MIRROR}:{pinned_tag}"));
+        // The cluster keeps its prefix label; magnum-cluster-api's real code adds ours.
+        let labels = format!("container_infra_prefix={p}\n{}", stdout(&o));
+        assert_eq!(mcapi_image(&labels), format!("{MIRROR}:{pinned_tag}"));
+        assert_eq!(
+            mcapi::occm_image(Some(&p), &pinned_tag),
+            format!("{MIRROR}:{pinned_tag}"),
+            "the rule render holds labels to is the real code's"
+        );
     }
     // The entry's own repository holds it too.
     let own = REPO
@@ -398,14 +311,7 @@ fn every_magnum_output_gives_the_pinned_image_through_magnum_cluster_api_values_
         })
         .collect();
     assert_eq!(labels.len(), 2);
-    let rendered = helm_template(
-        &chart,
-        &mcapi_values(
-            Some(&labels["container_infra_prefix"]),
-            &labels["cloud_provider_tag"],
-        ),
-    );
-    assert_eq!(occm_image(&rendered), format!("{REPO}:{pinned_tag}"));
+    assert_eq!(mcapi_image(&stdout(&o)), format!("{REPO}:{pinned_tag}"));
     let warning = stderr(&o);
     assert_eq!(warning.lines().count(), 1, "{warning}");
     for moved in [
@@ -433,6 +339,7 @@ fn every_magnum_output_gives_the_pinned_image_through_magnum_cluster_api_values_
         "{}",
         stderr(&o)
     );
+    assert_eq!(mcapi_image(&stdout(&o)), format!("{MIRROR}:{pinned_tag}"));
 
     // magnum-label: no released magnum-cluster-api reads it.
     let o = render(&f, &["--k8s", "1.34", "--format", "magnum-label"]);
@@ -454,9 +361,64 @@ fn every_magnum_output_gives_the_pinned_image_through_magnum_cluster_api_values_
         "{}",
         stderr(&o)
     );
+    // Why it is refused: the released code ignores the label and runs upstream's image.
+    assert_eq!(
+        mcapi_image(&stdout(&o)),
+        "registry.k8s.io/provider-os/openstack-cloud-controller-manager:v1.34.1"
+    );
 
     // The tag label value survives python-magnumclient's `--labels k=v,k=v` splitting: no ',' or ';'.
     assert!(!pinned_tag.contains([',', ';']));
+}
+
+#[test]
+fn labels_the_real_code_renders_into_invalid_references_are_refused() {
+    let f = fixture(&["linux/amd64"]);
+    write_lock(&f);
+    let prefix = MIRROR
+        .strip_suffix("/openstack-cloud-controller-manager")
+        .unwrap();
+    // What magnum-cluster-api renders without a word: a digest given as the tag label, a
+    // prefix with a scheme or in capitals. No runtime pulls these (InvalidImageName).
+    let at = mcapi_image(&format!(
+        "container_infra_prefix={prefix}\ncloud_provider_tag=@{DIGEST_34}\n"
+    ));
+    assert_eq!(at, format!("{MIRROR}:@{DIGEST_34}"));
+    for bad in [
+        "https://registry.cloud.example/magnum",
+        "Registry.Cloud.Example/Magnum",
+    ] {
+        let image = mcapi_image(&format!(
+            "container_infra_prefix={bad}\ncloud_provider_tag=v1.34.1-occmforge.1@{DIGEST_34}\n"
+        ));
+        assert_eq!(
+            image,
+            mcapi::occm_image(Some(bad), &format!("v1.34.1-occmforge.1@{DIGEST_34}"))
+        );
+        for rendered in [&at, &image] {
+            assert!(
+                rendered.parse::<occm_forge::reference::ImageRef>().is_err(),
+                "{rendered}"
+            );
+        }
+        // render refuses to print such labels: one line naming the label and what the real
+        // code would render.
+        for format in ["magnum-tag", "magnum-prefix-tag"] {
+            let o = render(&f, &["--k8s", "1.34", "--format", format, "--prefix", bad]);
+            assert_refused(
+                &o,
+                2,
+                &format!(
+                    "container_infra_prefix=`{bad}` would make magnum-cluster-api render `{image}`"
+                ),
+            );
+        }
+    }
+    // An empty tag label renders the chart's appVersion, whatever the cluster's minor.
+    assert_eq!(
+        mcapi_image("cloud_provider_tag=\n"),
+        "registry.k8s.io/provider-os/openstack-cloud-controller-manager:v1.35.0"
+    );
 }
 
 #[test]
@@ -499,10 +461,10 @@ fn atmosphere_vars_are_image_overrides_and_a_registry_port_is_warned_about() {
     );
 }
 
-/// The Secret the way magnum-cluster-api builds it, through `helm template` of the chart.
-fn secret_fixture(dir: &Path, string_data: bool) -> (String, String) {
-    let chart = occm_chart(dir);
-    let manifests = helm_template(&chart, &mcapi_values(None, "v1.34.1"));
+/// The Secret the way magnum-cluster-api builds it for a 1.34 cluster without our labels: its
+/// real code renders the OCCM key (upstream's v1.34.1).
+fn secret_fixture(string_data: bool) -> (String, String) {
+    let manifests = mcapi_manifests(&MagnumCluster::new(CLUSTER_UUID, "kube-abc12", "v1.34.1"));
     assert_eq!(occm_image(&manifests), UPSTREAM_IMAGE);
     (manifests.clone(), magnum_secret(&manifests, string_data))
 }
@@ -524,7 +486,7 @@ fn occm_key(secret: &str) -> (String, Value) {
 fn crs_secret_changes_one_image_line_and_a_revert_restores_the_bytes() {
     let f = fixture(&["linux/amd64"]);
     write_lock(&f);
-    let (manifests, secret) = secret_fixture(f.path(), false);
+    let (manifests, secret) = secret_fixture(false);
     let pinned = format!("{REPO}:v1.34.1-occmforge.1@{DIGEST_34}");
 
     let o = forge_stdin(
@@ -646,7 +608,7 @@ fn crs_secret_changes_one_image_line_and_a_revert_restores_the_bytes() {
     );
 
     // stringData (a Secret written by hand or by a tool that keeps it) works the same way.
-    let (manifests_sd, secret_sd) = secret_fixture(&f.path().join("sd"), true);
+    let (manifests_sd, secret_sd) = secret_fixture(true);
     let o = forge_stdin(
         f.path(),
         &["render", "--format", "crs-secret", "--k8s", "1.34"],
@@ -669,7 +631,7 @@ fn crs_secret_changes_one_image_line_and_a_revert_restores_the_bytes() {
 fn crs_secret_observable_rollout_adds_probes_min_ready_seconds_and_on_delete() {
     let f = fixture(&["linux/amd64"]);
     write_lock(&f);
-    let (manifests, secret) = secret_fixture(f.path(), false);
+    let (manifests, secret) = secret_fixture(false);
     let o = forge_stdin(
         f.path(),
         &[
@@ -740,7 +702,7 @@ fn crs_secret_observable_rollout_adds_probes_min_ready_seconds_and_on_delete() {
 fn crs_secret_refuses_what_it_cannot_change_in_one_line() {
     let f = fixture(&["linux/amd64"]);
     write_lock(&f);
-    let (manifests, secret) = secret_fixture(f.path(), false);
+    let (manifests, secret) = secret_fixture(false);
     let crs = |stdin: &str, extra: &[&str]| {
         let mut args = vec!["render", "--format", "crs-secret"];
         args.extend_from_slice(extra);
@@ -760,8 +722,8 @@ fn crs_secret_refuses_what_it_cannot_change_in_one_line() {
     // Two OCCM DaemonSets.
     let ds = &manifests[manifests.rfind("---\n").unwrap()..];
     let second = ds.replace(
-        "name: openstack-cloud-controller-manager\n  namespace",
-        "name: occm-legacy\n  namespace",
+        "metadata:\n  name: openstack-cloud-controller-manager\n",
+        "metadata:\n  name: occm-legacy\n",
     );
     let two = magnum_secret(&format!("{manifests}{second}"), false);
     assert_refused(
@@ -974,8 +936,9 @@ fn copy_keeps_every_digest_and_verify_checks_the_mirror() {
         .trim_end()
         .strip_prefix("cloud_provider_tag=")
         .unwrap();
-    let chart = occm_chart(f.path());
-    let image = occm_image(&helm_template(&chart, &mcapi_values(Some(&prefix), value)));
+    let image = mcapi_image(&format!(
+        "container_infra_prefix={prefix}\ncloud_provider_tag={value}\n"
+    ));
     assert_eq!(image, format!("{mirror}:{tag}@{digest}"));
     let by_digest = format!(
         "{}@{}",

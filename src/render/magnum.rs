@@ -18,8 +18,7 @@ use super::{RenderOptions, pinned_tag, recorded_as};
 use crate::config::Minor;
 use crate::digest_manifest::Entry;
 
-/// The last path segment magnum-cluster-api gives the OCCM image under `container_infra_prefix`.
-pub const MCAPI_IMAGE_NAME: &str = "openstack-cloud-controller-manager";
+pub use crate::mcapi::IMAGE_NAME as MCAPI_IMAGE_NAME;
 
 /// Everything `container_infra_prefix` moves besides OCCM, in magnum-cluster-api v0.36.6 to
 /// v0.38.1: kubeadm's `imageRepository` (`resources.py:1214-1218`), the containerd sandbox
@@ -43,11 +42,12 @@ pub fn label(e: &Entry) -> String {
 }
 
 /// `magnum-tag`: `cloud_provider_tag=<tag>@<digest>`; refused without a prefix that holds the
-/// image.
+/// image, and when the labels would render an invalid reference ([`crate::mcapi::check_labels`]).
 pub fn tag(minor: Minor, e: &Entry, opts: &RenderOptions) -> Result<String, String> {
     let Some(prefix) = opts.prefix.as_deref() else {
         return Err("magnum-tag needs --prefix: the cluster's container_infra_prefix".into());
     };
+    crate::mcapi::check_labels(Some(prefix), &pinned_tag(e))?;
     held_at(e, minor, prefix)?;
     Ok(format!("cloud_provider_tag={}\n", pinned_tag(e)))
 }
@@ -60,6 +60,7 @@ pub fn prefix_tag(
     warnings: &mut Vec<String>,
 ) -> Result<String, String> {
     let prefix = container_infra_prefix(minor, e, opts)?;
+    crate::mcapi::check_labels(Some(&prefix), &pinned_tag(e))?;
     if !warnings.iter().any(|w| w.contains(&prefix)) {
         warnings.push(format!(
             "container_infra_prefix={prefix} moves every image of the cluster to {prefix}/<name>, not only OCCM: {PREFIX_MOVES}; mirror all of them there first, or keep the cluster's prefix and use --format magnum-tag"
@@ -77,6 +78,7 @@ pub fn prefix_tag(
 fn container_infra_prefix(minor: Minor, e: &Entry, opts: &RenderOptions) -> Result<String, String> {
     match opts.prefix.as_deref() {
         Some(p) => {
+            crate::mcapi::check_labels(Some(p), &pinned_tag(e))?;
             held_at(e, minor, p)?;
             Ok(p.trim_end_matches('/').to_string())
         }
