@@ -628,6 +628,163 @@ fn crs_secret_changes_one_image_line_and_a_revert_restores_the_bytes() {
 }
 
 #[test]
+fn the_simulations_chart_rendering_is_the_real_one() {
+    // accept::sim::magnum serves tests that run without Python; it must be what magnum-cluster-api
+    // renders, document for document.
+    let uuid = "3f5e6a7b-1c2d-4e5f-8a9b-0c1d2e3f4a5b";
+    let real = mcapi_manifests(&MagnumCluster::new(uuid, "kube-abc12", "v1.34.1"));
+    let ours = occm_forge::accept::sim::magnum::occm_manifests(UPSTREAM_IMAGE);
+    assert_eq!(documents(&ours), documents(&real));
+    let rbac = occm_forge::mcapi::rbac::occm_rbac(&real).unwrap();
+    assert_eq!(
+        rbac.describe(),
+        "ServiceAccount kube-system/cloud-controller-manager, ClusterRole system:cloud-controller-manager can delete nodes"
+    );
+}
+
+#[test]
+fn crs_secret_restores_delete_on_nodes_in_one_line_and_reverts_it() {
+    let f = fixture(&["linux/amd64"]);
+    write_lock(&f);
+    // Chart 2.36.2's ClusterRole (upstream PR #3165) in the real 2.35.0 rendering.
+    let (manifests, _) = secret_fixture(false);
+    let no_delete = manifests.replace(
+        "  - nodes\n  verbs:\n  - '*'\n",
+        "  - nodes\n  verbs:\n  - get\n  - list\n  - watch\n  - patch\n  - update\n",
+    );
+    assert_ne!(no_delete, manifests);
+    let secret = magnum_secret(&no_delete, false);
+    let crs = |stdin: &str, args: &[&str]| {
+        let mut all = vec!["render", "--format", "crs-secret"];
+        all.extend_from_slice(args);
+        forge_stdin(f.path(), &all, stdin)
+    };
+    // Without --node-delete: written, and warned about.
+    let o = crs(&secret, &["--k8s", "1.34"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("ClusterRole system:cloud-controller-manager cannot delete nodes: the node lifecycle controller cannot delete the Node of a gone server (DeletingNodeFailed); pass --node-delete restore"),
+        "{}",
+        stderr(&o)
+    );
+    let o = crs(&secret, &["--k8s", "1.34", "--node-delete", "restore"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("ClusterRole system:cloud-controller-manager: delete added to the nodes rule; revert with --node-delete remove"),
+        "{}",
+        stderr(&o)
+    );
+    let out = stdout(&o);
+    let (key, _) = occm_key(&out);
+    let added: Vec<&str> = key
+        .lines()
+        .filter(|l| !no_delete.lines().any(|b| b == *l))
+        .collect();
+    assert_eq!(added.len(), 2, "the verb and the image line: {added:?}");
+    assert_eq!(added[0], "  - delete");
+    assert!(
+        occm_forge::mcapi::rbac::occm_rbac(&key)
+            .unwrap()
+            .node_delete
+    );
+    // The revert gives the bytes back.
+    let o = crs(
+        &out,
+        &["--image", UPSTREAM_IMAGE, "--node-delete", "remove"],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(occm_key(&stdout(&o)).0, no_delete);
+    // `*` cannot be taken apart: one line, nothing written.
+    let o = crs(
+        &magnum_secret(&manifests, false),
+        &["--k8s", "1.34", "--node-delete", "remove"],
+    );
+    assert_refused(
+        &o,
+        2,
+        "does not come from a `delete` verb of its nodes rule",
+    );
+    // A ClusterRole that cannot be parsed.
+    let broken = manifests.replace(
+        "rules:\n- apiGroups:\n  - coordination.k8s.io",
+        "rules: {}\nx:\n- apiGroups:\n  - coordination.k8s.io",
+    );
+    let o = crs(
+        &magnum_secret(&broken, false),
+        &["--k8s", "1.34", "--node-delete", "restore"],
+    );
+    assert_refused(
+        &o,
+        2,
+        "ClusterRole system:cloud-controller-manager: `rules` is not a list of rules",
+    );
+}
+
+#[test]
+fn crs_secret_serves_a_minor_without_a_build_by_the_one_below_and_refuses_further() {
+    let f = fixture(&["linux/amd64"]);
+    write_lock(&f);
+    // A 1.36 cluster as magnum-cluster-api 0.38.2 renders it: upstream v1.35.0, its default.
+    let manifests = mcapi_manifests(&MagnumCluster::new(CLUSTER_UUID, "kube-abc12", "v1.36.0"));
+    assert_eq!(
+        occm_image(&manifests),
+        "registry.k8s.io/provider-os/openstack-cloud-controller-manager:v1.35.0"
+    );
+    let secret = magnum_secret(&manifests, false);
+    let o = forge_stdin(
+        f.path(),
+        &["render", "--format", "crs-secret", "--k8s", "1.36"],
+        &secret,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("1.36 has no build of its own in ")
+            && stderr(&o).contains(": OCCM 1.35 on a 1.36 cluster: one minor older, which the version-skew policy allows"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(
+        occm_image(&occm_key(&stdout(&o)).0),
+        format!("{PORT_REPO}:v1.35.0-occmforge.1@{DIGEST_35}")
+    );
+    // 1.37: the newest build (1.35) is two minors older.
+    let o = forge_stdin(
+        f.path(),
+        &["render", "--format", "crs-secret", "--k8s", "1.37"],
+        &secret,
+    );
+    assert_refused(
+        &o,
+        2,
+        "OCCM 1.35 on a 1.37 cluster: two minors older (the version-skew policy allows one)",
+    );
+    let o = forge_stdin(
+        f.path(),
+        &[
+            "render",
+            "--format",
+            "crs-secret",
+            "--k8s",
+            "1.37",
+            "--allow-skew",
+        ],
+        &secret,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    // Below every build: nothing serves it.
+    let o = forge_stdin(
+        f.path(),
+        &["render", "--format", "crs-secret", "--k8s", "1.30"],
+        &secret,
+    );
+    assert_refused(
+        &o,
+        2,
+        "no entry for 1.30 and none of an older minor to serve it",
+    );
+}
+
+#[test]
 fn crs_secret_observable_rollout_adds_probes_min_ready_seconds_and_on_delete() {
     let f = fixture(&["linux/amd64"]);
     write_lock(&f);

@@ -53,6 +53,20 @@ pub struct RenderArgs {
     /// read is a conflict.
     #[arg(long)]
     unconditional: bool,
+    /// crs-secret: restore `delete` on nodes in the chart's ClusterRole (chart 2.36.2 dropped it,
+    /// so the node lifecycle controller cannot delete the Node of a gone server), or remove it
+    /// again (the revert).
+    #[arg(long, value_name = "ACTION")]
+    node_delete: Option<NodeDelete>,
+}
+
+/// `--node-delete`.
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum NodeDelete {
+    /// Add `delete` to the ClusterRole's nodes rule.
+    Restore,
+    /// Take that `delete` out again.
+    Remove,
 }
 
 /// `--format`: the names of [`Format`], listed by clap in `--help` and in its errors.
@@ -79,9 +93,15 @@ pub fn run(args: &RenderArgs, quiet: bool) -> Result<u8, Error> {
             "--image names the whole reference; --prefix picks a recorded mirror of a --k8s entry: give one".into(),
         ));
     }
-    if !crs_secret && (args.observable || args.on_delete || args.allow_skew || args.unconditional) {
+    if !crs_secret
+        && (args.observable
+            || args.on_delete
+            || args.allow_skew
+            || args.unconditional
+            || args.node_delete.is_some())
+    {
         return Err(Error::Usage(
-            "--observable, --on-delete, --allow-skew and --unconditional are for --format crs-secret only".into(),
+            "--observable, --on-delete, --allow-skew, --unconditional and --node-delete are for --format crs-secret only".into(),
         ));
     }
     let opts = RenderOptions {
@@ -104,16 +124,38 @@ pub fn run(args: &RenderArgs, quiet: bool) -> Result<u8, Error> {
     Ok(0)
 }
 
-/// `--format crs-secret`: the image of `--image`, or of the minor's entry (at `--prefix`).
+/// `--format crs-secret`: the image of `--image`, or of the minor's entry (at `--prefix`); a
+/// minor without a build of its own is served by the newest older one, as the version-skew
+/// policy allows (one minor older), said on stderr.
 fn run_crs_secret(args: &RenderArgs, opts: &RenderOptions, quiet: bool) -> Result<u8, Error> {
-    let image = match &args.image {
-        Some(image) => image.clone(),
-        None => {
+    let mut cluster_minor = None;
+    let mut served = None;
+    let image = match (&args.image, args.k8s) {
+        (Some(image), _) => image.clone(),
+        (None, Some(minor)) => {
             let config = config::load(&args.config)?;
             let manifest = digest_manifest::read(&config.digest_manifest)?;
-            let entries = render::select(&manifest, &config.digest_manifest, args.k8s)?;
-            let (minor, entry) = entries[0];
-            render::pinned_image(minor, entry, opts)?
+            let Some((built, entry)) = render::skew::serving(&manifest, minor) else {
+                return Err(Error::Usage(format!(
+                    "{}: no entry for {minor} and none of an older minor to serve it; build it (occm-forge build --k8s {minor})",
+                    config.digest_manifest.display()
+                )));
+            };
+            if built != minor {
+                cluster_minor = Some(minor);
+                let policy = render::skew::Skew::of(minor, built);
+                served = Some(format!(
+                    "{minor} has no build of its own in {}: {}",
+                    config.digest_manifest.display(),
+                    policy.describe(minor, built)
+                ));
+            }
+            render::pinned_image(built, entry, opts)?
+        }
+        (None, None) => {
+            return Err(Error::Usage(
+                "crs-secret needs --k8s MINOR or --image REF".into(),
+            ));
         }
     };
     let mut bytes = Vec::new();
@@ -130,8 +172,23 @@ fn run_crs_secret(args: &RenderArgs, opts: &RenderOptions, quiet: bool) -> Resul
             on_delete: args.on_delete,
             allow_skew: args.allow_skew,
             unconditional: args.unconditional,
+            cluster_minor,
+            node_delete: args.node_delete.map(|a| matches!(a, NodeDelete::Restore)),
         },
     )?;
+    if let Some(served) = served {
+        note(quiet, &served);
+    }
+    if let Some(change) = &out.rbac_change {
+        let revert = match args.node_delete {
+            Some(NodeDelete::Restore) => "remove",
+            _ => "restore",
+        };
+        note(
+            quiet,
+            &format!("{change}; revert with --node-delete {revert}"),
+        );
+    }
     for w in &out.warnings {
         note(quiet, &format!("warning: {w}"));
     }

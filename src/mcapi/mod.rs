@@ -11,6 +11,7 @@
 //! falls back to the chart's appVersion), and the chart writes `repository:tag`. Nothing checks
 //! the result: a tag starting with `@` renders `repo:@sha256:…`, which no runtime pulls.
 
+pub mod rbac;
 pub mod renderer;
 
 use std::collections::BTreeMap;
@@ -67,6 +68,23 @@ impl MagnumCluster {
         }
         self
     }
+}
+
+/// Byte ranges of the YAML documents of a stream as `helm template` prints it (separated by
+/// lines that are exactly `---`).
+pub fn documents(text: &str) -> Vec<(usize, usize)> {
+    let mut docs = Vec::new();
+    let mut start = 0;
+    let mut pos = 0;
+    for line in text.split_inclusive('\n') {
+        if line.trim_end() == "---" {
+            docs.push((start, pos));
+            start = pos + line.len();
+        }
+        pos += line.len();
+    }
+    docs.push((start, text.len()));
+    docs
 }
 
 /// The OCCM image magnum-cluster-api renders for a `container_infra_prefix` (`None`: upstream's

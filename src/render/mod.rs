@@ -17,6 +17,7 @@ pub mod atmosphere;
 pub mod crs_secret;
 pub mod helm;
 pub mod magnum;
+pub mod skew;
 
 use std::fmt;
 use std::path::Path;

@@ -6,12 +6,12 @@
 //! `strategy: ApplyOnce`).
 //!
 //! The Secret's keys are the ones magnum-cluster-api writes, each a multi-document YAML stream:
-//! `cloud-controller-manager.yaml` (what `helm template` of the OCCM chart as release
-//! `openstack-ccm` in `kube-system` gives: ServiceAccount, ClusterRole, ClusterRoleBinding and the
-//! DaemonSet, written here in the shape the chart renders them, the image line as the chart's
-//! `templates/daemonset.yaml` writes it), `cloud-config-secret.yaml` (the `cloud-config` Secret
-//! OCCM mounts), `cinder-csi.yaml` (the CSIDriver object) and `storageclass.yaml`. The chart
-//! itself, rendered by Helm, is held against `render --format crs-secret` in tests/consumers.rs.
+//! `cloud-controller-manager.yaml` (what its compiled code renders from the OCCM chart 2.35.0 it
+//! carries: ServiceAccount, ClusterRole, ClusterRoleBinding and the DaemonSet; acceptance runs the
+//! real renderer, [`crate::mcapi::Renderer`], and this copy serves tests and simulations that run
+//! without Python, held against the real output in tests/consumers.rs), `cloud-config-secret.yaml`
+//! (the `cloud-config` Secret OCCM mounts, which magnum-cluster-api's Python adds), and, with
+//! Cinder, `cinder-csi.yaml` (the CSIDriver object) and `storageclass.yaml`.
 
 use std::collections::BTreeMap;
 
@@ -25,95 +25,217 @@ use crate::clusters::read::RESOURCE_SET_TYPE;
 /// The OCCM DaemonSet the chart renders: `kube-system/openstack-cloud-controller-manager`.
 pub const DAEMONSET: (&str, &str) = ("kube-system", "openstack-cloud-controller-manager");
 
-/// The chart's rendering of OCCM with `image`, as magnum-cluster-api's values give it (a
-/// control-plane node selector, host network, the `uninitialized` toleration, `RollingUpdate`).
+/// The OCCM chart's rendering with `image`, as magnum-cluster-api 0.38.2 writes it (chart 2.35.0,
+/// release `openstack-ccm` in `kube-system`: the ServiceAccount `cloud-controller-manager`, the
+/// ClusterRole and ClusterRoleBinding `system:cloud-controller-manager` whose nodes rule is
+/// `'*'`, the DaemonSet; its Helm labels kept). For tests and simulations that run without
+/// Python; tests/consumers.rs holds it against the real renderer's output.
 pub fn occm_manifests(image: &str) -> String {
     occm_manifests_in(DAEMONSET.0, image)
 }
 
 /// [`occm_manifests`] into namespace `ns` instead of `kube-system` (several workload clusters
-/// sharing one apiserver keep their objects apart so).
+/// sharing one apiserver keep their objects apart so; the ClusterRole and its binding are then
+/// named `system:cloud-controller-manager-<ns>`).
 pub fn occm_manifests_in(ns: &str, image: &str) -> String {
-    let name = DAEMONSET.1;
+    let suffix = if ns == DAEMONSET.0 {
+        String::new()
+    } else {
+        format!("-{ns}")
+    };
     OCCM_RENDERING
         .replace("{ns}", ns)
-        .replace("{name}", name)
+        .replace("{suffix}", &suffix)
         .replace("{image}", image)
 }
 
-/// [`occm_manifests`] with `{ns}`, `{name}` and `{image}` to fill in.
+/// The ServiceAccount chart 2.35.0 runs OCCM as.
+pub const SERVICE_ACCOUNT: &str = "cloud-controller-manager";
+
+/// [`occm_manifests`] with `{ns}`, `{suffix}` and `{image}` to fill in.
 const OCCM_RENDERING: &str = r#"---
 # Source: openstack-cloud-controller-manager/templates/serviceaccount.yaml
 apiVersion: v1
 kind: ServiceAccount
 metadata:
-  name: {name}
+  name: cloud-controller-manager
+  labels:
+    app.kubernetes.io/name: openstack-cloud-controller-manager
+    helm.sh/chart: openstack-cloud-controller-manager-2.35.0
+    app.kubernetes.io/instance: openstack-ccm
+    app.kubernetes.io/managed-by: Helm
+    app.kubernetes.io/version: "v1.35.0"
   namespace: {ns}
+  annotations:
 ---
 # Source: openstack-cloud-controller-manager/templates/clusterrole.yaml
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRole
 metadata:
-  name: system:{name}
+  name: system:cloud-controller-manager{suffix}
+  labels:
+    app.kubernetes.io/name: openstack-cloud-controller-manager
+    helm.sh/chart: openstack-cloud-controller-manager-2.35.0
+    app.kubernetes.io/instance: openstack-ccm
+    app.kubernetes.io/managed-by: Helm
+    app.kubernetes.io/version: "v1.35.0"
+  annotations:
 rules:
-- apiGroups: [""]
-  resources: ["nodes", "nodes/status", "services", "services/status", "events"]
-  verbs: ["get", "list", "watch", "create", "update", "patch", "delete"]
-- apiGroups: ["coordination.k8s.io"]
-  resources: ["leases"]
-  verbs: ["get", "create", "update"]
+- apiGroups:
+  - coordination.k8s.io
+  resources:
+  - leases
+  verbs:
+  - get
+  - create
+  - update
+- apiGroups:
+  - ""
+  resources:
+  - events
+  verbs:
+  - create
+  - patch
+  - update
+- apiGroups:
+  - ""
+  resources:
+  - nodes
+  verbs:
+  - '*'
+- apiGroups:
+  - ""
+  resources:
+  - nodes/status
+  verbs:
+  - patch
+- apiGroups:
+  - ""
+  resources:
+  - services
+  verbs:
+  - list
+  - patch
+  - update
+  - watch
+- apiGroups:
+  - ""
+  resources:
+  - services/status
+  verbs:
+  - patch
+- apiGroups:
+  - ""
+  resources:
+  - serviceaccounts/token
+  verbs:
+  - create
+- apiGroups:
+  - ""
+  resources:
+  - serviceaccounts
+  verbs:
+  - create
+  - get
+- apiGroups:
+  - ""
+  resources:
+  - persistentvolumes
+  verbs:
+  - '*'
+- apiGroups:
+  - ""
+  resources:
+  - endpoints
+  verbs:
+  - create
+  - get
+  - list
+  - watch
+  - update
+- apiGroups:
+  - ""
+  resources:
+  - configmaps
+  verbs:
+  - get
+  - list
+  - watch
+- apiGroups:
+  - ""
+  resources:
+  - secrets
+  verbs:
+  - list
+  - get
+  - watch
 ---
 # Source: openstack-cloud-controller-manager/templates/clusterrolebinding.yaml
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRoleBinding
 metadata:
-  name: system:{name}
+  name: system:cloud-controller-manager{suffix}
+  labels:
+    app.kubernetes.io/name: openstack-cloud-controller-manager
+    helm.sh/chart: openstack-cloud-controller-manager-2.35.0
+    app.kubernetes.io/instance: openstack-ccm
+    app.kubernetes.io/managed-by: Helm
+    app.kubernetes.io/version: "v1.35.0"
+  annotations:
 roleRef:
   apiGroup: rbac.authorization.k8s.io
   kind: ClusterRole
-  name: system:{name}
+  name: system:cloud-controller-manager{suffix}
 subjects:
 - kind: ServiceAccount
-  name: {name}
+  name: cloud-controller-manager
   namespace: "{ns}"
 ---
 # Source: openstack-cloud-controller-manager/templates/daemonset.yaml
 apiVersion: apps/v1
 kind: DaemonSet
 metadata:
-  name: {name}
-  namespace: {ns}
+  name: openstack-cloud-controller-manager
   labels:
-    app.kubernetes.io/name: {name}
+    app.kubernetes.io/name: openstack-cloud-controller-manager
+    helm.sh/chart: openstack-cloud-controller-manager-2.35.0
     app.kubernetes.io/instance: openstack-ccm
+    app.kubernetes.io/managed-by: Helm
+    app.kubernetes.io/version: "v1.35.0"
+  namespace: {ns}
+  annotations:
 spec:
   selector:
     matchLabels:
       component: controllermanager
-      app: {name}
+      app: openstack-cloud-controller-manager
       release: openstack-ccm
   updateStrategy:
     type: RollingUpdate
   template:
     metadata:
+      annotations:
+        checksum/config: b0b31d6311d187dd53758033396c83505652c1ec8a62bef0b9afe7f9572f8db4
       labels:
         component: controllermanager
-        app: {name}
+        app: openstack-cloud-controller-manager
         release: openstack-ccm
+        chart: openstack-cloud-controller-manager-2.35.0
+        heritage: Helm
     spec:
       nodeSelector:
         node-role.kubernetes.io/control-plane: ""
       securityContext:
         runAsUser: 1001
       tolerations:
-        - key: node.cloudprovider.kubernetes.io/uninitialized
+        - effect: NoSchedule
+          key: node.cloudprovider.kubernetes.io/uninitialized
           value: "true"
-          effect: NoSchedule
-        - key: node-role.kubernetes.io/control-plane
-          effect: NoSchedule
-      serviceAccountName: {name}
+        - effect: NoSchedule
+          key: node-role.kubernetes.io/control-plane
+      serviceAccountName: cloud-controller-manager
       containers:
-        - name: {name}
+        - name: openstack-cloud-controller-manager
           image: "{image}"
           args:
             - /bin/openstack-cloud-controller-manager
@@ -124,20 +246,35 @@ spec:
             - --use-service-account-credentials=false
             - --controllers=cloud-node,cloud-node-lifecycle,route,service
             - --bind-address=127.0.0.1
-          env:
-            - name: CLOUD_CONFIG
-              value: /etc/config/cloud.conf
-            - name: CLUSTER_NAME
-              value: kubernetes
           volumeMounts:
             - mountPath: /etc/config
               name: cloud-config-volume
               readOnly: true
+            - mountPath: /etc/kubernetes/pki
+              name: k8s-certs
+              readOnly: true
+            - mountPath: /etc/ssl/certs
+              name: ca-certs
+              readOnly: true
+          env:
+            - name: CLOUD_CONFIG
+              value: /etc/config/cloud.conf
+            - name: CLUSTER_NAME
+              value: 3f5e6a7b-1c2d-4e5f-8a9b-0c1d2e3f4a5b
+      dnsPolicy: ClusterFirst
       hostNetwork: true
       volumes:
       - name: cloud-config-volume
         secret:
           secretName: cloud-config
+      - hostPath:
+          path: /etc/kubernetes/pki
+          type: Directory
+        name: k8s-certs
+      - hostPath:
+          path: /etc/ssl/certs
+          type: DirectoryOrCreate
+        name: ca-certs
 "#;
 
 /// The Secret's keys and their text for an OCCM `image`; `cloud_conf` is the cloud.conf OCCM

@@ -10,6 +10,7 @@ use super::{
     CONTAINER_NAME, CrsError, DEFAULT_SECURE_PORT, MIN_READY_SECONDS, RewriteOptions, fail,
     one_line,
 };
+use crate::mcapi::documents;
 use crate::render::magnum::MCAPI_IMAGE_NAME;
 
 /// The edited multi-document text of the key.
@@ -23,22 +24,6 @@ pub struct Edited {
     pub previous_image: String,
     /// Notes for stderr.
     pub warnings: Vec<String>,
-}
-
-/// Byte ranges of the YAML documents of a stream (separated by lines that are exactly `---`).
-fn documents(text: &str) -> Vec<(usize, usize)> {
-    let mut docs = Vec::new();
-    let mut start = 0;
-    let mut pos = 0;
-    for line in text.split_inclusive('\n') {
-        if line.trim_end() == "---" {
-            docs.push((start, pos));
-            start = pos + line.len();
-        }
-        pos += line.len();
-    }
-    docs.push((start, text.len()));
-    docs
 }
 
 /// Whether `image`'s last path segment (before tag and digest) is OCCM's.

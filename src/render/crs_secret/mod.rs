@@ -76,6 +76,14 @@ pub struct RewriteOptions {
     /// holds by then (restoring a saved copy); by default it stays and a changed Secret is a
     /// conflict.
     pub unconditional: bool,
+    /// The cluster's Kubernetes minor when the caller knows it (`clusters` reads it; `render
+    /// --k8s` names it when that minor has no build of its own): the image's skew is judged
+    /// against it instead of against the minor of the image the Secret runs now.
+    pub cluster_minor: Option<Minor>,
+    /// Give the OCCM ServiceAccount `delete` on nodes (`Some(true)`) or take the verb away again
+    /// (`Some(false)`) in the chart's ClusterRole ([`crate::mcapi::rbac::set_node_delete`]);
+    /// `None` leaves the RBAC as it is (and warns when it cannot delete nodes).
+    pub node_delete: Option<bool>,
 }
 
 /// The rewritten Secret and what changed.
@@ -96,6 +104,8 @@ pub struct Rewritten {
     /// The hash Cluster API will record for the written Secret in the cluster's
     /// ClusterResourceSetBinding once it applied it ([`resource_set_hash`]).
     pub hash: String,
+    /// What [`RewriteOptions::node_delete`] changed in the ClusterRole, if anything.
+    pub rbac_change: Option<String>,
 }
 
 /// The hash Cluster API records for a Secret of a ClusterResourceSet in the
@@ -190,36 +200,108 @@ pub fn rewrite_secret(input: &str, opts: &RewriteOptions) -> Result<Rewritten, C
         ));
     }
     warnings.extend(minor_warnings(name, &edited.previous_image, &opts.image));
-    match skew(&edited.previous_image, &opts.image) {
-        Skew::Newer { from, to } if !opts.allow_skew => {
-            return fail(format!(
-                "Secret {name} runs OCCM {from} ({}) and {} is OCCM {to}: a cloud-controller-manager newer than the cluster's kube-apiserver breaks the version-skew policy; write the {from} image, or pass --allow-skew once the cluster's control plane runs {to}",
-                edited.previous_image, opts.image
-            ));
+    check_skew(name, &edited.previous_image, opts, &mut warnings)?;
+    let (text, rbac_change) = match opts.node_delete {
+        Some(allow) => {
+            let e = crate::mcapi::rbac::set_node_delete(&edited.text, allow)
+                .map_err(|e| CrsError(format!("Secret {name}, key {SECRET_KEY}: {e}")))?;
+            (e.text, e.change)
         }
-        Skew::Unknown(which) => warnings.push(format!(
-            "cannot tell the Kubernetes minor of {which} from its tag: check that OCCM is not newer than the cluster's kube-apiserver"
-        )),
-        _ => {}
-    }
-    let written = write_secret(&secret, key.field, &edited.text, opts.unconditional)?;
+        None => {
+            match crate::mcapi::rbac::occm_rbac(&edited.text) {
+                Ok(r) if !r.node_delete => warnings.push(format!(
+                    "Secret {name}: {}: the node lifecycle controller cannot delete the Node of a gone server (DeletingNodeFailed); pass --node-delete restore",
+                    r.describe()
+                )),
+                Ok(_) => {}
+                Err(e) => warnings.push(format!("Secret {name}: the OCCM RBAC cannot be read: {e}")),
+            }
+            (edited.text, None)
+        }
+    };
+    let written = write_secret(&secret, key.field, &text, opts.unconditional)?;
     let hash = secret_hash(&written)?;
     Ok(Rewritten {
         secret: written,
         hash,
         daemonset: edited.daemonset,
         previous_image: edited.previous_image,
-        changed: edited.text != key.text,
+        changed: text != key.text,
         warnings,
+        rbac_change,
     })
+}
+
+/// Refuses an image the version-skew policy forbids ([`crate::render::skew::Skew`]) against the
+/// cluster's minor ([`RewriteOptions::cluster_minor`], else the minor of the image the Secret runs
+/// now), unless [`RewriteOptions::allow_skew`]; warns when a minor cannot be read.
+fn check_skew(
+    name: &str,
+    previous: &str,
+    opts: &RewriteOptions,
+    warnings: &mut Vec<String>,
+) -> Result<(), CrsError> {
+    use crate::render::skew::Skew as Policy;
+    if let Some(cluster) = opts.cluster_minor {
+        let Some(occm) = Minor::of_image(&opts.image) else {
+            warnings.push(format!(
+                "cannot tell the Kubernetes minor of {}: check that OCCM is not newer than the cluster's kube-apiserver",
+                opts.image
+            ));
+            return Ok(());
+        };
+        let policy = Policy::of(cluster, occm);
+        if !policy.allowed() && !opts.allow_skew {
+            return fail(format!(
+                "{}: {} for the Secret {name}; write an image the policy allows, or pass --allow-skew",
+                opts.image,
+                policy.describe(cluster, occm)
+            ));
+        }
+        return Ok(());
+    }
+    match skew(previous, &opts.image) {
+        Skew::Newer { from, to } if !opts.allow_skew => fail(format!(
+            "Secret {name} runs OCCM {from} ({previous}) and {} is OCCM {to}: a cloud-controller-manager newer than the cluster's kube-apiserver breaks the version-skew policy; write the {from} image, or pass --allow-skew once the cluster's control plane runs {to}",
+            opts.image
+        )),
+        Skew::Older { from, to } if to.minor + 1 < from.minor && !opts.allow_skew => fail(format!(
+            "Secret {name} runs OCCM {from} ({previous}) and {} is OCCM {to}: {} older than the cluster's kube-apiserver, and the version-skew policy allows cloud-controller-manager one; write a {from} or {} image, or pass --allow-skew",
+            opts.image,
+            if from.minor - to.minor == 2 {
+                "two minors".to_string()
+            } else {
+                format!("{} minors", from.minor - to.minor)
+            },
+            Minor {
+                major: from.major,
+                minor: from.minor - 1
+            }
+        )),
+        Skew::Unknown(which) => {
+            warnings.push(format!(
+                "cannot tell the Kubernetes minor of {which} from its tag: check that OCCM is not newer than the cluster's kube-apiserver"
+            ));
+            Ok(())
+        }
+        _ => Ok(()),
+    }
 }
 
 /// How the Kubernetes minor of a new OCCM image compares with the one it replaces, read from
 /// their tags ([`Minor::of_version`]: `v1.34.1`, `v1.34.1-occmforge.1`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Skew {
-    /// The same minor, or an older one (a revert, or matching an older control plane).
-    NotNewer,
+    /// The same minor.
+    Same,
+    /// An older minor (a revert, or matching an older control plane): one older is allowed,
+    /// more is refused.
+    Older {
+        /// The minor the Secret runs now.
+        from: Minor,
+        /// The new image's minor.
+        to: Minor,
+    },
     /// The new image is of a newer minor.
     Newer {
         /// The minor the Secret runs now.
@@ -237,16 +319,16 @@ pub enum Skew {
 pub fn skew(previous: &str, image: &str) -> Skew {
     match (Minor::of_image(previous), Minor::of_image(image)) {
         (Some(from), Some(to)) if to > from => Skew::Newer { from, to },
-        (Some(_), Some(_)) => Skew::NotNewer,
+        (Some(from), Some(to)) if to < from => Skew::Older { from, to },
+        (Some(_), Some(_)) => Skew::Same,
         (None, _) => Skew::Unknown(previous.to_string()),
         (_, None) => Skew::Unknown(image.to_string()),
     }
 }
 
-/// What to say about the minors of the two images beyond [`skew`]'s refusal: writing over
+/// What to say about the minors of the two images beyond [`skew`]'s refusals: writing over
 /// upstream's image of the same or an older minor (after `coe cluster upgrade` the Secret runs
-/// the new minor's upstream image while the control plane may still run the old one), and an
-/// image more than one minor older than the Secret's (the skew policy allows one).
+/// the new minor's upstream image while the control plane may still run the old one).
 fn minor_warnings(name: &str, previous: &str, image: &str) -> Vec<String> {
     let mut out = Vec::new();
     let (Some(from), Some(to)) = (Minor::of_image(previous), Minor::of_image(image)) else {
@@ -260,12 +342,6 @@ fn minor_warnings(name: &str, previous: &str, image: &str) -> Vec<String> {
     if upstream && to >= from {
         out.push(format!(
             "Secret {name} runs upstream's {from} image: if `coe cluster upgrade` just wrote it, the control plane may still run an older minor, and OCCM must not be newer than kube-apiserver; `occm-forge clusters` shows the minor the control plane runs"
-        ));
-    }
-    if to.major == from.major && to.minor + 1 < from.minor {
-        out.push(format!(
-            "{image} is OCCM {to}, {} minors older than the {from} the Secret runs: the version-skew policy allows cloud-controller-manager one minor older than kube-apiserver",
-            from.minor - to.minor
         ));
     }
     out
@@ -448,8 +524,14 @@ mod tests {
                 "a".repeat(64)
             )
         };
-        assert_eq!(skew(UP, &ours("v1.34.1-occmforge.1")), Skew::NotNewer);
-        assert_eq!(skew(UP, &ours("v1.33.5-occmforge.2")), Skew::NotNewer);
+        assert_eq!(skew(UP, &ours("v1.34.1-occmforge.1")), Skew::Same);
+        assert_eq!(
+            skew(UP, &ours("v1.33.5-occmforge.2")),
+            Skew::Older {
+                from: "1.34".parse().unwrap(),
+                to: "1.33".parse().unwrap()
+            }
+        );
         assert_eq!(
             skew(UP, &ours("v1.35.0-occmforge.1")),
             Skew::Newer {
@@ -537,29 +619,28 @@ mod tests {
     }
 
     #[test]
-    fn an_opaque_secret_an_old_minor_and_upstream_images_are_warned_about() {
+    fn an_opaque_secret_and_upstream_images_are_warned_about_and_an_old_minor_refused() {
         let mut v: serde_json::Value = serde_json::from_str(&secret(UP)).unwrap();
         v["type"] = "Opaque".into();
         let old = format!(
             "r.example/occm/openstack-cloud-controller-manager:v1.31.4-occmforge.1@sha256:{}",
             "a".repeat(64)
         );
-        let out = rewrite_secret(
-            &v.to_string(),
-            &RewriteOptions {
-                image: old.clone(),
-                ..RewriteOptions::default()
-            },
-        )
-        .unwrap();
+        let mut opts = RewriteOptions {
+            image: old.clone(),
+            ..RewriteOptions::default()
+        };
+        let e = rewrite_secret(&v.to_string(), &opts).unwrap_err().0;
+        assert!(
+            e.starts_with(&format!(
+                "Secret kube-abc12-cloud-provider runs OCCM 1.34 ({UP}) and {old} is OCCM 1.31: 3 minors older than the cluster's kube-apiserver, and the version-skew policy allows cloud-controller-manager one; write a 1.34 or 1.33 image, or pass --allow-skew"
+            )),
+            "{e}"
+        );
+        opts.allow_skew = true;
+        let out = rewrite_secret(&v.to_string(), &opts).unwrap();
         let w = out.warnings.join("\n");
         assert!(w.contains("Secret kube-abc12-cloud-provider is of type Opaque: a ClusterResourceSet applies only Secrets of type addons.cluster.x-k8s.io/resource-set"), "{w}");
-        assert!(
-            w.contains(&format!(
-                "{old} is OCCM 1.31, 3 minors older than the 1.34 the Secret runs"
-            )),
-            "{w}"
-        );
         assert!(
             !w.contains("runs upstream's"),
             "an older image after upstream's is no upgrade hazard: {w}"
@@ -580,5 +661,99 @@ mod tests {
             "{:?}",
             out.warnings
         );
+    }
+
+    #[test]
+    fn against_the_cluster_s_minor_one_older_is_allowed_and_two_are_refused() {
+        // A 1.37 cluster runs magnum-cluster-api's default for it, upstream v1.35.0.
+        let up35 = "registry.k8s.io/provider-os/openstack-cloud-controller-manager:v1.35.0";
+        let ours36 = format!(
+            "r.example/occm/openstack-cloud-controller-manager:v1.36.0-occmforge.1@sha256:{}",
+            "a".repeat(64)
+        );
+        let mut opts = RewriteOptions {
+            image: ours36.clone(),
+            cluster_minor: Some("1.37".parse().unwrap()),
+            ..RewriteOptions::default()
+        };
+        let out = rewrite_secret(&secret(up35), &opts).unwrap();
+        assert_eq!(occm_image(&out.secret).unwrap(), ours36);
+        // Without the cluster's minor, 1.36 after 1.35 reads as newer than the cluster.
+        opts.cluster_minor = None;
+        assert!(rewrite_secret(&secret(up35), &opts).is_err());
+        opts.cluster_minor = Some("1.38".parse().unwrap());
+        let e = rewrite_secret(&secret(up35), &opts).unwrap_err().0;
+        assert!(
+            e.contains(
+                "OCCM 1.36 on a 1.38 cluster: two minors older (the version-skew policy allows one)"
+            ) && e.ends_with("or pass --allow-skew"),
+            "{e}"
+        );
+        opts.allow_skew = true;
+        assert!(rewrite_secret(&secret(up35), &opts).is_ok());
+    }
+
+    #[test]
+    fn node_delete_is_restored_on_request_warned_about_otherwise_and_reverted() {
+        let no_delete = secret(UP).replace(
+            &base64::engine::general_purpose::STANDARD
+                .encode(crate::accept::sim::magnum::occm_manifests(UP)),
+            &base64::engine::general_purpose::STANDARD.encode(
+                crate::accept::sim::magnum::occm_manifests(UP).replace(
+                    "  - nodes\n  verbs:\n  - '*'\n",
+                    "  - nodes\n  verbs:\n  - get\n  - list\n  - watch\n  - patch\n  - update\n",
+                ),
+            ),
+        );
+        assert_ne!(no_delete, secret(UP));
+        let ours = format!(
+            "r.example/occm/openstack-cloud-controller-manager:v1.34.1-occmforge.1@sha256:{}",
+            "a".repeat(64)
+        );
+        let mut opts = RewriteOptions {
+            image: ours,
+            ..RewriteOptions::default()
+        };
+        let out = rewrite_secret(&no_delete, &opts).unwrap();
+        assert!(
+            out.warnings.iter().any(|w| w
+                .contains("ClusterRole system:cloud-controller-manager cannot delete nodes")
+                && w.contains("--node-delete restore")),
+            "{:?}",
+            out.warnings
+        );
+        assert_eq!(out.rbac_change, None);
+        opts.node_delete = Some(true);
+        let restored = rewrite_secret(&no_delete, &opts).unwrap();
+        assert_eq!(
+            restored.rbac_change.as_deref(),
+            Some("ClusterRole system:cloud-controller-manager: delete added to the nodes rule")
+        );
+        let key = |s: &str| {
+            let v: serde_json::Value = serde_json::from_str(s).unwrap();
+            String::from_utf8(
+                base64::engine::general_purpose::STANDARD
+                    .decode(v["data"][SECRET_KEY].as_str().unwrap())
+                    .unwrap(),
+            )
+            .unwrap()
+        };
+        assert!(
+            crate::mcapi::rbac::occm_rbac(&key(&restored.secret))
+                .unwrap()
+                .node_delete
+        );
+        assert_ne!(restored.hash, out.hash);
+        // The revert: the image back and the verb out again give the bytes before.
+        let back = rewrite_secret(
+            &restored.secret,
+            &RewriteOptions {
+                image: UP.into(),
+                node_delete: Some(false),
+                ..RewriteOptions::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(key(&back.secret), key(&no_delete));
     }
 }
