@@ -88,8 +88,11 @@ fn names_nodes(rule: &Value) -> bool {
         && strings(&rule["resourceNames"]).is_empty()
 }
 
+/// A document of a stream: its byte range and its value.
+type Document = ((usize, usize), Value);
+
 /// The parsed documents of `text` with their byte ranges.
-fn parsed(text: &str) -> Result<Vec<((usize, usize), Value)>, RbacError> {
+fn parsed(text: &str) -> Result<Vec<Document>, RbacError> {
     documents(text)
         .into_iter()
         .map(|(start, end)| {
