@@ -142,6 +142,8 @@ pub struct BuildPlan {
     pub config_name: String,
     /// The Cluster API release `--accept` runs S5 with (`[accept]`).
     pub cluster_api: crate::config::ClusterApi,
+    /// The magnum-cluster-api release whose renderer `--accept` runs (`[accept]`).
+    pub magnum_cluster_api: String,
     /// images.toml `upstream`: the `org.opencontainers.image.source` label and provenance URL.
     pub upstream: String,
     /// Where upstream is fetched from (`--source` or `upstream`).
@@ -242,6 +244,7 @@ impl BuildPlan {
             minor,
             config_name: config.path.display().to_string(),
             cluster_api: config.cluster_api.clone(),
+            magnum_cluster_api: config.magnum_cluster_api.clone(),
             upstream: config.upstream.clone(),
             fetch_from: config.fetch_url(o.source.as_deref()),
             upstream_tag: m.upstream_tag.clone(),

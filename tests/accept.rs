@@ -587,6 +587,10 @@ async fn an_occm_that_crashes_fails_the_scenario_and_nothing_is_left_running() {
         kubernetes: "v1.34.1".into(),
         etcd: "v3.6.5".into(),
     };
+    let manifests = occm_forge::accept::sim::magnum::occm_manifests("r.example/occm:v0.0.0");
+    let chart =
+        occm_forge::accept::sim::chart::Chart::new("chart 2.35.0".into(), manifests.clone())
+            .unwrap();
     let report = accept::accept(
         &AcceptRequest {
             minor: "1.34".parse().unwrap(),
@@ -602,6 +606,8 @@ async fn an_occm_that_crashes_fails_the_scenario_and_nothing_is_left_running() {
             work_dir: &work,
             scenarios: &[Scenario::S1],
             keep_logs: false,
+            chart: &chart,
+            driver: &manifests,
         },
         &occm_forge::stage::Silent,
     )

@@ -114,6 +114,12 @@ pub struct AcceptRequest<'a> {
     pub scenarios: &'a [Scenario],
     /// Keep the work directory (logs, request logs) even when accepted.
     pub keep_logs: bool,
+    /// The chart OCCM runs under: its ServiceAccount, ClusterRoles and bindings are created in
+    /// each control plane and OCCM gets that ServiceAccount's token ([`sim::chart`]).
+    pub chart: &'a sim::chart::Chart,
+    /// The OCCM manifests magnum-cluster-api renders for a cluster of the minor (S6's driver
+    /// Secret).
+    pub driver: &'a str,
 }
 
 pub(crate) fn check_interrupt() -> Result<(), AcceptError> {
@@ -214,7 +220,15 @@ async fn run(
         None
     };
     let kube = kube::client(&cp.url, &cp.ca_pem, &cp.token).await?;
-    let kubeconfig = cp.kubeconfig.clone();
+    // OCCM runs as the chart's ServiceAccount, with what the chart grants it.
+    let kubeconfig = sim::chart::install(
+        &kube,
+        req.chart,
+        (&cp.url, &cp.ca_pem),
+        &req.work_dir.join("control-plane"),
+    )
+    .await?;
+    report.chart = Some(req.chart.clone());
     let bench_on = |cloud| scenarios::Bench {
         cloud,
         kube: &kube,
@@ -224,12 +238,15 @@ async fn run(
             manager,
             cloud,
             kubernetes: &req.versions.kubernetes,
+            chart: req.chart,
             images: scenarios::resource_set::Images {
                 ours: format!(
                     "{}:{}@{}",
                     req.repository, req.image_tag, req.ours.index_digest
                 ),
-                upstream: format!("{}:{}", sim::magnum::UPSTREAM_REPOSITORY, req.upstream_tag),
+                driver: req.driver.to_string(),
+                upstream: crate::render::crs_secret::daemonset::occm_image(req.driver)
+                    .unwrap_or_default(),
             },
         }),
     };
@@ -416,6 +433,11 @@ pub struct RunOptions<'a> {
     pub scenarios: &'a [Scenario],
     /// Keep the work directory even when accepted.
     pub keep_logs: bool,
+    /// Where magnum-cluster-api's renderer and helm are.
+    pub tools: &'a crate::mcapi::Tools,
+    /// Run OCCM under this chart's RBAC (a chart directory, rendered with `helm template`)
+    /// instead of the one magnum-cluster-api compiles in.
+    pub chart_dir: Option<&'a Path>,
 }
 
 /// One minor's acceptance, from images.toml.
@@ -453,6 +475,8 @@ pub struct Subject {
     pub cluster_api: crate::config::ClusterApi,
     /// images.toml `repository`.
     pub repository: String,
+    /// The magnum-cluster-api release whose renderer gives the chart (`[accept]`).
+    pub magnum_cluster_api: String,
 }
 
 impl Subject {
@@ -487,6 +511,7 @@ impl Subject {
             config_name: plan.config_name.clone(),
             cluster_api: plan.cluster_api.clone(),
             repository: plan.repository.clone(),
+            magnum_cluster_api: plan.magnum_cluster_api.clone(),
         }
     }
 
@@ -577,6 +602,13 @@ async fn accept_subject_inner(
             return Err(with_build_hint(e, subject, run).into());
         }
     };
+    let (chart, driver) = match render_chart(subject, run, &mut runner).await {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(work_dir);
+            return Err(e.into());
+        }
+    };
     let with_cluster_api = run.scenarios.iter().any(|s| s.needs_cluster_api());
     let parts = prepare_parts(
         subject,
@@ -613,11 +645,81 @@ async fn accept_subject_inner(
             work_dir,
             scenarios: run.scenarios,
             keep_logs: run.keep_logs,
+            chart: &chart,
+            driver: &driver,
         },
         &mut runner,
     )
     .await
     .map_err(Into::into)
+}
+
+/// The `chart` stage: magnum-cluster-api's renderer at the subject's release (one line saying
+/// what to install when it is missing), the OCCM manifests it renders for a cluster of the minor
+/// (the driver's, for S6), and the chart OCCM runs under: that rendering, or with
+/// `run.chart_dir` that chart's own (`helm template`). Runs before anything is built, so that a
+/// missing wheel or helm fails in a second.
+///
+/// Errors: [`AcceptError::Input`] (part `chart`) naming what is missing or what failed.
+async fn render_chart(
+    subject: &Subject,
+    run: &RunOptions<'_>,
+    runner: &mut Runner<'_>,
+) -> Result<(sim::chart::Chart, String), AcceptError> {
+    let input = |e: crate::mcapi::RendererError| AcceptError::Input {
+        part: "chart".into(),
+        message: e.to_string(),
+    };
+    runner
+        .run_with("chart", async {
+            let renderer = tokio::task::block_in_place(|| {
+                crate::mcapi::Renderer::find(run.tools, &subject.magnum_cluster_api)
+            })
+            .map_err(input)?;
+            let cluster = crate::mcapi::MagnumCluster::new(
+                "3f5e6a7b-1c2d-4e5f-8a9b-0c1d2e3f4a5b",
+                "kube-abc12",
+                &format!("v{}.0", subject.minor),
+            );
+            let mut rendered =
+                tokio::task::block_in_place(|| renderer.render(std::slice::from_ref(&cluster)))
+                    .map_err(input)?;
+            let driver = rendered
+                .remove(0)
+                .remove(crate::render::crs_secret::SECRET_KEY)
+                .ok_or_else(|| AcceptError::Input {
+                    part: "chart".into(),
+                    message: format!(
+                        "magnum-cluster-api {} rendered no {}",
+                        renderer.version,
+                        crate::render::crs_secret::SECRET_KEY
+                    ),
+                })?;
+            let version = |text: &str| {
+                crate::mcapi::Renderer::chart_version(text).unwrap_or_else(|| "?".into())
+            };
+            let chart = match run.chart_dir {
+                None => sim::chart::Chart::new(
+                    format!(
+                        "chart {} as magnum-cluster-api {} renders it",
+                        version(&driver),
+                        renderer.version
+                    ),
+                    driver.clone(),
+                )?,
+                Some(dir) => {
+                    let text =
+                        tokio::task::block_in_place(|| renderer.template(dir)).map_err(input)?;
+                    sim::chart::Chart::new(
+                        format!("chart {} at {}", version(&text), dir.display()),
+                        text,
+                    )?
+                }
+            };
+            let detail = format!("{}: {}", chart.source, chart.rbac);
+            Ok(Done::new((chart, driver), detail))
+        })
+        .await
 }
 
 /// The `binaries` stage: empties `work_dir` (creating it) and takes ours for `platform` out of

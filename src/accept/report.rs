@@ -92,6 +92,9 @@ pub struct AcceptReport {
     pub versions: Option<Versions>,
     /// What the running apiserver reported at `/version`.
     pub apiserver_version: Option<String>,
+    /// The chart OCCM ran under (its RBAC); `None` in reports from before it did.
+    #[serde(default)]
+    pub chart: Option<super::sim::chart::Chart>,
     /// Go toolchain version.
     pub go: String,
     /// Scenario rows, in order.
@@ -122,6 +125,7 @@ impl AcceptReport {
             control: None,
             versions: None,
             apiserver_version: None,
+            chart: None,
             go: go.to_string(),
             rows: Vec::new(),
             unsimulated_requests: Vec::new(),

@@ -42,6 +42,19 @@ pub struct AcceptArgs {
     /// nothing (no network: it reads images.toml only).
     #[arg(long, requires = "prepare")]
     cache_key: bool,
+    /// A Python interpreter with magnum-cluster-api ([accept] magnum_cluster_api in images.toml)
+    /// installed, whose renderer gives the chart OCCM runs under and S6's Secret [default:
+    /// $OCCM_FORGE_MCAPI_PYTHON, else python3].
+    #[arg(long, value_name = "PYTHON")]
+    mcapi_python: Option<PathBuf>,
+    /// The helm binary magnum-cluster-api's renderer runs [default: $OCCM_FORGE_HELM, else helm
+    /// on PATH].
+    #[arg(long, value_name = "FILE")]
+    helm: Option<PathBuf>,
+    /// Run OCCM under this chart's RBAC instead of the chart magnum-cluster-api compiles in: a
+    /// chart directory or archive (e.g. a newer upstream release), rendered with `helm template`.
+    #[arg(long, value_name = "DIR", conflicts_with = "prepare")]
+    chart: Option<PathBuf>,
 }
 
 pub async fn run(cli: &Cli, args: &AcceptArgs) -> Result<u8, Error> {
@@ -63,6 +76,10 @@ pub async fn run(cli: &Cli, args: &AcceptArgs) -> Result<u8, Error> {
     if args.prepare {
         return prepare(args, &config, &minors, &cache, quiet).await;
     }
+    let tools = occm_forge::mcapi::Tools {
+        python: args.mcapi_python.clone(),
+        helm: args.helm.clone(),
+    };
     let req = MinorRequest {
         config: &config,
         minor: first,
@@ -73,6 +90,8 @@ pub async fn run(cli: &Cli, args: &AcceptArgs) -> Result<u8, Error> {
             work_dir: None,
             scenarios: &scenarios,
             keep_logs: args.keep_logs,
+            tools: &tools,
+            chart_dir: args.chart.as_deref(),
         },
     };
     let reports = if minors.len() == 1 {

@@ -40,6 +40,10 @@ pub struct ClustersArgs {
     /// Pin the image at <PREFIX>/openstack-cloud-controller-manager (a mirror recorded by `copy`).
     #[arg(long, value_name = "PREFIX")]
     prefix: Option<String>,
+    /// Serve a cluster whose minor has no build, and none one minor below, by an older build
+    /// (the version-skew policy allows cloud-controller-manager one minor older, no more).
+    #[arg(long)]
+    allow_skew: bool,
     /// Rewrite the Secrets of clusters that do not run the pinned image of their minor.
     #[arg(long)]
     fix: bool,
@@ -86,6 +90,7 @@ pub async fn run(args: &ClustersArgs, quiet: bool) -> Result<u8, Error> {
         .map_err(occm_forge::clusters::ClustersError::from)?;
     let assess_opts = AssessOptions {
         prefix: args.prefix.clone(),
+        allow_skew: args.allow_skew,
     };
     if args.watch {
         return watch(args, &kube, &manifest_path, &assess_opts, quiet).await;
@@ -101,26 +106,26 @@ pub async fn run(args: &ClustersArgs, quiet: bool) -> Result<u8, Error> {
     .await?;
     if rows.is_empty() {
         occm_forge_warn(&format!(
-            "no Cluster of namespace {} has a ClusterResourceSet with an OCCM Secret (magnum-cluster-api keeps its clusters in {NAMESPACE})",
+            "no Cluster in namespace {} (magnum-cluster-api keeps its clusters in {NAMESPACE})",
             args.namespace
         ));
     }
     note(
         quiet,
         &format!(
-            "{} with an OCCM ClusterResourceSet in {} at {}{}",
+            "{} in {} at {}{}",
             plural(rows.len(), "cluster"),
             args.namespace,
             kube.server(),
-            if fleet.without_occm.is_empty() {
+            if fleet.deleting.is_empty() {
                 String::new()
             } else {
-                format!("; without one: {}", fleet.without_occm.join(", "))
+                format!("; being deleted: {}", fleet.deleting.join(", "))
             }
         ),
     );
     if args.json {
-        let v = serde_json::json!({"clusters": rows, "fixed": fixed, "without_occm": fleet.without_occm});
+        let v = serde_json::json!({"clusters": rows, "fixed": fixed});
         print_stdout(&format!(
             "{}\n",
             serde_json::to_string_pretty(&v).expect("serialises")
@@ -145,7 +150,7 @@ pub async fn run(args: &ClustersArgs, quiet: bool) -> Result<u8, Error> {
         return Ok(0);
     }
     Err(Error::NotPinned(format!(
-        "{} of {} {} not run the pinned image of {} minor: {}",
+        "{} of {} {} not run the pinned image of {} minor with the RBAC it needs: {} (see FINDINGS)",
         bad.len(),
         plural(rows.len(), "cluster"),
         if bad.len() == 1 { "does" } else { "do" },

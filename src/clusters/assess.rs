@@ -51,10 +51,13 @@ pub enum Action {
     None,
     /// Nothing to write: the Secret is pinned, Cluster API has not applied it yet.
     WaitForApply,
-    /// Rewrite the Secret to this image.
+    /// Rewrite the Secret to this image (the same one when only the RBAC needs repair).
     Rewrite {
         /// The image to write.
         image: String,
+        /// Also give OCCM's ServiceAccount `delete` on nodes back in the chart's ClusterRole
+        /// ([`crate::mcapi::rbac::set_node_delete`]).
+        restore_node_delete: bool,
     },
     /// Not fixable by occm-forge; why, in one line.
     Refuse {
@@ -72,16 +75,20 @@ pub struct Row {
     pub minor: Option<Minor>,
     /// The minor it is being upgraded to, when its control plane is not there yet.
     pub upgrading_to: Option<Minor>,
-    /// The Secret (name) whose OCCM is judged.
+    /// The Secret (name) whose OCCM is judged; empty when no set applies one.
     pub secret: String,
     /// The OCCM image in the Secret (empty when unreadable).
     pub image: String,
     /// What that image is.
     pub image_kind: ImageKind,
-    /// The image images.lock.yaml pins for the cluster's minor, when it pins one.
+    /// The minor whose build serves the cluster's minor: its own, or the newest one below it
+    /// ([`render::skew::serving`]).
+    pub serving: Option<Minor>,
+    /// The image images.lock.yaml pins for the cluster's minor (the serving build's), when it
+    /// pins one.
     pub pinned: Option<String>,
-    /// The set's strategy.
-    pub strategy: Strategy,
+    /// The set's strategy; `None` when no set applies an OCCM Secret.
+    pub strategy: Option<Strategy>,
     /// Whether Cluster API applied the Secret's current content (binding hash = Secret hash);
     /// `None` when the binding records nothing for it yet.
     pub applied: Option<bool>,
@@ -89,10 +96,16 @@ pub struct Row {
     pub hash: String,
     /// The binding's hash for it, if any.
     pub binding_hash: Option<String>,
-    /// OCCM's minor (from the image tag) when it is newer than the cluster's: a version-skew
-    /// policy violation.
+    /// OCCM's minor (from the image tag) when the version-skew policy forbids it on the
+    /// cluster's minor: newer, or two or more minors older.
     pub skew: Option<Minor>,
-    /// Whether the cluster runs the pinned image of its minor: pinned in the Secret and applied.
+    /// Whether OCCM's ServiceAccount may delete nodes under the Secret's ClusterRole; `None`
+    /// when that cannot be read.
+    pub node_delete: Option<bool>,
+    /// Why the cluster has no OCCM Secret, or why its RBAC cannot be read.
+    pub problem: Option<String>,
+    /// Whether the cluster runs the pinned image of its minor with the RBAC it needs: pinned in
+    /// the Secret, applied, and able to delete nodes.
     pub ok: bool,
     /// What `--fix` does.
     pub action: Action,
@@ -104,6 +117,9 @@ pub struct AssessOptions {
     /// Write the image at `<prefix>/openstack-cloud-controller-manager` (a recorded mirror)
     /// instead of the entry's repository (as `render --prefix`).
     pub prefix: Option<String>,
+    /// Serve a cluster whose minor has no build within one minor below by an older build,
+    /// which the version-skew policy forbids.
+    pub allow_skew: bool,
 }
 
 /// The rows of `clusters` against `manifest`, in the order given.
@@ -115,18 +131,49 @@ pub fn assess(clusters: &[Observed], manifest: &DigestManifest, opts: &AssessOpt
 }
 
 /// The set judged for a cluster: the first `Reconcile` one, else the first.
-fn judged(c: &Observed) -> &OccmSet {
+fn judged(c: &Observed) -> Option<&OccmSet> {
     c.sets
         .iter()
         .find(|s| s.strategy == "Reconcile")
-        .unwrap_or(&c.sets[0])
+        .or(c.sets.first())
+}
+
+/// A row for a cluster no set applies an OCCM Secret to.
+fn without_occm(c: &Observed) -> Row {
+    let why = c
+        .no_occm
+        .clone()
+        .unwrap_or_else(|| "no ClusterResourceSet applies an OCCM Secret to it".into());
+    Row {
+        cluster: c.id(),
+        minor: c.running_minor(),
+        upgrading_to: c.upgrading_to(),
+        secret: String::new(),
+        image: String::new(),
+        image_kind: ImageKind::Unreadable,
+        serving: None,
+        pinned: None,
+        strategy: None,
+        applied: None,
+        hash: String::new(),
+        binding_hash: None,
+        skew: None,
+        node_delete: None,
+        problem: Some(why.clone()),
+        ok: false,
+        action: Action::Refuse {
+            reason: format!("no OCCM Secret to rewrite: {why}"),
+        },
+    }
 }
 
 fn assess_one(c: &Observed, manifest: &DigestManifest, opts: &AssessOptions) -> Row {
-    let set = judged(c);
+    let Some(set) = judged(c) else {
+        return without_occm(c);
+    };
     let minor = c.running_minor();
-    let entry = minor.and_then(|m| manifest.images.get(&m).map(|e| (m, e)));
-    let pinned = entry.and_then(|(m, e)| {
+    let serving = minor.and_then(|m| render::skew::serving(manifest, m));
+    let pinned = serving.and_then(|(m, e)| {
         render::pinned_image(
             m,
             e,
@@ -140,7 +187,7 @@ fn assess_one(c: &Observed, manifest: &DigestManifest, opts: &AssessOptions) -> 
     let image = set.image.clone().unwrap_or_default();
     let image_kind = match &set.image {
         Err(_) => ImageKind::Unreadable,
-        Ok(i) => kind_of(i, minor, manifest),
+        Ok(i) => kind_of(i, serving.map(|s| s.0), manifest),
     };
     let strategy = if set.strategy == "Reconcile" {
         Strategy::Reconcile
@@ -148,9 +195,20 @@ fn assess_one(c: &Observed, manifest: &DigestManifest, opts: &AssessOptions) -> 
         Strategy::ApplyOnce
     };
     let applied = set.binding_hash.as_ref().map(|h| *h == set.hash);
-    let skew = Minor::of_image(&image).filter(|m| minor.is_some_and(|c| *m > c));
-    let ok = image_kind == ImageKind::Pinned && applied == Some(true);
-    let action = action(c, set, entry, &image_kind, applied, pinned.as_deref(), opts);
+    let skew = Minor::of_image(&image).filter(|occm| {
+        minor.is_some_and(|cluster| !render::skew::Skew::of(cluster, *occm).allowed())
+    });
+    let node_delete = set.rbac.as_ref().ok().map(|r| r.node_delete);
+    let ok = image_kind == ImageKind::Pinned && applied == Some(true) && node_delete == Some(true);
+    let action = action(
+        c,
+        set,
+        serving,
+        &image_kind,
+        applied,
+        pinned.as_deref(),
+        opts,
+    );
     Row {
         cluster: c.id(),
         minor,
@@ -158,12 +216,15 @@ fn assess_one(c: &Observed, manifest: &DigestManifest, opts: &AssessOptions) -> 
         secret: set.secret.clone(),
         image,
         image_kind,
+        serving: serving.map(|s| s.0),
         pinned,
-        strategy,
+        strategy: Some(strategy),
         applied,
         hash: set.hash.clone(),
         binding_hash: set.binding_hash.clone(),
         skew,
+        node_delete,
+        problem: set.rbac.as_ref().err().cloned(),
         ok,
         action,
     }
@@ -173,14 +234,23 @@ fn assess_one(c: &Observed, manifest: &DigestManifest, opts: &AssessOptions) -> 
 fn action(
     c: &Observed,
     set: &OccmSet,
-    entry: Option<(Minor, &Entry)>,
+    serving: Option<(Minor, &Entry)>,
     kind: &ImageKind,
     applied: Option<bool>,
     pinned: Option<&str>,
     opts: &AssessOptions,
 ) -> Action {
     let refuse = |reason: String| Action::Refuse { reason };
-    if *kind == ImageKind::Pinned {
+    let restore_node_delete = match &set.rbac {
+        Ok(r) => !r.node_delete,
+        Err(e) => {
+            return refuse(format!(
+                "Secret {}: its OCCM RBAC cannot be read ({e}); nothing is written",
+                set.secret
+            ));
+        }
+    };
+    if *kind == ImageKind::Pinned && !restore_node_delete {
         return if applied == Some(true) {
             Action::None
         } else {
@@ -202,6 +272,13 @@ fn action(
     if let Err(e) = &set.image {
         return refuse(format!("Secret {}: {e}", set.secret));
     }
+    if *kind == ImageKind::Pinned {
+        // Only the RBAC to repair: the same image.
+        return Action::Rewrite {
+            image: set.image.clone().unwrap_or_default(),
+            restore_node_delete,
+        };
+    }
     let Some(minor) = c.running_minor() else {
         return refuse(format!(
             "cannot tell the cluster's Kubernetes version (spec.topology.version and the control plane's version are unset{})",
@@ -221,22 +298,30 @@ fn action(
             "the control plane reports no version yet: the {minor} image could be newer than it"
         ));
     }
-    let Some((_, entry)) = entry else {
+    let Some((built, entry)) = serving else {
         return refuse(format!(
-            "the digest manifest pins no image for {minor}: build it (occm-forge build --k8s {minor}); another minor's image would break the version-skew policy"
+            "the digest manifest pins no image for {minor} or an older minor: build it (occm-forge build --k8s {minor})"
         ));
     };
+    let policy = render::skew::Skew::of(minor, built);
+    if !policy.allowed() && !opts.allow_skew {
+        return refuse(format!(
+            "the digest manifest pins no image for {minor}, and its newest older build would run {}; build {minor} (occm-forge build --k8s {minor}) or pass --allow-skew",
+            policy.describe(minor, built)
+        ));
+    }
     match pinned {
         Some(image) if Minor::of_image(image).is_some_and(|m| m > minor) => refuse(format!(
-            "the image pinned for {minor} ({image}) is tagged as OCCM {}: newer than the cluster's {minor}, which the version-skew policy forbids; check the digest manifest's {minor} entry",
+            "the image pinned for {built} ({image}) is tagged as OCCM {}: newer than the cluster's {minor}, which the version-skew policy forbids; check the digest manifest's {built} entry",
             Minor::of_image(image).expect("checked")
         )),
         Some(image) => Action::Rewrite {
             image: image.to_string(),
+            restore_node_delete,
         },
         None => refuse(
             render::pinned_image(
-                minor,
+                built,
                 entry,
                 &RenderOptions {
                     prefix: opts.prefix.clone(),
@@ -250,15 +335,15 @@ fn action(
     }
 }
 
-/// What `image` is against the manifest, for a cluster of `minor`.
-pub fn kind_of(image: &str, minor: Option<Minor>, manifest: &DigestManifest) -> ImageKind {
+/// What `image` is against the manifest, for a cluster served by the build of `serving`.
+pub fn kind_of(image: &str, serving: Option<Minor>, manifest: &DigestManifest) -> ImageKind {
     let Ok(r) = image.parse::<ImageRef>() else {
         return ImageKind::Other;
     };
     for (m, e) in &manifest.images {
         let at_recorded = render::recorded_as(e, &r.repository.to_string()).is_some();
         if at_recorded && r.digest.as_deref() == Some(e.digest.as_str()) {
-            return if Some(*m) == minor {
+            return if Some(*m) == serving {
                 ImageKind::Pinned
             } else {
                 ImageKind::Ours { minor: *m }
@@ -272,7 +357,8 @@ pub fn kind_of(image: &str, minor: Option<Minor>, manifest: &DigestManifest) -> 
 }
 
 impl Row {
-    /// The image, short: `pinned 1.34`, `ours 1.33`, `upstream v1.35.0`, `other <ref>`.
+    /// The image, short: `pinned v1.34.1-occmforge.1`, `pinned v1.36.0-occmforge.1 (1.36 serves
+    /// 1.37)`, `ours for 1.33 …`, `upstream v1.35.0`, `other <ref>`, `none`.
     pub fn describe_image(&self) -> String {
         let tag = self
             .image
@@ -281,10 +367,14 @@ impl Row {
             .and_then(|r| r.tag)
             .unwrap_or_default();
         match &self.image_kind {
-            ImageKind::Pinned => format!("pinned {tag}"),
+            ImageKind::Pinned => match (self.serving, self.minor) {
+                (Some(s), Some(m)) if s != m => format!("pinned {tag} ({s} serves {m})"),
+                _ => format!("pinned {tag}"),
+            },
             ImageKind::Ours { minor } => format!("ours for {minor} {tag}"),
             ImageKind::Upstream => format!("upstream {tag}"),
             ImageKind::Other => format!("other {}", self.image),
+            ImageKind::Unreadable if self.strategy.is_none() => "none".into(),
             ImageKind::Unreadable => "unreadable".into(),
         }
     }
@@ -292,16 +382,33 @@ impl Row {
     /// What is wrong, in one line (empty when nothing is).
     pub fn findings(&self) -> String {
         let mut f = Vec::new();
+        if self.strategy.is_none() {
+            f.push(format!(
+                "no OCCM Secret: {}",
+                self.problem.as_deref().unwrap_or("none applied")
+            ));
+            return f.join("; ");
+        }
         if self.image_kind != ImageKind::Pinned {
             f.push(match self.minor {
                 Some(m) => format!("not the pinned image of {m}"),
                 None => "not pinned".to_string(),
             });
         }
-        if let (Some(s), Some(m)) = (self.skew, self.minor) {
-            f.push(format!("skew: OCCM {s} is newer than the cluster's {m}"));
+        if let (Some(occm), Some(m)) = (self.skew, self.minor) {
+            f.push(format!(
+                "skew: {}",
+                render::skew::Skew::of(m, occm).describe(m, occm)
+            ));
         }
-        if self.strategy == Strategy::ApplyOnce {
+        match (self.node_delete, &self.problem) {
+            (Some(false), _) => f.push(
+                "RBAC: OCCM's ClusterRole cannot delete nodes, so Nodes of gone servers stay (DeletingNodeFailed)".into(),
+            ),
+            (None, Some(p)) => f.push(format!("RBAC cannot be read: {p}")),
+            _ => {}
+        }
+        if self.strategy == Some(Strategy::ApplyOnce) {
             f.push("legacy ApplyOnce set: changes never reach the cluster".into());
         }
         match self.applied {
@@ -330,15 +437,30 @@ pub fn table(rows: &[Row]) -> String {
             (Some(m), None) => m.to_string(),
             (None, _) => "?".into(),
         };
-        let applied = match r.applied {
-            Some(true) => "yes",
-            Some(false) => "no",
-            None => "none",
+        let applied = match (r.strategy, r.applied) {
+            (None, _) => "-",
+            (_, Some(true)) => "yes",
+            (_, Some(false)) => "no",
+            (_, None) => "none",
         };
         let fix = match &r.action {
             Action::None => "-".to_string(),
             Action::WaitForApply => "wait for Cluster API".into(),
-            Action::Rewrite { image } => format!("rewrite to {image}"),
+            Action::Rewrite {
+                image,
+                restore_node_delete,
+            } => {
+                let rbac = if *restore_node_delete {
+                    " and restore delete on nodes"
+                } else {
+                    ""
+                };
+                if *image == r.image {
+                    "restore delete on nodes (image kept)".to_string()
+                } else {
+                    format!("rewrite to {image}{rbac}")
+                }
+            }
             Action::Refuse { reason } => format!("refused: {reason}"),
         };
         let findings = r.findings();
@@ -346,7 +468,9 @@ pub fn table(rows: &[Row]) -> String {
             r.cluster.clone(),
             k8s,
             r.describe_image(),
-            format!("{:?}", r.strategy),
+            r.strategy
+                .map(|s| format!("{s:?}"))
+                .unwrap_or_else(|| "-".into()),
             applied.into(),
             if findings.is_empty() {
                 "-".into()
@@ -422,10 +546,16 @@ mod tests {
                 secret: "kube-abc12-cloud-provider".into(),
                 resource_version: "7".into(),
                 image: Ok(image.into()),
+                rbac: Ok(crate::mcapi::rbac::OccmRbac {
+                    service_account: "kube-system/cloud-controller-manager".into(),
+                    cluster_roles: vec![("system:cloud-controller-manager".into(), true)],
+                    node_delete: true,
+                }),
                 hash: "sha256:new".into(),
                 binding_hash: Some(if applied { "sha256:new" } else { "sha256:old" }.into()),
                 object: serde_json::Value::Null,
             }],
+            no_occm: None,
         }
     }
 
@@ -461,7 +591,8 @@ mod tests {
         assert_eq!(
             r.action,
             Action::Rewrite {
-                image: pinned("1.34")
+                image: pinned("1.34"),
+                restore_node_delete: false,
             }
         );
         let r = one(cluster("v1.34.1", Some("v1.34.1"), &pinned("1.33"), true));
@@ -474,7 +605,8 @@ mod tests {
         assert_eq!(
             r.action,
             Action::Rewrite {
-                image: pinned("1.34")
+                image: pinned("1.34"),
+                restore_node_delete: false,
             }
         );
         // A mirror recorded for the entry counts as pinned.
@@ -493,12 +625,14 @@ mod tests {
             &m,
             &AssessOptions {
                 prefix: Some("cloud.example/magnum".into()),
+                ..AssessOptions::default()
             },
         );
         assert_eq!(
             rows[0].action,
             Action::Rewrite {
-                image: at_mirror.clone()
+                image: at_mirror.clone(),
+                restore_node_delete: false,
             }
         );
         assert!(rows[1].ok);
@@ -519,14 +653,15 @@ mod tests {
         assert_eq!(r.skew, Some("1.35".parse().unwrap()));
         assert!(
             r.findings()
-                .contains("skew: OCCM 1.35 is newer than the cluster's 1.34"),
+                .contains("skew: OCCM 1.35 on a 1.34 cluster: one minor newer than kube-apiserver"),
             "{}",
             r.findings()
         );
         assert_eq!(
             r.action,
             Action::Rewrite {
-                image: pinned("1.34")
+                image: pinned("1.34"),
+                restore_node_delete: false,
             }
         );
         // Once the whole control plane runs 1.35, the 1.35 image.
@@ -538,7 +673,8 @@ mod tests {
         assert_eq!(
             r.action,
             Action::Rewrite {
-                image: pinned("1.35")
+                image: pinned("1.35"),
+                restore_node_delete: false,
             }
         );
     }
@@ -625,6 +761,136 @@ mod tests {
             lines[2].contains("1.34→1.35")
                 && lines[2].contains("upstream v1.35.0")
                 && lines[2].contains(&format!("rewrite to {}", pinned("1.34"))),
+            "{t}"
+        );
+    }
+
+    #[test]
+    fn a_minor_without_a_build_is_served_by_the_one_below_and_further_skew_is_refused() {
+        // magnum-cluster-api 0.38 gives a 1.36 cluster upstream v1.35.0; 1.35 is built.
+        let r = one(cluster(
+            "v1.36.0",
+            Some("v1.36.0"),
+            &upstream("v1.35.0"),
+            true,
+        ));
+        assert_eq!(r.serving, Some("1.35".parse().unwrap()));
+        assert_eq!(r.skew, None, "one minor older is allowed");
+        assert_eq!(
+            r.action,
+            Action::Rewrite {
+                image: pinned("1.35"),
+                restore_node_delete: false,
+            }
+        );
+        let r = one(cluster("v1.36.0", Some("v1.36.0"), &pinned("1.35"), true));
+        assert!(r.ok, "{r:?}");
+        assert_eq!(
+            r.describe_image(),
+            "pinned v1.35.1-occmforge.1 (1.35 serves 1.36)"
+        );
+        // 1.37 runs upstream v1.35.0: two minors older, reported; the newest build is 1.35,
+        // also two older: refused unless --allow-skew.
+        let c = cluster("v1.37.0", Some("v1.37.0"), &upstream("v1.35.0"), true);
+        let r = one(c.clone());
+        assert_eq!(r.skew, Some("1.35".parse().unwrap()));
+        assert!(
+            r.findings().contains(
+                "skew: OCCM 1.35 on a 1.37 cluster: two minors older (the version-skew policy allows one)"
+            ),
+            "{}",
+            r.findings()
+        );
+        match &r.action {
+            Action::Refuse { reason } => assert!(
+                reason.starts_with("the digest manifest pins no image for 1.37, and its newest older build would run OCCM 1.35 on a 1.37 cluster: two minors older")
+                    && reason.ends_with("or pass --allow-skew"),
+                "{reason}"
+            ),
+            a => panic!("{a:?}"),
+        }
+        let r = assess(
+            &[c],
+            &manifest(),
+            &AssessOptions {
+                allow_skew: true,
+                ..AssessOptions::default()
+            },
+        )
+        .remove(0);
+        assert_eq!(
+            r.action,
+            Action::Rewrite {
+                image: pinned("1.35"),
+                restore_node_delete: false,
+            }
+        );
+    }
+
+    #[test]
+    fn a_cluster_role_without_delete_on_nodes_is_a_finding_fix_restores() {
+        let mut c = cluster("v1.34.1", Some("v1.34.1"), &pinned("1.34"), true);
+        if let Ok(r) = &mut c.sets[0].rbac {
+            r.node_delete = false;
+        }
+        let r = one(c.clone());
+        assert!(!r.ok);
+        assert_eq!(r.node_delete, Some(false));
+        assert_eq!(
+            r.findings(),
+            "RBAC: OCCM's ClusterRole cannot delete nodes, so Nodes of gone servers stay (DeletingNodeFailed)"
+        );
+        assert_eq!(
+            r.action,
+            Action::Rewrite {
+                image: pinned("1.34"),
+                restore_node_delete: true,
+            }
+        );
+        assert!(table(&[r]).contains("restore delete on nodes (image kept)"));
+        // Upstream's image and no delete: both in one rewrite.
+        let mut up = cluster("v1.34.1", Some("v1.34.1"), &upstream("v1.34.1"), true);
+        up.sets[0].rbac = c.sets[0].rbac.clone();
+        assert_eq!(
+            one(up).action,
+            Action::Rewrite {
+                image: pinned("1.34"),
+                restore_node_delete: true,
+            }
+        );
+        // A ClusterRole that cannot be parsed: nothing is written.
+        c.sets[0].rbac = Err("ClusterRole x: `rules` is not a list of rules".into());
+        let r = one(c);
+        assert!(
+            r.findings().contains("RBAC cannot be read: ClusterRole x"),
+            "{}",
+            r.findings()
+        );
+        assert!(
+            matches!(r.action, Action::Refuse { ref reason } if reason.contains("nothing is written"))
+        );
+    }
+
+    #[test]
+    fn a_cluster_without_an_occm_secret_gets_a_row_naming_why() {
+        let mut c = cluster("v1.34.1", Some("v1.34.1"), "", true);
+        c.sets.clear();
+        c.no_occm = Some(
+            "ClusterResourceSet kube-abc12-cloud-provider names Secret kube-abc12-cloud-provider, which does not exist".into(),
+        );
+        let r = one(c);
+        assert!(!r.ok);
+        assert_eq!(r.describe_image(), "none");
+        assert_eq!(
+            r.findings(),
+            "no OCCM Secret: ClusterResourceSet kube-abc12-cloud-provider names Secret kube-abc12-cloud-provider, which does not exist"
+        );
+        let t = table(&[r]);
+        assert!(
+            t.lines()
+                .nth(1)
+                .unwrap()
+                .contains("refused: no OCCM Secret to rewrite"),
             "{t}"
         );
     }

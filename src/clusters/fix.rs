@@ -34,6 +34,15 @@ pub enum Outcome {
     /// The Secret changed since it was read (409 Conflict): nothing written; the next pass reads
     /// it again.
     Conflict,
+    /// Written, then replaced by a newer revision (the driver's `coe cluster upgrade` writing the
+    /// Secret again) before Cluster API applied it: the wait ends at once, and a watch reads and
+    /// pins the new revision without waiting for the next event.
+    Superseded {
+        /// The resourceVersion the Secret has now.
+        resource_version: String,
+        /// Seconds from the write.
+        seconds: f64,
+    },
     /// The rewrite or the write failed.
     Failed {
         /// Why, in one line.
@@ -52,6 +61,8 @@ pub struct Fixed {
     pub from: String,
     /// The image written.
     pub to: String,
+    /// What changed in the chart's ClusterRole besides (`delete` on nodes restored), if anything.
+    pub rbac: Option<String>,
     /// The hash Cluster API will record once it applied the new content.
     pub hash: String,
     /// What happened.
@@ -67,8 +78,15 @@ impl Fixed {
     /// One line for the log or stdout.
     pub fn describe(&self) -> String {
         let what = format!(
-            "{}: Secret {} {} → {}",
-            self.cluster, self.secret, self.from, self.to
+            "{}: Secret {} {} → {}{}",
+            self.cluster,
+            self.secret,
+            self.from,
+            self.to,
+            self.rbac
+                .as_deref()
+                .map(|c| format!(" ({c})"))
+                .unwrap_or_default()
         );
         match &self.outcome {
             Outcome::Written => format!("{what}: written (binding hash to come: {})", self.hash),
@@ -84,6 +102,12 @@ impl Fixed {
             Outcome::Conflict => {
                 format!("{what}: the Secret changed since it was read (409 Conflict), not written")
             }
+            Outcome::Superseded {
+                resource_version,
+                seconds,
+            } => format!(
+                "{what}: written, then replaced by a newer revision of the Secret (resourceVersion {resource_version}) after {seconds:.1} s, before Cluster API applied it; read again"
+            ),
             Outcome::Failed { reason } => format!("{what}: failed: {reason}"),
         }
     }
@@ -111,22 +135,27 @@ pub async fn fix(
 ) -> Vec<Fixed> {
     let mut out = Vec::new();
     for (c, row) in fleet.clusters.iter().zip(rows) {
-        let Action::Rewrite { image } = &row.action else {
+        let Action::Rewrite {
+            image,
+            restore_node_delete,
+        } = &row.action
+        else {
             continue;
         };
-        let fixed = rewrite(kube, fleet, c, row, image, opts).await;
+        let fixed = rewrite(kube, fleet, c, row, (image, *restore_node_delete), opts).await;
         on_fixed(&fixed);
         out.push(fixed);
     }
     out
 }
 
+/// One rewrite: `image`, and `delete` on nodes restored when `restore_node_delete`.
 async fn rewrite(
     kube: &Kube,
     fleet: &Fleet,
     c: &Observed,
     row: &Row,
-    image: &str,
+    (image, restore_node_delete): (&str, bool),
     opts: &FixOptions,
 ) -> Fixed {
     let set = c
@@ -139,6 +168,7 @@ async fn rewrite(
         secret: row.secret.clone(),
         from: row.image.clone(),
         to: image.to_string(),
+        rbac: None,
         hash: String::new(),
         outcome: Outcome::Written,
     };
@@ -146,8 +176,10 @@ async fn rewrite(
         &set.object.to_string(),
         &RewriteOptions {
             image: image.to_string(),
-            // `assess` chose the image of the minor the control plane runs.
+            // `assess` chose the image serving the minor the control plane runs.
             allow_skew: true,
+            cluster_minor: row.minor,
+            node_delete: restore_node_delete.then_some(true),
             ..RewriteOptions::default()
         },
     );
@@ -159,6 +191,7 @@ async fn rewrite(
         }
     };
     fixed.hash = out.hash.clone();
+    fixed.rbac = out.rbac_change.clone();
     let mut object: serde_json::Value =
         serde_norway::from_str(&out.secret).expect("crs-secret writes YAML that parses");
     object["metadata"]["resourceVersion"] = set.resource_version.clone().into();
@@ -167,8 +200,11 @@ async fn rewrite(
         collection("", "v1", &c.namespace, "secrets"),
         set.secret
     );
-    match kube.replace(&path, object).await {
-        Ok(_) => {}
+    let written_version = match kube.replace(&path, object).await {
+        Ok(o) => o["metadata"]["resourceVersion"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
         Err(e) if e.code() == Some(409) => {
             fixed.outcome = Outcome::Conflict;
             return fixed;
@@ -179,22 +215,37 @@ async fn rewrite(
             };
             return fixed;
         }
-    }
+    };
     if let Some(limit) = opts.wait {
-        fixed.outcome = wait_applied(kube, fleet, c, &set.resource_set, &fixed, limit).await;
+        let written = Written {
+            set: &set.resource_set,
+            path: &path,
+            resource_version: &written_version,
+        };
+        fixed.outcome = wait_applied(kube, fleet, c, &written, &fixed, limit).await;
     }
     fixed
 }
 
-/// Polls the Cluster's binding until it records `fixed.hash` for its Secret, at most `limit`.
+/// A Secret as written: its set, its API path and the resourceVersion the write gave it.
+struct Written<'a> {
+    set: &'a str,
+    path: &'a str,
+    resource_version: &'a str,
+}
+
+/// Polls the Cluster's binding until it records `fixed.hash` for its Secret, at most `limit`;
+/// ends early, [`Outcome::Superseded`], when the Secret no longer has the resourceVersion the
+/// write gave it.
 async fn wait_applied(
     kube: &Kube,
     fleet: &Fleet,
     c: &Observed,
-    set: &str,
+    written: &Written<'_>,
     fixed: &Fixed,
     limit: Duration,
 ) -> Outcome {
+    let set = written.set;
     let path = format!(
         "{}/{}",
         collection(
@@ -216,6 +267,21 @@ async fn wait_applied(
             return Outcome::Applied {
                 seconds: t.elapsed().as_secs_f64(),
             };
+        }
+        match kube.get(written.path).await {
+            Ok(Some(now)) => {
+                let rv = now["metadata"]["resourceVersion"]
+                    .as_str()
+                    .unwrap_or_default();
+                if !written.resource_version.is_empty() && rv != written.resource_version {
+                    return Outcome::Superseded {
+                        resource_version: rv.to_string(),
+                        seconds: t.elapsed().as_secs_f64(),
+                    };
+                }
+            }
+            Ok(None) => {}
+            Err(e) => tracing::warn!("{}: {e}", c.id()),
         }
         if t.elapsed() >= limit || crate::interrupt::signal().is_some() {
             return Outcome::NotApplied { binding_hash: last };
@@ -314,7 +380,15 @@ pub async fn watch(
                 let rows = assess(&fleet.clusters, &manifest, &opts.assess);
                 report(&rows);
                 if let Some(f) = &opts.fix {
-                    fix(kube, &fleet, &rows, f, on_fixed).await;
+                    let fixed = fix(kube, &fleet, &rows, f, on_fixed).await;
+                    // A rewrite replaced by a newer revision: pin that one now, not at the
+                    // next event (the replacing write is older than the watch would start).
+                    if fixed
+                        .iter()
+                        .any(|f| matches!(f.outcome, Outcome::Superseded { .. }))
+                    {
+                        continue;
+                    }
                 }
                 wait_for_change(kube, namespace, &fleet, opts).await;
             }

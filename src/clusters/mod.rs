@@ -53,6 +53,10 @@ pub struct OccmSet {
     pub resource_version: String,
     /// The OCCM image in the Secret, or why it cannot be read (no OCCM DaemonSet …).
     pub image: Result<String, String>,
+    /// The RBAC the OCCM DaemonSet runs with, as the Secret's chart rendering gives it, or why it
+    /// cannot be read (a ClusterRole that does not parse …).
+    #[serde(serialize_with = "rbac_json")]
+    pub rbac: Result<crate::mcapi::rbac::OccmRbac, String>,
     /// [`crate::render::crs_secret::resource_set_hash`] of the Secret's data.
     pub hash: String,
     /// The hash the Cluster's ClusterResourceSetBinding records for this set and Secret, if any.
@@ -77,8 +81,22 @@ pub struct Observed {
     /// Why the control plane could not be read, when it could not.
     pub control_plane_error: Option<String>,
     /// The sets applying an OCCM Secret to it (usually one; a legacy set may remain beside a
-    /// current one).
+    /// current one); empty when none does, and then [`Observed::no_occm`] says why.
     pub sets: Vec<OccmSet>,
+    /// Why no set applies an OCCM Secret to it (a named Secret missing or of another type), when
+    /// none does.
+    pub no_occm: Option<String>,
+}
+
+/// [`OccmSet::rbac`] as JSON: the description, or the error.
+fn rbac_json<S: serde::Serializer>(
+    rbac: &Result<crate::mcapi::rbac::OccmRbac, String>,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    match rbac {
+        Ok(r) => s.serialize_str(&r.describe()),
+        Err(e) => s.serialize_str(e),
+    }
 }
 
 impl Observed {

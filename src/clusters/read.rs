@@ -22,11 +22,9 @@ pub const RESOURCE_SET_TYPE: &str = "addons.cluster.x-k8s.io/resource-set";
 /// What one read of the management cluster gave.
 #[derive(Debug, Clone, Default)]
 pub struct Fleet {
-    /// Every Cluster of the namespace with at least one OCCM set, by name.
+    /// Every Cluster of the namespace not being deleted, by name; one without an OCCM set says
+    /// why ([`Observed::no_occm`]).
     pub clusters: Vec<Observed>,
-    /// Clusters of the namespace without an OCCM set (not managed by magnum-cluster-api, or not
-    /// yet given their Secret).
-    pub without_occm: Vec<String>,
     /// Clusters being deleted (`metadata.deletionTimestamp` set): not assessed.
     pub deleting: Vec<String>,
     /// The resourceVersion of the Secrets list, where a watch of them starts.
@@ -96,10 +94,11 @@ pub async fn observe(kube: &Kube, namespace: &str) -> Result<Fleet, KubeError> {
             continue;
         }
         let occm = occm_sets(cluster, &sets, &secrets, bindings.get(&name));
-        if occm.is_empty() {
-            fleet.without_occm.push(name);
-            continue;
-        }
+        let no_occm = if occm.is_empty() {
+            Some(no_occm(kube, cluster, &sets, namespace).await?)
+        } else {
+            None
+        };
         let (cp_desired, cp_version, cp_error) =
             match control_plane(kube, &mut discovery, cluster, namespace).await {
                 Ok(Some(cp)) => (
@@ -121,6 +120,7 @@ pub async fn observe(kube: &Kube, namespace: &str) -> Result<Fleet, KubeError> {
             control_plane_version: cp_version,
             control_plane_error: cp_error,
             sets: occm,
+            no_occm,
         });
     }
     Ok(fleet)
@@ -207,6 +207,7 @@ fn occm_sets(
             out.push(OccmSet {
                 strategy: set["spec"]["strategy"].as_str().unwrap_or_default().into(),
                 image: crs_secret::occm_image(&text).map_err(|e| e.0),
+                rbac: crs_secret::occm_rbac(&text).map_err(|e| e.0),
                 hash: crs_secret::secret_hash(&text).unwrap_or_default(),
                 binding_hash: binding.and_then(|b| binding_hash(b, &set_name, &secret_name)),
                 resource_version: str_at(secret, &["metadata", "resourceVersion"])
@@ -218,6 +219,57 @@ fn occm_sets(
         }
     }
     out
+}
+
+/// Why a Cluster has no OCCM set, one line: the Secrets its ClusterResourceSets name that do not
+/// exist or are not of [`RESOURCE_SET_TYPE`] (read one by one: the list read only that type), or
+/// that none of them applies a Secret with OCCM's key.
+///
+/// Errors: [`KubeError`] when a named Secret cannot be read (other than a 404).
+async fn no_occm(
+    kube: &Kube,
+    cluster: &Value,
+    sets: &[Value],
+    namespace: &str,
+) -> Result<String, KubeError> {
+    let labels: BTreeMap<String, String> =
+        serde_json::from_value(cluster["metadata"]["labels"].clone()).unwrap_or_default();
+    let mut causes = Vec::new();
+    let mut selecting = 0;
+    for set in sets
+        .iter()
+        .filter(|s| selects(&s["spec"]["clusterSelector"], &labels))
+    {
+        selecting += 1;
+        for r in set["spec"]["resources"].as_array().into_iter().flatten() {
+            let (Some("Secret"), Some(secret)) = (r["kind"].as_str(), r["name"].as_str()) else {
+                continue;
+            };
+            let path = format!("{}/{secret}", collection("", "v1", namespace, "secrets"));
+            match kube.get(&path).await? {
+                None => causes.push(format!(
+                    "ClusterResourceSet {} names Secret {secret}, which does not exist",
+                    name_of(set)
+                )),
+                Some(s) if s["type"].as_str() != Some(RESOURCE_SET_TYPE) => causes.push(format!(
+                    "ClusterResourceSet {} names Secret {secret} of type {}, which Cluster API does not apply (it applies type {RESOURCE_SET_TYPE})",
+                    name_of(set),
+                    s["type"].as_str().unwrap_or("Opaque")
+                )),
+                Some(_) => {}
+            }
+        }
+    }
+    Ok(if !causes.is_empty() {
+        causes.join("; ")
+    } else if selecting == 0 {
+        "no ClusterResourceSet selects it".into()
+    } else {
+        format!(
+            "none of the {selecting} ClusterResourceSet(s) selecting it applies a Secret with {}",
+            crs_secret::SECRET_KEY
+        )
+    })
 }
 
 /// Whether a ClusterResourceSet's `clusterSelector` selects a Cluster with `labels`. An empty

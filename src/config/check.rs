@@ -217,6 +217,19 @@ pub(super) fn parse_checked(
             ));
         }
     }
+    let magnum_cluster_api = raw
+        .accept
+        .magnum_cluster_api
+        .clone()
+        .unwrap_or_else(|| super::DEFAULT_MAGNUM_CLUSTER_API.to_string());
+    if !is_release(&magnum_cluster_api) {
+        return Err(s.err(
+            s.of(&["accept", "magnum_cluster_api"]),
+            format!(
+                "accept.magnum_cluster_api `{magnum_cluster_api}` must be a magnum-cluster-api release X.Y.Z (its PyPI version)"
+            ),
+        ));
+    }
     let cluster_api = check_accept(&s, raw.accept)?;
     Ok(Config {
         path: path.to_path_buf(),
@@ -229,8 +242,18 @@ pub(super) fn parse_checked(
         ca_files: raw.registry.ca_files.iter().map(|p| resolve(p)).collect(),
         patches: raw.patches,
         cluster_api,
+        magnum_cluster_api,
         minors,
     })
+}
+
+/// `X.Y.Z`, each a number.
+fn is_release(v: &str) -> bool {
+    let parts: Vec<&str> = v.split('.').collect();
+    parts.len() == 3
+        && parts
+            .iter()
+            .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
 }
 
 /// `[accept]`: a Cluster API release `vX.Y.Z` and a Go version `X.Y.Z`, each defaulting to
@@ -242,13 +265,7 @@ fn check_accept(
     let d = super::ClusterApi::default();
     let version = raw.cluster_api.unwrap_or(d.version);
     let go = raw.cluster_api_go.unwrap_or(d.go);
-    let numbers = |v: &str| {
-        let parts: Vec<&str> = v.split('.').collect();
-        parts.len() == 3
-            && parts
-                .iter()
-                .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
-    };
+    let numbers = is_release;
     if !version.strip_prefix('v').is_some_and(numbers) {
         return Err(s.err(
             s.of(&["accept", "cluster_api"]),

@@ -260,6 +260,10 @@ pub struct Config {
     pub patches: BTreeMap<String, PatchInfo>,
     /// What `accept` builds besides upstream (`[accept]`).
     pub cluster_api: ClusterApi,
+    /// The magnum-cluster-api release whose renderer `accept` runs (`[accept]
+    /// magnum_cluster_api`, default [`DEFAULT_MAGNUM_CLUSTER_API`]): the chart it compiles in
+    /// gives OCCM its RBAC, and S6 writes the Secret it renders.
+    pub magnum_cluster_api: String,
     /// One entry per Kubernetes minor.
     pub minors: BTreeMap<Minor, MinorConfig>,
 }
@@ -278,6 +282,10 @@ pub struct ClusterApi {
 /// The Cluster API release magnum-cluster-api 0.38.1 pins (`hack/setup-capo.sh`,
 /// `devstack/plugin.sh`; Atmosphere's main branch too) and the `go` directive of its go.mod.
 pub const DEFAULT_CLUSTER_API: (&str, &str) = ("v1.13.2", "1.25.0");
+
+/// The magnum-cluster-api release `accept` holds OCCM against by default: the newest on PyPI on
+/// 2026-12-04, which compiles in chart 2.35.0 and gives 1.35 to 1.37 clusters upstream's v1.35.0.
+pub const DEFAULT_MAGNUM_CLUSTER_API: &str = "0.38.2";
 
 impl Default for ClusterApi {
     fn default() -> Self {

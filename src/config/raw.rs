@@ -48,6 +48,7 @@ pub(super) struct RawRegistry {
 pub(super) struct RawAccept {
     pub cluster_api: Option<String>,
     pub cluster_api_go: Option<String>,
+    pub magnum_cluster_api: Option<String>,
 }
 
 /// `[defaults]`: the keys a minor may inherit. Per-minor facts (upstream tag, commit, Go,

@@ -244,6 +244,33 @@ impl Renderer {
             .collect()
     }
 
+    /// `helm template --namespace kube-system openstack-ccm <chart>` with the chart's own values
+    /// (a chart directory or archive other than the one magnum-cluster-api compiles in, e.g. a
+    /// newer release of upstream's): its rendering.
+    ///
+    /// Errors: [`RendererError::Render`] with helm's last error line.
+    pub fn template(&self, chart: &Path) -> Result<String, RendererError> {
+        let fail = |message: String| RendererError::Render {
+            version: self.version.clone(),
+            message,
+        };
+        let scratch = tempfile::tempdir().map_err(|e| fail(format!("temporary directory: {e}")))?;
+        let out = Command::new(&self.helm)
+            .args(["template", "--namespace", "kube-system", "openstack-ccm"])
+            .arg(chart)
+            .env("HOME", scratch.path())
+            .output()
+            .map_err(|e| fail(format!("{}: {e}", self.helm.display())))?;
+        if !out.status.success() {
+            return Err(fail(format!(
+                "helm template {}: {}",
+                chart.display(),
+                last_line(&String::from_utf8_lossy(&out.stderr), "it failed")
+            )));
+        }
+        String::from_utf8(out.stdout).map_err(|_| fail("helm printed something not UTF-8".into()))
+    }
+
     /// The version of the OCCM chart in a rendering (its `helm.sh/chart` label), e.g. `2.35.0`.
     pub fn chart_version(rendered: &str) -> Option<String> {
         rendered.lines().find_map(|l| {

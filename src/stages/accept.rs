@@ -41,6 +41,10 @@ impl Stage for AcceptStage<'_> {
             work_dir: None,
             scenarios: Scenario::ALL,
             keep_logs: false,
+            // magnum-cluster-api's renderer and helm from OCCM_FORGE_MCAPI_PYTHON and
+            // OCCM_FORGE_HELM, else python3 and helm on PATH.
+            tools: &crate::mcapi::Tools::default(),
+            chart_dir: None,
         };
         let result = accept::accept_subject(&subject, &run, cx.reporter).await;
         if let Some(path) = &self.plan.accept_output {

@@ -312,6 +312,8 @@ pub(crate) struct CapiBench<'a> {
     pub(crate) cloud: &'a SimulatedCloud,
     /// The Kubernetes version (`v1.34.1`) of the workers' MachineSet.
     pub(crate) kubernetes: &'a str,
+    /// The chart OCCM runs under on each management cluster.
+    pub(crate) chart: &'a crate::accept::sim::chart::Chart,
     /// The image references S6 writes.
     pub(crate) images: resource_set::Images,
 }

@@ -573,7 +573,10 @@ async fn watch(
     provider.mark_cluster_ready(kube, CLUSTER).await?;
     let cloud_conf = dir.join("cloud.conf");
     std::fs::write(&cloud_conf, bench.cloud.cloud_conf()).map_err(io)?;
-    let mut occm = Supervised::new(binary, dir, cloud_conf, cp.kubeconfig.clone());
+    // OCCM runs as the chart's ServiceAccount, with what the chart grants it.
+    let occm_kubeconfig =
+        crate::accept::sim::chart::install(kube, bench.chart, (&cp.url, &cp.ca_pem), dir).await?;
+    let mut occm = Supervised::new(binary, dir, cloud_conf, occm_kubeconfig);
     let outcome = async {
         let old = match fault {
             Fault::MagnumHealthCheck => match warm_up(bench, m, &mut provider, &mut occm).await? {

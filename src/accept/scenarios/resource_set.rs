@@ -51,13 +51,37 @@ const CLUSTER: &str = "kube-abc12";
 const LEGACY_CLUSTER: &str = "kube-old01";
 const LEGACY_SECRET: &str = "3f5e6a7b-1c2d-4e5f-8a9b-0c1d2e3f4a5b";
 
-/// The two images of the run.
+/// The two images of the run and what the driver writes.
 #[derive(Debug, Clone)]
 pub struct Images {
     /// Ours, as `render` pins it: `<repository>:<tag>@sha256:<index digest>`.
     pub ours: String,
-    /// What magnum-cluster-api renders: `registry.k8s.io/provider-os/openstack-cloud-controller-manager:<upstream tag>`.
+    /// The OCCM manifests magnum-cluster-api's real code renders for a cluster of the minor
+    /// without our labels ([`crate::mcapi::Renderer`]).
+    pub driver: String,
+    /// The image in them: its default for the minor
+    /// (`registry.k8s.io/provider-os/openstack-cloud-controller-manager:v1.35.0` for 1.35 to 1.37
+    /// with 0.38.2).
     pub upstream: String,
+}
+
+impl Images {
+    /// The driver's Secret keys ([`magnum::driver_keys`] of [`Images::driver`]), with `image`
+    /// in place of upstream's when given (a hand edit).
+    fn keys(
+        &self,
+        image: Option<&str>,
+        cloud_conf: &str,
+    ) -> std::collections::BTreeMap<String, String> {
+        let occm = match image {
+            Some(i) => self.driver.replace(
+                &format!("image: \"{}\"", self.upstream),
+                &format!("image: \"{i}\""),
+            ),
+            None => self.driver.clone(),
+        };
+        magnum::driver_keys(&occm, cloud_conf)
+    }
 }
 
 /// One write of the current cluster's Secret and what reached the workload cluster.
@@ -289,7 +313,7 @@ async fn wait_for(
 /// The legacy cluster: its Secret and ApplyOnce set, the refusal, the hand edit.
 async fn legacy(kube: &Kube, images: &Images, cloud_conf: &str) -> Result<Legacy, AcceptError> {
     let secrets = format!("/api/v1/namespaces/{NAMESPACE}/secrets");
-    let keys = magnum::secret_keys(&images.upstream, cloud_conf);
+    let keys = images.keys(None, cloud_conf);
     let hash = magnum::keys_hash(&keys);
     let driver = magnum::secret(LEGACY_SECRET, &keys);
     kube.create(&secrets, driver).await?;
@@ -311,10 +335,7 @@ async fn legacy(kube: &Kube, images: &Images, cloud_conf: &str) -> Result<Legacy
         .err()
         .map(|e| e.0);
     // The same change by hand: the driver's Secret with our image.
-    let edited = magnum::secret(
-        LEGACY_SECRET,
-        &magnum::secret_keys(&images.ours, cloud_conf),
-    );
+    let edited = magnum::secret(LEGACY_SECRET, &images.keys(Some(&images.ours), cloud_conf));
     kube.replace(&secret_path(LEGACY_SECRET), edited).await?;
     tokio::time::sleep(REACH_BOUND).await;
     let after = seen(kube, LEGACY_CLUSTER, LEGACY_SECRET).await?;
@@ -375,7 +396,7 @@ enum Write<'a> {
 /// first that does not reach the workload.
 async fn current(kube: &Kube, images: &Images, cloud_conf: &str) -> Result<Vec<Step>, AcceptError> {
     let secret = format!("{CLUSTER}-cloud-provider");
-    let keys = magnum::secret_keys(&images.upstream, cloud_conf);
+    let keys = images.keys(None, cloud_conf);
     let driver_hash = magnum::keys_hash(&keys);
     let driver = magnum::secret(&secret, &keys);
     kube.create(

@@ -283,9 +283,33 @@ pub fn secret_keys(image: &str, cloud_conf: &str) -> BTreeMap<String, String> {
     secret_keys_in(DAEMONSET.0, image, cloud_conf)
 }
 
+/// The keys of the Secret the driver writes around OCCM manifests rendered by the real code
+/// (`occm`): those and the `cloud-config` Secret in `kube-system` that magnum-cluster-api's
+/// Python adds (`resources.py:236-255`; the part of the driver the compiled renderer does not
+/// run), with `cloud_conf`.
+pub fn driver_keys(occm: &str, cloud_conf: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (
+            crate::render::crs_secret::SECRET_KEY.to_string(),
+            occm.to_string(),
+        ),
+        (
+            "cloud-config-secret.yaml".to_string(),
+            cloud_config_secret(DAEMONSET.0, cloud_conf),
+        ),
+    ])
+}
+
+/// `cloud-config-secret.yaml`: the Secret `cloud-config` in `ns` holding `cloud.conf`.
+fn cloud_config_secret(ns: &str, cloud_conf: &str) -> String {
+    let b64 = base64::engine::general_purpose::STANDARD.encode(cloud_conf.as_bytes());
+    format!(
+        "---\napiVersion: v1\nkind: Secret\nmetadata:\n  name: cloud-config\n  namespace: {ns}\ntype: Opaque\ndata:\n  cloud.conf: {b64}\n"
+    )
+}
+
 /// [`secret_keys`] with OCCM and its `cloud-config` in namespace `ns` instead of `kube-system`.
 pub fn secret_keys_in(ns: &str, image: &str, cloud_conf: &str) -> BTreeMap<String, String> {
-    let b64 = base64::engine::general_purpose::STANDARD.encode(cloud_conf.as_bytes());
     BTreeMap::from([
         (
             crate::render::crs_secret::SECRET_KEY.to_string(),
@@ -293,9 +317,7 @@ pub fn secret_keys_in(ns: &str, image: &str, cloud_conf: &str) -> BTreeMap<Strin
         ),
         (
             "cloud-config-secret.yaml".to_string(),
-            format!(
-                "---\napiVersion: v1\nkind: Secret\nmetadata:\n  name: cloud-config\n  namespace: {ns}\ntype: Opaque\ndata:\n  cloud.conf: {b64}\n"
-            ),
+            cloud_config_secret(ns, cloud_conf),
         ),
         (
             "cinder-csi.yaml".to_string(),

@@ -359,6 +359,19 @@ pub fn occm_image(input: &str) -> Result<String, CrsError> {
         .map_err(|e| CrsError(format!("Secret {name}, key {SECRET_KEY}: {}", e.0)))
 }
 
+/// The RBAC of the OCCM DaemonSet in the Secret `input` ([`crate::mcapi::rbac::occm_rbac`] of its
+/// key), without changing anything.
+///
+/// Errors: a Secret without the key; a key whose RBAC cannot be read (a ClusterRole that does not
+/// parse), naming the Secret.
+pub fn occm_rbac(input: &str) -> Result<crate::mcapi::rbac::OccmRbac, CrsError> {
+    let secret = parse_secret(input)?;
+    let name = secret_name(&secret);
+    let key = read_key(&secret, name)?;
+    crate::mcapi::rbac::occm_rbac(&key.text)
+        .map_err(|e| CrsError(format!("Secret {name}, key {SECRET_KEY}: {e}")))
+}
+
 /// The Secret's `metadata.name` (`<unnamed>` when it has none).
 fn secret_name(secret: &Mapping) -> &str {
     secret
