@@ -53,6 +53,22 @@ impl ScenarioRow {
     pub fn shows(&self) -> String {
         let expected = self.scenario.control_expected_to_pass();
         match (&self.ours, &self.control) {
+            (Some(o), c) if !o.passed && o.denied.is_some() => {
+                let what = o
+                    .denied
+                    .as_deref()
+                    .map(missing_permission)
+                    .unwrap_or_default();
+                let same = c.as_ref().is_some_and(|c| c.denied.is_some());
+                format!(
+                    "FAILED: the OCCM's RBAC (the chart's ClusterRole) lacks {what}; not the patch's failure{}",
+                    if same {
+                        ": the control fails the same way"
+                    } else {
+                        ""
+                    }
+                )
+            }
             (Some(o), _) if !o.passed => "FAILED: ours fails".into(),
             (Some(_), Some(c)) if !c.passed && !expected && c.bug_shown => {
                 "the fix: upstream fails, ours passes".into()
@@ -69,6 +85,19 @@ impl ScenarioRow {
             (None, _) => "not run".into(),
         }
     }
+}
+
+/// The permission an apiserver refusal names, e.g. `` `delete` on `nodes` `` from
+/// `… cannot delete resource "nodes" in API group "" at the cluster scope` (the authorizer's
+/// message, k8s.io/apiserver `forbidden.go`); the whole line when it does not parse.
+pub fn missing_permission(denied: &str) -> String {
+    let plain = denied.replace("\\\"", "\"");
+    let parsed = plain.split_once("cannot ").and_then(|(_, rest)| {
+        let (verb, rest) = rest.split_once(" resource \"")?;
+        let (resource, _) = rest.split_once('"')?;
+        Some(format!("`{verb}` on `{resource}`"))
+    });
+    parsed.unwrap_or_else(|| format!("a permission (`{denied}`)"))
 }
 
 /// The acceptance result for one minor.
@@ -180,6 +209,34 @@ impl AcceptReport {
         )
     }
 
+    /// Why ours failed `failed`: plainly, or, when every failure is an apiserver refusal of the
+    /// OCCM's RBAC, the missing permission, that this is not the patch's failure (and whether the
+    /// control was refused the same way) and how to restore the rule.
+    fn ours_failed_reason(&self, failed: &[String]) -> String {
+        let ours = |r: &ScenarioRow| r.ours.as_ref().filter(|o| !o.passed).cloned();
+        let failing: Vec<RunResult> = self.rows.iter().filter_map(ours).collect();
+        let denied: Vec<&str> = failing.iter().filter_map(|o| o.denied.as_deref()).collect();
+        if denied.is_empty() || denied.len() < failing.len() {
+            return format!("ours fails {}", failed.join(", "));
+        }
+        let control_too = self
+            .rows
+            .iter()
+            .filter(|r| ours(r).is_some())
+            .all(|r| r.control.as_ref().is_some_and(|c| c.denied.is_some()));
+        format!(
+            "ours fails {} because the OCCM's RBAC (the chart's ClusterRole) lacks {} (`{}`, event DeletingNodeFailed): not the patch's failure{}; restore the rule (`occm-forge crs-secret --node-delete restore`, `occm-forge clusters --fix`) or use a chart that has it",
+            failed.join(", "),
+            missing_permission(denied[0]),
+            denied[0],
+            if control_too {
+                ", the control (unpatched upstream) is refused the same way"
+            } else {
+                ""
+            }
+        )
+    }
+
     /// Decides the verdict from the rows: accepted when ours passed every scenario run and the
     /// control (unpatched upstream) showed the bug in every scenario that shows a fix (S1, S2,
     /// S5; [`RunResult::bug_shown`]) — a control that passes one, or fails it without showing
@@ -198,7 +255,7 @@ impl AcceptReport {
             self.reason.get_or_insert_with(|| "no scenario ran".into());
         } else if !ours_failed.is_empty() {
             self.verdict = Verdict::Failed;
-            self.reason = Some(format!("ours fails {}", ours_failed.join(", ")));
+            self.reason = Some(self.ours_failed_reason(&ours_failed));
         } else if !control_passed.is_empty() {
             self.verdict = Verdict::Failed;
             self.reason = Some(format!(
@@ -289,7 +346,7 @@ pub fn render_markdown(reports: &[AcceptReport]) -> String {
     }
     out.push('\n');
     out.push_str(
-        "| minor | upstream | ours (image, host platform) | Kubernetes / etcd | go | requests not simulated | verdict |\n|---|---|---|---|---|---|---|\n",
+        "| minor | upstream | ours (image, host platform) | Kubernetes / etcd | go | chart (OCCM's RBAC) | requests not simulated | verdict |\n|---|---|---|---|---|---|---|---|\n",
     );
     for r in reports {
         let ours = match &r.ours {
@@ -323,8 +380,12 @@ pub fn render_markdown(reports: &[AcceptReport]) -> String {
             Some(reason) => format!("{}: {}", r.verdict.text(), cell(reason)),
             None => r.verdict.text().to_string(),
         };
+        let chart = match &r.chart {
+            Some(c) => format!("{}: {}", cell(&c.source), cell(&c.rbac)),
+            None => "—".into(),
+        };
         out.push_str(&format!(
-            "| {} | {} | {ours} | {versions} | {} | {gaps} | {verdict} |\n",
+            "| {} | {} | {ours} | {versions} | {} | {chart} | {gaps} | {verdict} |\n",
             r.minor, r.upstream_tag, r.go
         ));
     }
@@ -358,12 +419,12 @@ pub fn document(reports: &[AcceptReport], generated_at: i64, reports_file: &str)
 Generated by `occm-forge accept --all --output docs/acceptance.md` (or `build --accept --accept-output docs/acceptance.md`), last on {}; do not edit by hand. \
 The reports behind it are in {}: a run over some minors replaces their rows and keeps the others' as recorded, each with the date of its run (Timings).\n\n\
 Each minor's image binary (\"ours\": `bin/openstack-cloud-controller-manager` from the host platform's layer of the built OCI layout) \
-and the unpatched upstream build of the same tag (\"control\") run, as the Helm chart runs them, against a real etcd and kube-apiserver \
+and the unpatched upstream build of the same tag (\"control\") run as the Helm chart runs them (its arguments, and a token of its ServiceAccount bound to its ClusterRole: the chart magnum-cluster-api compiles in, rendered by magnum-cluster-api's own code, or the chart `accept --chart` names; the chart column below) against a real etcd and kube-apiserver \
 (built from the Kubernetes version the upstream go.mod requires) and the simulated OpenStack inside occm-forge. \
-Seconds are the scenario's own time (S1: Node created → deleted; S2: start → exit; S3: Node created → initialised; \
+Seconds are the scenario's own time (S1: Nodes created → deleted; S2: start → exit; S3: Node created → initialised; \
 S4: leader killed → the second Node initialised; S5: the worker Machine first seen → healthy, or the window watched; \
 S6: the slowest write of the ClusterResourceSet Secret → the workload DaemonSet; S7: start → the third exit, or the window watched; S8: the new worker's Machine first seen → healthy, or the window watched), not counting leader election at start-up. \
-A scenario ends as soon as its evidence is conclusive, either way: S1 when the Node is deleted, or when the node lifecycle controller has logged twice that it cannot tell whether the Node exists (`error checking if node … exists`, once per 5 s monitor period: the error repeats instead of resolving, and the Node stays); S2 when OCCM exits, or when it is still up 5 s after it logged `Skipping \"cloud-node…\"` (the patched binary exits at that moment); S5 at the nodeRef or the second remediation. The 60 s deadlines only bound the case where neither shows. \
+A scenario ends as soon as its evidence is conclusive, either way: S1 when each of its two Nodes is deleted, refused deletion by the apiserver (`… cannot delete resource \"nodes\"`: the ClusterRole lacks the rule, event DeletingNodeFailed; not the patch's failure, and the control is refused the same on the Node whose provider ID names a deleted server), or when the node lifecycle controller has logged twice that it cannot tell whether the Node exists (`error checking if node … exists`, once per 5 s monitor period: the error repeats instead of resolving, and the Node stays); S2 when OCCM exits, or when it is still up 5 s after it logged `Skipping \"cloud-node…\"` (the patched binary exits at that moment); S5 at the nodeRef or the second remediation. The 60 s deadlines only bound the case where neither shows. \
 S5 to S8 each run on a management cluster of their own (a fresh control plane under Cluster API's real manager, with stand-ins for the infrastructure provider and the kubelets; the workload cluster is the same apiserver) and are decided by what Cluster API reports; in S5, S7 and S8 ours and the control run side by side, each with its own management cluster and simulated OpenStack. \
 The bug report's criteria: S1, S2, S5, S7 and S8 must pass on ours and show the bug on the control (S5: no nodeRef and the MachineHealthCheck remediating again and again; S7: OCCM up and silent; S8: no nodeRef and a remediation); S3 and S4 show the patched binary still does its normal job; S6 runs no binary and has no control.\n\n\
 What each outcome proves, and what it does not:\n\n\
@@ -372,7 +433,7 @@ It does not prove how long a real kubelet, CAPO and Nova take: the stand-ins ans
 - S8 pass: the same with magnum-cluster-api's own MachineHealthCheck (remediation while at most 80 % are unhealthy) in a pool whose two older workers are healthy: after an OCCM restart into the fault, the new worker is initialised and nothing is remediated, while under the unpatched OCCM the new worker is remediated beside healthy ones. It does not prove magnum-cluster-api's timings: its MachineHealthCheck has no nodeStartupTimeout (Cluster API's 600 s applies), shortened here to 90 s.\n\
 - S7 pass: a fault that lasts is not cured by the fix, only made loud: the patched OCCM exits at every start with patch 0004's message, so its Pod crash-loops where an operator and their alerts see it, while the unpatched OCCM runs on silently and the Machines are remediated without a word of why. It does not prove the cloud comes back.\n\
 - S6 pass: `render --format crs-secret` output written back with a full PUT reaches the workload cluster's OCCM DaemonSet through Cluster API's own ClusterResourceSet controller (strategy Reconcile) within 30 s, with the ClusterResourceSetBinding hash crs-secret prints; `--image` reverts it the same way; a driver-style upgrade (the Secret rendered again from the labels) puts upstream's image back, the state an operator must detect and repair; a legacy Secret named by the cluster UUID under strategy ApplyOnce is refused by crs-secret, and a hand edit of it never reaches the workload. \
-It does not prove the rollout of the DaemonSet's Pods (no kubelet or kube-controller-manager runs) nor that the Secret's other documents are what magnum-cluster-api's chart renders (tests/consumers.rs holds crs-secret against the chart rendered by Helm).\n\n\
+The Secret is the one magnum-cluster-api's own code renders for the cluster's labels (its driver upgrade is that rendering again). It does not prove the rollout of the DaemonSet's Pods (no kubelet or kube-controller-manager runs).\n\n\
 {}\n## Timings\n\n{}",
         crate::util::rfc3339(generated_at),
         reports_file,
@@ -450,6 +511,7 @@ mod tests {
             leader_seconds: Some(0.4),
             evidence: evidence.into(),
             unknown_requests: vec![],
+            denied: None,
         })
     }
 
@@ -603,14 +665,45 @@ mod tests {
         assert_eq!(r.rows[0].shows(), "the fix: upstream fails, ours passes");
         assert_eq!(r.rows[1].shows(), "both pass");
         let md = render_markdown(&[r]);
-        assert!(md.contains("| 1.34 | S1 NotReady Node, empty provider ID, no server → deleted within 60 s | pass 5.2 s: `deleting node since it is no longer present in cloud provider: stale-1` | FAIL 60.0 s: Node stale-1 still there after 60 s; log (12×): `error checking if node stale-1 exists: failed to find object` | the fix: upstream fails, ours passes |"), "{md}");
+        assert!(md.contains("| 1.34 | S1 NotReady Nodes without a server (empty provider ID; a deleted server's provider ID) → both deleted within 60 s | pass 5.2 s: `deleting node since it is no longer present in cloud provider: stale-1` | FAIL 60.0 s: Node stale-1 still there after 60 s; log (12×): `error checking if node stale-1 exists: failed to find object` | the fix: upstream fails, ours passes |"), "{md}");
         assert!(md.contains("pass 1.4 s: a\\|b"), "{md}");
         assert!(
             md.contains(
-                "| 1.34 | v1.34.1 | `v1.34.1-occmforge.1` | — | 1.25.1 | none | accepted: only S1, S3 ran |"
+                "| 1.34 | v1.34.1 | `v1.34.1-occmforge.1` | — | 1.25.1 | — | none | accepted: only S1, S3 ran |"
             ),
             "{md}"
         );
+    }
+
+    #[test]
+    fn a_refusal_by_the_charts_rbac_is_named_and_not_blamed_on_the_patch() {
+        let denied = "unable to delete node \"gone-1\": nodes \"gone-1\" is forbidden: User \"system:serviceaccount:kube-system:openstack-cloud-controller-manager\" cannot delete resource \"nodes\" in API group \"\" at the cluster scope";
+        assert_eq!(missing_permission(denied), "`delete` on `nodes`");
+        let mut r = report();
+        r.rows.truncate(1);
+        let row = &mut r.rows[0];
+        for side in [row.ours.as_mut(), row.control.as_mut()] {
+            let side = side.unwrap();
+            side.passed = false;
+            side.denied = Some(denied.into());
+        }
+        r.decide();
+        assert_eq!(r.verdict, Verdict::Failed);
+        assert_eq!(
+            r.rows[0].shows(),
+            "FAILED: the OCCM's RBAC (the chart's ClusterRole) lacks `delete` on `nodes`; not the patch's failure: the control fails the same way"
+        );
+        let reason = r.reason.clone().unwrap();
+        assert!(reason.starts_with("ours fails S1 because the OCCM's RBAC (the chart's ClusterRole) lacks `delete` on `nodes`"), "{reason}");
+        assert!(
+            reason.contains("the control (unpatched upstream) is refused the same way"),
+            "{reason}"
+        );
+        // a failure of ours that is not a refusal is the patch's failure, as before.
+        r.rows[0].ours.as_mut().unwrap().denied = None;
+        r.decide();
+        assert_eq!(r.reason.as_deref(), Some("ours fails S1"));
+        assert_eq!(r.rows[0].shows(), "FAILED: ours fails");
     }
 
     #[test]

@@ -42,6 +42,13 @@ pub trait Nodes {
     /// Creates a Node the way a kubelet registers one: no provider ID, and with
     /// `uninitialized` the cloud provider's `NoSchedule` taint.
     async fn create_node(&self, name: &str, uninitialized: bool) -> Result<(), AcceptError>;
+    /// Creates a Node (no taint) whose `spec.providerID` is `provider_id`, e.g.
+    /// `openstack:///<server id>`: a Node the cloud-node controller initialised long ago.
+    async fn create_node_with_provider_id(
+        &self,
+        name: &str,
+        provider_id: &str,
+    ) -> Result<(), AcceptError>;
     /// Sets the Node's `Ready` condition (`False`: the kubelet stopped posting status).
     async fn set_ready(&self, name: &str, ready: bool) -> Result<(), AcceptError>;
     /// The Node, or `None` when it does not exist (404).
@@ -68,6 +75,21 @@ impl Nodes for Kube {
             node["spec"]["taints"] =
                 json!([{"key": UNINITIALIZED_TAINT, "value": "true", "effect": "NoSchedule"}]);
         }
+        self.post("/api/v1/nodes", node).await?;
+        Ok(())
+    }
+
+    async fn create_node_with_provider_id(
+        &self,
+        name: &str,
+        provider_id: &str,
+    ) -> Result<(), AcceptError> {
+        let node = json!({
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+            "spec": {"providerID": provider_id}
+        });
         self.post("/api/v1/nodes", node).await?;
         Ok(())
     }
