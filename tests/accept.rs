@@ -658,9 +658,12 @@ fn real_v1_34_ours_passes_every_scenario_and_upstream_fails_s1_s2_s5_s7_and_s8()
     let out = dir.path().join("out");
     let cache = gated_cache();
     let forge = || {
+        let tools = mcapi_tools();
         let mut c = Command::new(env!("CARGO_BIN_EXE_occm-forge"));
         c.current_dir(dir.path())
             .env_remove("SOURCE_DATE_EPOCH")
+            .env("OCCM_FORGE_MCAPI_PYTHON", tools.python.unwrap())
+            .env("OCCM_FORGE_HELM", tools.helm.unwrap())
             .arg("--cache-dir")
             .arg(cache.path());
         c
@@ -852,4 +855,104 @@ fn real_v1_34_ours_passes_every_scenario_and_upstream_fails_s1_s2_s5_s7_and_s8()
         json!([]),
         "OCCM asked for something the simulated cloud does not simulate"
     );
+    assert!(
+        report["chart"]["source"]
+            .as_str()
+            .is_some_and(|s| s.contains("magnum-cluster-api")),
+        "{}",
+        report["chart"]
+    );
+    a_chart_without_delete_on_nodes_fails_s1_for_both_on_the_rbac(&forge, &config, &out, &mirror);
+}
+
+/// The mirror's chart (master) with its nodes rule as chart 2.36.2 has it (PR #3165: no
+/// `delete`), its `common` dependency stubbed, in `dir`.
+fn no_delete_chart(mirror: &str, dir: &std::path::Path) -> std::path::PathBuf {
+    let archive = Command::new("git")
+        .args([
+            "-C",
+            mirror,
+            "archive",
+            "master",
+            "charts/openstack-cloud-controller-manager",
+        ])
+        .output()
+        .unwrap();
+    assert!(archive.status.success(), "{}", stderr(&archive));
+    tar::Archive::new(archive.stdout.as_slice())
+        .unpack(dir)
+        .unwrap();
+    let chart = dir.join("charts/openstack-cloud-controller-manager");
+    let common = chart.join("charts/common/templates");
+    std::fs::create_dir_all(&common).unwrap();
+    std::fs::write(
+        chart.join("charts/common/Chart.yaml"),
+        "apiVersion: v2\nname: common\nversion: 2.14.1\ntype: library\n",
+    )
+    .unwrap();
+    std::fs::write(
+        common.join("_labels.tpl"),
+        "{{- define \"common.labels.standard\" -}}\napp.kubernetes.io/name: {{ .Chart.Name }}\n{{- end -}}\n",
+    )
+    .unwrap();
+    let role = chart.join("templates/clusterrole.yaml");
+    let text = std::fs::read_to_string(&role).unwrap();
+    let all = "  - nodes\n  verbs:\n  - '*'\n";
+    assert!(text.contains(all), "the mirror's chart changed: {text}");
+    let pr_3165 = "  - nodes\n  verbs:\n  - get\n  - list\n  - watch\n  - patch\n  - update\n";
+    std::fs::write(&role, text.replacen(all, pr_3165, 1)).unwrap();
+    chart
+}
+
+/// S1 under a ClusterRole without `delete` on nodes: ours fails, the report names the missing
+/// permission and says it is not the patch's failure, and the control is refused the same way.
+fn a_chart_without_delete_on_nodes_fails_s1_for_both_on_the_rbac(
+    forge: &dyn Fn() -> Command,
+    config: &std::path::Path,
+    out: &std::path::Path,
+    mirror: &str,
+) {
+    let charts = tempfile::tempdir().unwrap();
+    let chart = no_delete_chart(mirror, charts.path());
+    let o = forge()
+        .args([
+            "accept",
+            "--k8s",
+            "1.34",
+            "--json",
+            "--scenario",
+            "S1",
+            "--source",
+            mirror,
+        ])
+        .arg("--config")
+        .arg(config)
+        .arg("--layout")
+        .arg(out)
+        .arg("--chart")
+        .arg(&chart)
+        .output()
+        .unwrap();
+    eprintln!("{}", stderr(&o));
+    assert_eq!(o.status.code(), Some(12), "not refused: {}", stdout(&o));
+    let report: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(report["chart"]["node_delete"], false, "{}", report["chart"]);
+    let reason = report["reason"].as_str().unwrap();
+    assert!(
+        reason.starts_with("ours fails S1 because the OCCM's RBAC (the chart's ClusterRole) lacks `delete` on `nodes`")
+            && reason.contains("not the patch's failure, the control (unpatched upstream) is refused the same way"),
+        "{reason}"
+    );
+    let row = &report["rows"][0];
+    for side in ["ours", "control"] {
+        assert!(
+            row[side]["denied"]
+                .as_str()
+                .is_some_and(|d| d.contains("cannot delete resource \"nodes\"")),
+            "{side}: {}",
+            row[side]
+        );
+    }
+    // the control still shows the bug on the Node without a provider ID.
+    assert_eq!(row["control"]["bug_shown"], true, "{}", row["control"]);
 }
