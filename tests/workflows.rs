@@ -435,6 +435,10 @@ fn build_fans_out_per_minor_without_racing() {
         "occm-forge manifest record-signatures",
         "occm-forge verify",
         "--registry-config",
+        "--no-deps -r scripts/magnum-cluster-api.txt",
+        "helm.sh/helm/v3/cmd/helm@v3.21.4",
+        "OCCM_FORGE_MCAPI_PYTHON=",
+        "OCCM_FORGE_HELM=",
     ] {
         assert!(text.contains(needle), "build.yml no longer runs `{needle}`");
     }
@@ -463,4 +467,26 @@ fn build_fans_out_per_minor_without_racing() {
             "watch.yml no longer handles `{needle}`"
         );
     }
+}
+
+/// The magnum-cluster-api that accept renders the chart with (images.toml `[accept]
+/// magnum_cluster_api`) is the one scripts/test and the build workflow install.
+#[test]
+fn images_toml_and_the_installed_magnum_cluster_api_are_one_version() {
+    let config: toml::Value =
+        toml::from_str(&std::fs::read_to_string(repo().join("images.toml")).unwrap()).unwrap();
+    let pinned = config["accept"]["magnum_cluster_api"]
+        .as_str()
+        .expect("images.toml: [accept] magnum_cluster_api is missing");
+    let requirements =
+        std::fs::read_to_string(repo().join("scripts/magnum-cluster-api.txt")).unwrap();
+    let installed: Vec<&str> = requirements
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("magnum-cluster-api=="))
+        .collect();
+    assert_eq!(
+        installed,
+        [pinned],
+        "scripts/magnum-cluster-api.txt and images.toml [accept] magnum_cluster_api differ"
+    );
 }
