@@ -710,16 +710,22 @@ async fn render_chart(
                 Some(dir) => {
                     let text =
                         tokio::task::block_in_place(|| renderer.template(dir)).map_err(input)?;
-                    sim::chart::Chart::new(
-                        format!("chart {} at {}", version(&text), dir.display()),
-                        text,
-                    )?
+                    let version = chart_yaml_version(dir).unwrap_or_else(|| version(&text));
+                    sim::chart::Chart::new(format!("chart {version} at {}", dir.display()), text)?
                 }
             };
             let detail = format!("{}: {}", chart.source, chart.rbac);
             Ok(Done::new((chart, driver), detail))
         })
         .await
+}
+
+/// The `version` of the chart directory `dir` (its Chart.yaml); `None` for an archive or a
+/// Chart.yaml without one.
+fn chart_yaml_version(dir: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(dir.join("Chart.yaml")).ok()?;
+    let chart: serde_norway::Value = serde_norway::from_str(&text).ok()?;
+    chart.get("version")?.as_str().map(str::to_string)
 }
 
 /// The `binaries` stage: empties `work_dir` (creating it) and takes ours for `platform` out of

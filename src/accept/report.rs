@@ -225,7 +225,7 @@ impl AcceptReport {
             .filter(|r| ours(r).is_some())
             .all(|r| r.control.as_ref().is_some_and(|c| c.denied.is_some()));
         format!(
-            "ours fails {} because the OCCM's RBAC (the chart's ClusterRole) lacks {} (`{}`, event DeletingNodeFailed): not the patch's failure{}; restore the rule (`occm-forge crs-secret --node-delete restore`, `occm-forge clusters --fix`) or use a chart that has it",
+            "ours fails {} because the OCCM's RBAC (the chart's ClusterRole) lacks {} (`{}`, event DeletingNodeFailed): not the patch's failure{}; restore the rule (`occm-forge clusters --fix`, or `occm-forge render --format crs-secret --node-delete restore`) or use a chart that has it",
             failed.join(", "),
             missing_permission(denied[0]),
             denied[0],
