@@ -164,6 +164,7 @@ fn run_crs_secret(args: &RenderArgs, opts: &RenderOptions, quiet: bool) -> Resul
     let input = String::from_utf8(bytes).map_err(|_| {
         crs::CrsError("stdin is not text: pipe in `kubectl get secret … -o yaml`".into())
     })?;
+    let image_written = image.clone();
     let out = crs::rewrite_secret(
         &input,
         &crs::RewriteOptions {
@@ -173,6 +174,7 @@ fn run_crs_secret(args: &RenderArgs, opts: &RenderOptions, quiet: bool) -> Resul
             allow_skew: args.allow_skew,
             unconditional: args.unconditional,
             cluster_minor,
+            control_plane_read: false,
             node_delete: args.node_delete.map(|a| matches!(a, NodeDelete::Restore)),
         },
     )?;
@@ -197,10 +199,16 @@ fn run_crs_secret(args: &RenderArgs, opts: &RenderOptions, quiet: bool) -> Resul
     } else {
         ""
     };
+    // The way back is a minor change too when the minors differ: the skew check must not stand
+    // in a revert's way.
+    let allow = match crs::skew(&out.previous_image, &image_written) {
+        crs::Skew::Same => "",
+        _ => " --allow-skew",
+    };
     note(
         quiet,
         &format!(
-            "DaemonSet {} ran {}; revert with --image {}{undo}",
+            "DaemonSet {} ran {}; revert with --image {}{allow}{undo}",
             out.daemonset, out.previous_image, out.previous_image
         ),
     );

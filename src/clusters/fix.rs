@@ -179,6 +179,7 @@ async fn rewrite(
             // `assess` chose the image serving the minor the control plane runs.
             allow_skew: true,
             cluster_minor: row.minor,
+            control_plane_read: true,
             node_delete: restore_node_delete.then_some(true),
             ..RewriteOptions::default()
         },

@@ -217,9 +217,14 @@ pub fn set_node_delete(text: &str, allow: bool) -> Result<NodeDeleteEdit, RbacEr
         });
     let Some((name, (start, end), role, index)) = target else {
         return Err(RbacError(format!(
-            "{}: no ClusterRole of the Secret has a rule for nodes to {} delete",
+            "{}: no ClusterRole of the Secret has a rule for nodes to {} delete{}",
             rbac.describe(),
-            if allow { "add" } else { "take" }
+            if allow { "add" } else { "take" },
+            if allow {
+                " (a rule of apiGroups [\"\"] and resources [nodes] without resourceNames, in a ClusterRole bound to the DaemonSet's ServiceAccount): add the verb by hand"
+            } else {
+                ""
+            }
         )));
     };
     let mut want = role.clone();
@@ -259,10 +264,26 @@ pub fn set_node_delete(text: &str, allow: bool) -> Result<NodeDeleteEdit, RbacEr
             if allow { "not allowed" } else { "allowed" }
         )));
     }
+    // A rule that names other resources beside nodes grants them the verb too: say so.
+    let others: Vec<&str> = role["rules"][index]["resources"]
+        .as_sequence()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .filter(|r| *r != "nodes")
+        .collect();
+    let also = if allow && !others.is_empty() {
+        format!(
+            " (the rule also names {}, which get delete too)",
+            others.join(", ")
+        )
+    } else {
+        String::new()
+    };
     Ok(NodeDeleteEdit {
         text: out,
         change: Some(format!(
-            "ClusterRole {name}: delete {} the nodes rule",
+            "ClusterRole {name}: delete {} the nodes rule{also}",
             if allow { "added to" } else { "taken out of" }
         )),
     })
@@ -388,6 +409,22 @@ mod tests {
             "  - nodes\n  verbs:\n  - '*'\n",
             "  - nodes\n  verbs:\n  - get\n  - list\n  - watch\n  - patch\n  - update\n",
         )
+    }
+
+    #[test]
+    fn restoring_delete_on_a_rule_that_names_more_than_nodes_says_so() {
+        let shared = chart_2_36_2().replace(
+            "  - nodes\n  verbs:",
+            "  - nodes\n  - persistentvolumes\n  verbs:",
+        );
+        let e = set_node_delete(&shared, true).unwrap();
+        assert_eq!(
+            e.change.as_deref(),
+            Some(
+                "ClusterRole system:cloud-controller-manager: delete added to the nodes rule (the rule also names persistentvolumes, which get delete too)"
+            )
+        );
+        assert_eq!(set_node_delete(&e.text, false).unwrap().text, shared);
     }
 
     #[test]

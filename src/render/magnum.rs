@@ -100,6 +100,7 @@ fn container_infra_prefix(minor: Minor, e: &Entry, opts: &RenderOptions) -> Resu
 
 /// Fails (one line) unless `e` is recorded at `<prefix>/openstack-cloud-controller-manager`.
 pub(super) fn held_at(e: &Entry, minor: Minor, prefix: &str) -> Result<(), String> {
+    crate::mcapi::check_labels(Some(prefix), &pinned_tag(e))?;
     let want = mcapi_repository(prefix);
     if recorded_as(e, &want).is_some() {
         return Ok(());

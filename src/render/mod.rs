@@ -325,6 +325,14 @@ mod tests {
             "{err}"
         );
         assert!(!err.contains('\n'));
+        // crs-secret's image at a prefix: a scheme is refused as such, not as a missing copy.
+        let err = pinned_image(m, &e, &with("https://cloud.example/magnum"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("without a scheme") && !err.contains("copy it there"),
+            "{err}"
+        );
         let err = render_with(
             EntryFormat::MagnumTag,
             &[(m, &e)],

@@ -80,6 +80,11 @@ pub struct RewriteOptions {
     /// --k8s` names it when that minor has no build of its own): the image's skew is judged
     /// against it instead of against the minor of the image the Secret runs now.
     pub cluster_minor: Option<Minor>,
+    /// Whether `cluster_minor` was read from the cluster's control plane (`clusters`) rather
+    /// than declared (`render --k8s`): a declared minor is also held against the Secret's OCCM,
+    /// which may not jump two or more minors ahead of it without `allow_skew` (a mistyped
+    /// `--k8s` would otherwise put an OCCM newer than kube-apiserver on the cluster).
+    pub control_plane_read: bool,
     /// Give the OCCM ServiceAccount `delete` on nodes (`Some(true)`) or take the verb away again
     /// (`Some(false)`) in the chart's ClusterRole ([`crate::mcapi::rbac::set_node_delete`]);
     /// `None` leaves the RBAC as it is (and warns when it cannot delete nodes).
@@ -258,11 +263,21 @@ fn check_skew(
                 policy.describe(cluster, occm)
             ));
         }
+        if let (false, Skew::Newer { from, to }) =
+            (opts.control_plane_read, skew(previous, &opts.image))
+            && to.minor > from.minor + 1
+            && !opts.allow_skew
+        {
+            return fail(format!(
+                "Secret {name} runs OCCM {from} ({previous}) and {} is OCCM {to}, two or more minors ahead of it: crs-secret cannot see the control plane (`occm-forge clusters` reads it); if it runs {cluster}, pass --allow-skew",
+                opts.image
+            ));
+        }
         return Ok(());
     }
     match skew(previous, &opts.image) {
         Skew::Newer { from, to } if !opts.allow_skew => fail(format!(
-            "Secret {name} runs OCCM {from} ({previous}) and {} is OCCM {to}: a cloud-controller-manager newer than the cluster's kube-apiserver breaks the version-skew policy; write the {from} image, or pass --allow-skew once the cluster's control plane runs {to}",
+            "Secret {name} runs OCCM {from} ({previous}) and {} is OCCM {to}: crs-secret takes the Secret's OCCM for the cluster's minor (it cannot see the control plane; `occm-forge clusters` reads it), and a cloud-controller-manager newer than kube-apiserver breaks the version-skew policy; write the {from} image, or pass --allow-skew once the control plane runs {to} (magnum-cluster-api 0.38 gives 1.36 and 1.37 clusters OCCM v1.35.0)",
             opts.image
         )),
         Skew::Older { from, to } if to.minor + 1 < from.minor && !opts.allow_skew => fail(format!(
@@ -691,6 +706,19 @@ mod tests {
         };
         let out = rewrite_secret(&secret(up35), &opts).unwrap();
         assert_eq!(occm_image(&out.secret).unwrap(), ours36);
+        // A declared 1.37 over a Secret that runs OCCM 1.34 is a jump of two minors: a mistyped
+        // --k8s, unless the control plane was read (clusters) or --allow-skew says so.
+        let ours34 = "r.example/occm/openstack-cloud-controller-manager:v1.34.1-occmforge.1";
+        let e = rewrite_secret(&secret(ours34), &opts).unwrap_err().0;
+        assert!(
+            e.contains("runs OCCM 1.34")
+                && e.contains("two or more minors ahead of it")
+                && e.ends_with("if it runs 1.37, pass --allow-skew"),
+            "{e}"
+        );
+        opts.control_plane_read = true;
+        assert!(rewrite_secret(&secret(ours34), &opts).is_ok());
+        opts.control_plane_read = false;
         // Without the cluster's minor, 1.36 after 1.35 reads as newer than the cluster.
         opts.cluster_minor = None;
         assert!(rewrite_secret(&secret(up35), &opts).is_err());
