@@ -231,6 +231,31 @@ fn assess_one(c: &Observed, manifest: &DigestManifest, opts: &AssessOptions) -> 
 }
 
 /// `--fix`'s decision; see [`Action`].
+/// The minor the cluster runs, when it and its control plane's version can be read: an image
+/// is only written against a version the control plane reports. Errors: the reason, one line.
+fn known_minor(c: &Observed) -> Result<Minor, String> {
+    let Some(minor) = c.running_minor() else {
+        return Err(format!(
+            "cannot tell the cluster's Kubernetes version (spec.topology.version and the control plane's version are unset{})",
+            c.control_plane_error
+                .as_deref()
+                .map(|e| format!("; {e}"))
+                .unwrap_or_default()
+        ));
+    };
+    if let Some(e) = &c.control_plane_error {
+        return Err(format!(
+            "cannot read the control plane's version ({e}): the {minor} image could be newer than the control plane"
+        ));
+    }
+    if c.control_plane_version.is_none() {
+        return Err(format!(
+            "the control plane reports no version yet: the {minor} image could be newer than it"
+        ));
+    }
+    Ok(minor)
+}
+
 fn action(
     c: &Observed,
     set: &OccmSet,
@@ -279,25 +304,10 @@ fn action(
             restore_node_delete,
         };
     }
-    let Some(minor) = c.running_minor() else {
-        return refuse(format!(
-            "cannot tell the cluster's Kubernetes version (spec.topology.version and the control plane's version are unset{})",
-            c.control_plane_error
-                .as_deref()
-                .map(|e| format!("; {e}"))
-                .unwrap_or_default()
-        ));
+    let minor = match known_minor(c) {
+        Ok(minor) => minor,
+        Err(reason) => return refuse(reason),
     };
-    if let Some(e) = &c.control_plane_error {
-        return refuse(format!(
-            "cannot read the control plane's version ({e}): the {minor} image could be newer than the control plane"
-        ));
-    }
-    if c.control_plane_version.is_none() {
-        return refuse(format!(
-            "the control plane reports no version yet: the {minor} image could be newer than it"
-        ));
-    }
     let Some((built, entry)) = serving else {
         return refuse(format!(
             "the digest manifest pins no image for {minor} or an older minor: build it (occm-forge build --k8s {minor})"
