@@ -30,6 +30,9 @@ pub struct PinRequest<'a> {
     pub cache_dir: &'a Path,
     /// Allow moving to an older tag than the one pinned.
     pub allow_downgrade: bool,
+    /// Set the minor's `end_of_life` (the Kubernetes release calendar's date); a new minor never
+    /// inherits the date of the minor it is modelled on.
+    pub end_of_life: Option<time::Date>,
 }
 
 /// What `pin` changed, and what it could not do.
@@ -130,6 +133,7 @@ pub async fn pin(req: &PinRequest<'_>, registry: &dyn Registry) -> Result<PinOut
     if let Some(tag) = req.tag {
         move_to_tag(&cfg, table, &key, req, tag, &mut out)?;
     }
+    set_end_of_life(table, &key, req, &mut out);
     pin_base(table, &key, registry, &mut out).await?;
     write_checked(path, &text, &doc)?;
     Ok(out)
@@ -197,6 +201,8 @@ fn add_minor(
         .cloned()
         .expect("minor entries are tables");
     table.retain(|k, _| PER_MINOR_KEYS.contains(&k) || !defaults.iter().any(|d| d == k));
+    // Another minor's end of life is not this one's.
+    table.remove("end_of_life");
     table.set_position(Some(max_position(doc.as_table()) + 1));
     doc["minors"]
         .as_table_mut()
@@ -207,6 +213,45 @@ fn add_minor(
         req.minor
     ));
     Ok(())
+}
+
+/// Writes `end_of_life` from the request; a new minor without one gets a warning naming where the
+/// date comes from.
+fn set_end_of_life(
+    table: &mut toml_edit::Table,
+    key: &str,
+    req: &PinRequest<'_>,
+    out: &mut PinOutcome,
+) {
+    let Some(d) = req.end_of_life else {
+        if req.new_minor {
+            out.warnings.push(format!(
+                "minors.\"{key}\" has no end_of_life: add the date from the Kubernetes release calendar (kubernetes.io/releases) with `occm-forge pin --k8s {key} --end-of-life YYYY-MM-DD`"
+            ));
+        }
+        return;
+    };
+    let date = toml_edit::Datetime {
+        date: Some(toml_edit::Date {
+            year: u16::try_from(d.year()).unwrap_or_default(),
+            month: u8::from(d.month()),
+            day: d.day(),
+        }),
+        time: None,
+        offset: None,
+    };
+    let old = table
+        .get("end_of_life")
+        .and_then(|v| v.as_value())
+        .map(|v| v.to_string().trim().to_string());
+    if old.as_deref() == Some(&d.to_string()) {
+        return;
+    }
+    table.insert("end_of_life", toml_edit::value(date));
+    out.changes.push(format!(
+        "minors.\"{key}\".end_of_life: {} → {d}",
+        old.unwrap_or_else(|| "none".into())
+    ));
 }
 
 /// Records `change` when `old` is `Some` (the key changed).
@@ -383,6 +428,7 @@ revision = 1
             source: None,
             cache_dir: dir.path(),
             allow_downgrade: false,
+            end_of_life: None,
         };
         let out = pin(&req, reg).await.unwrap();
         (out, std::fs::read_to_string(&path).unwrap())
@@ -407,6 +453,7 @@ revision = 1
                     source: Some("/nonexistent/upstream"),
                     cache_dir: &cache,
                     allow_downgrade,
+                    end_of_life: None,
                 };
                 pin(&req, reg).await.unwrap_err().to_string()
             }

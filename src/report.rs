@@ -140,6 +140,11 @@ pub fn upstream(report: &UpstreamReport) -> String {
                 m.pinned, m.commit
             ));
         }
+        if let (true, Some(d)) = (m.past_end_of_life, &m.end_of_life) {
+            state.push_str(&format!(
+                "; past its end of life ({d}): still built; retiring it is explicit (README, \"Retiring a minor\")"
+            ));
+        }
         t.push_str(&format!("{}  {}  {state}\n", m.minor, m.pinned));
     }
     for u in &report.untracked {
@@ -149,6 +154,19 @@ pub fn upstream(report: &UpstreamReport) -> String {
         ));
     }
     t
+}
+
+/// The one line `build` says about a minor past its end of life on `today`, `None` otherwise:
+/// the date, that it still builds, and that retiring it is an explicit act.
+pub fn past_end_of_life(
+    minor: crate::config::Minor,
+    m: &crate::config::MinorConfig,
+    today: time::Date,
+) -> Option<String> {
+    let d = m.end_of_life.filter(|_| m.past_end_of_life(today))?;
+    Some(format!(
+        "{minor} is past its end of life ({d}, the Kubernetes release calendar): it is still built as images.toml says; retiring it is explicit (README, \"Retiring a minor\")"
+    ))
 }
 
 /// `upstream check`'s line for a pinned tag upstream moved (`moved_to` set), naming the tag, the

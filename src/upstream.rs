@@ -26,6 +26,11 @@ pub struct MinorStatus {
     /// The commit the pinned tag points at now, when upstream moved it away from the pin.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub moved_to: Option<String>,
+    /// The minor's end of life from images.toml (`YYYY-MM-DD`), when it gives one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub end_of_life: Option<String>,
+    /// Whether that date lies before the day of the check (information: the minor still builds).
+    pub past_end_of_life: bool,
 }
 
 /// A minor upstream has released but images.toml does not track.
@@ -61,8 +66,8 @@ pub fn release_version(tag: &str) -> Option<(u32, u32, u32)> {
     parts.next().is_none().then_some(v)
 }
 
-/// Compares the pins with the upstream tags (name, commit).
-pub fn check(config: &Config, tags: &[(String, String)]) -> UpstreamReport {
+/// Compares the pins with the upstream tags (name, commit) on `today` (UTC; for the end of life).
+pub fn check(config: &Config, tags: &[(String, String)], today: time::Date) -> UpstreamReport {
     let mut releases: Vec<((u32, u32, u32), &str)> = tags
         .iter()
         .filter_map(|(t, _)| release_version(t).map(|v| (v, t.as_str())))
@@ -93,6 +98,8 @@ pub fn check(config: &Config, tags: &[(String, String)]) -> UpstreamReport {
             latest,
             newer,
             moved_to,
+            end_of_life: m.end_of_life.map(|d| d.to_string()),
+            past_end_of_life: m.past_end_of_life(today),
         });
     }
     let newest_tracked = config.minors.keys().max().copied();
@@ -131,6 +138,7 @@ repository = "r.example/o/occm"
 upstream_tag = "v1.34.1"
 commit = "63ec67a04b40fee4ff43fec11c3d31f2a90c9ad2"
 go = "1.25.1"
+end_of_life = 2026-10-27
 base = "static"
 platforms = ["linux/amd64"]
 revision = 1
@@ -140,6 +148,7 @@ test_packages = ["./pkg/openstack/"]
 upstream_tag = "v1.35.0"
 commit = "a031201ff26f3df433192b91df2be0e7d50acb70"
 go = "1.25.5"
+end_of_life = 2027-02-28
 base = "static"
 platforms = ["linux/amd64"]
 revision = 1
@@ -164,7 +173,8 @@ test_packages = ["./pkg/openstack/"]
             .iter()
             .map(|t| (t.to_string(), "0".repeat(40)))
             .collect();
-        let r = check(&cfg, &tags);
+        let today = time::macros::date!(2026 - 12 - 04);
+        let r = check(&cfg, &tags, today);
         assert!(r.new);
         assert_eq!(
             r.minors[0].latest, "v1.34.10",
@@ -172,6 +182,19 @@ test_packages = ["./pkg/openstack/"]
         );
         assert!(r.minors[0].newer);
         assert!(!r.minors[1].newer);
+        // End of life is information: 1.34 is past it on 2026-12-04, 1.35 is not.
+        assert!(r.minors[0].past_end_of_life && !r.minors[1].past_end_of_life);
+        assert_eq!(r.minors[0].end_of_life.as_deref(), Some("2026-10-27"));
+        assert!(
+            crate::report::upstream(&r).contains(
+                "; past its end of life (2026-10-27): still built; retiring it is explicit (README, \"Retiring a minor\")\n1.35  v1.35.0  up to date; MOVED"
+            ),
+            "{}",
+            crate::report::upstream(&r)
+        );
+        assert!(
+            !check(&cfg, &tags, time::macros::date!(2026 - 10 - 27)).minors[0].past_end_of_life
+        );
         assert_eq!(
             r.untracked,
             vec![Untracked {
@@ -186,6 +209,7 @@ test_packages = ["./pkg/openstack/"]
                 pinned("v1.34.1", "63ec67a04b40fee4ff43fec11c3d31f2a90c9ad2"),
                 pinned("v1.35.0", "a031201ff26f3df433192b91df2be0e7d50acb70"),
             ],
+            today,
         );
         assert!(!r.new && !r.moved);
         assert_eq!(r.minors[0].moved_to, None);
@@ -195,6 +219,7 @@ test_packages = ["./pkg/openstack/"]
                 pinned("v1.34.1", &"1".repeat(40)),
                 pinned("v1.35.0", "a031201ff26f3df433192b91df2be0e7d50acb70"),
             ],
+            today,
         );
         assert_eq!(
             r.minors[0].moved_to.as_deref(),

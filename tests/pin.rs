@@ -231,3 +231,107 @@ fn pin_keeps_the_reference_when_the_registry_is_unreachable() {
     );
     assert_eq!(std::fs::read_to_string(&f.config).unwrap(), before);
 }
+
+/// `end_of_life` is information: `minors --supported` leaves a minor past it out, `build` still
+/// builds it and says so once, `pin --new-minor` does not copy another minor's date, and
+/// `pin --end-of-life` sets it (a date, or one line of refusal).
+#[test]
+fn end_of_life_is_information_that_pin_sets_and_minors_supported_reads() {
+    let f = fixture(&["linux/amd64"]);
+    let text = std::fs::read_to_string(&f.config).unwrap();
+    let text = text
+        .replacen(
+            "[minors.\"1.33\"]\n",
+            "[minors.\"1.33\"]\nend_of_life = 2020-01-01\n",
+            1,
+        )
+        .replacen(
+            "[minors.\"1.35\"]\n",
+            "[minors.\"1.35\"]\nend_of_life = 2099-12-31\n",
+            1,
+        );
+    std::fs::write(&f.config, text).unwrap();
+    let minors = |extra: &[&str]| {
+        let o = occm_forge(f.path())
+            .arg("minors")
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", stderr(&o));
+        stdout(&o)
+    };
+    assert_eq!(minors(&[]), "[\"1.33\",\"1.34\",\"1.35\"]\n");
+    assert_eq!(minors(&["--supported"]), "[\"1.34\",\"1.35\"]\n");
+
+    f.release(
+        "v1.36.0",
+        "1.26.2",
+        "registry.k8s.io/build-image/go-runner:v2.4.0-go1.26.2-bookworm.0",
+    );
+    let o = pin(
+        &f,
+        "127.0.0.1:1",
+        &["--new-minor", "1.36", "--tag", "v1.36.0"],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains(
+            "minors.\"1.36\" has no end_of_life: add the date from the Kubernetes release calendar"
+        ),
+        "{}",
+        stderr(&o)
+    );
+    let toml: toml::Table = std::fs::read_to_string(&f.config).unwrap().parse().unwrap();
+    assert!(
+        toml["minors"]["1.36"].get("end_of_life").is_none(),
+        "1.35's date was copied"
+    );
+    let o = pin(
+        &f,
+        "127.0.0.1:1",
+        &["--k8s", "1.36", "--end-of-life", "2027-06-28"],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("minors.\"1.36\".end_of_life: none → 2027-06-28"),
+        "{}",
+        stdout(&o)
+    );
+    let toml: toml::Table = std::fs::read_to_string(&f.config).unwrap().parse().unwrap();
+    assert_eq!(
+        toml["minors"]["1.36"]["end_of_life"]
+            .as_datetime()
+            .map(ToString::to_string)
+            .as_deref(),
+        Some("2027-06-28")
+    );
+    let before = std::fs::read_to_string(&f.config).unwrap();
+    let o = pin(
+        &f,
+        "127.0.0.1:1",
+        &["--k8s", "1.36", "--end-of-life", "2027-13-01"],
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("`2027-13-01` is not a date YYYY-MM-DD"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(std::fs::read_to_string(&f.config).unwrap(), before);
+
+    // A minor past its end of life still builds, and the build says so once.
+    let o = occm_forge(f.path())
+        .args(["build", "--k8s", "1.33", "--source"])
+        .arg(&f.upstream)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        stderr(&o)
+            .matches("1.33 is past its end of life (2020-01-01")
+            .count(),
+        1,
+        "{}",
+        stderr(&o)
+    );
+}

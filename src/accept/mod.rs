@@ -229,6 +229,7 @@ async fn run(
     )
     .await?;
     report.chart = Some(req.chart.clone());
+    let minor = report.minor;
     let bench_on = |cloud| scenarios::Bench {
         cloud,
         kube: &kube,
@@ -247,6 +248,7 @@ async fn run(
                 driver: req.driver.to_string(),
                 upstream: crate::render::crs_secret::daemonset::occm_image(req.driver)
                     .unwrap_or_default(),
+                minor,
             },
         }),
     };

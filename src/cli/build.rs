@@ -129,6 +129,12 @@ pub async fn run(cli: &Cli, args: &BuildArgs) -> Result<u8, Error> {
     let registry = plan::registry(&config, &args.registry.overrides())?;
     let overrides = args.overrides(cli)?;
     let minors = args.which.minors(&config);
+    let today = time::OffsetDateTime::now_utc().date();
+    for m in &minors {
+        if let Some(line) = report::past_end_of_life(*m, &config.minors[m], today) {
+            note(cli.quiet, &format!("warning: {line}"));
+        }
+    }
     if let Some(path) = &args.timings {
         check_timings_path(path, &config, &overrides)?;
     }

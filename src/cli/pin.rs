@@ -23,10 +23,20 @@ pub struct PinArgs {
     /// Allow --tag to be older than the pinned tag.
     #[arg(long, requires = "tag")]
     allow_downgrade: bool,
+    /// The minor's end of life, YYYY-MM-DD (the Kubernetes release calendar, kubernetes.io/releases):
+    /// information for `minors --supported`, `upstream check` and `build`, never a reason to stop.
+    #[arg(long, value_name = "DATE", value_parser = parse_date)]
+    end_of_life: Option<time::Date>,
     #[command(flatten)]
     inputs: Inputs,
     #[command(flatten)]
     registry: RegistryArgs,
+}
+
+/// `YYYY-MM-DD` as a date.
+pub(super) fn parse_date(s: &str) -> Result<time::Date, String> {
+    time::Date::parse(s, time::macros::format_description!("[year]-[month]-[day]"))
+        .map_err(|e| format!("`{s}` is not a date YYYY-MM-DD ({e})"))
 }
 
 pub async fn run(cli: &Cli, args: &PinArgs) -> Result<u8, Error> {
@@ -41,6 +51,7 @@ pub async fn run(cli: &Cli, args: &PinArgs) -> Result<u8, Error> {
         source: args.inputs.source.as_deref(),
         cache_dir: &cache,
         allow_downgrade: args.allow_downgrade,
+        end_of_life: args.end_of_life,
     };
     let outcome = pin::pin(&req, &registry).await?;
     for w in &outcome.warnings {

@@ -29,7 +29,8 @@ pub fn run(cli: &Cli, cmd: &UpstreamCommand) -> Result<u8, Error> {
     let config = args.inputs.load()?;
     let url = config.fetch_url(args.inputs.source.as_deref());
     let tags = tokio::task::block_in_place(|| source::list_tags(&url))?;
-    let report = upstream::check(&config, &tags);
+    let today = time::OffsetDateTime::now_utc().date();
+    let report = upstream::check(&config, &tags, today);
     let text = if args.json {
         serde_json::to_string(&report).expect("report serialises")
     } else {

@@ -247,6 +247,16 @@ pub(super) fn parse_checked(
     })
 }
 
+/// A TOML local date (no time, no offset) as a calendar date.
+fn end_of_life_date(d: &toml::value::Datetime) -> Option<time::Date> {
+    if d.time.is_some() || d.offset.is_some() {
+        return None;
+    }
+    let day = d.date?;
+    let month = time::Month::try_from(day.month).ok()?;
+    time::Date::from_calendar_date(i32::from(day.year), month, day.day).ok()
+}
+
 /// `X.Y.Z`, each a number.
 fn is_release(v: &str) -> bool {
     let parts: Vec<&str> = v.split('.').collect();
@@ -321,7 +331,21 @@ fn check_minor(
         minor: key,
         inherited: &merged.inherited,
     };
-    let m = &merged.config;
+    let end_of_life = match &merged.end_of_life {
+        None => None,
+        Some(d) => Some(end_of_life_date(d).ok_or_else(|| {
+            s.err(
+                f.span(s, "end_of_life"),
+                format!(
+                    "{} `{d}` is not a date: give the day as YYYY-MM-DD (the Kubernetes release calendar's end of life), no time",
+                    f.name("end_of_life")
+                ),
+            )
+        })?),
+    };
+    let mut config = merged.config;
+    config.end_of_life = end_of_life;
+    let m = &config;
     let fail = |field: &str, message: String| Err(s.err(f.span(s, field), message));
     let minor: Minor = key
         .parse()
@@ -395,7 +419,7 @@ fn check_minor(
             format!("the tag scheme gives `{rendered}`, not a valid image tag"),
         ));
     }
-    Ok((minor, merged.config))
+    Ok((minor, config))
 }
 
 /// `base`: `static`, or a reference whose digest (if any) is `sha256:<64 hex>`.

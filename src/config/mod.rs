@@ -327,9 +327,18 @@ pub struct MinorConfig {
     pub test_packages: Vec<String>,
     /// Tests that must run and pass (in addition to every fix patch's `guarded_by`).
     pub required_tests: Vec<String>,
+    /// The minor's end of life (the Kubernetes release calendar, kubernetes.io/releases), as
+    /// information only: a minor past it still builds, and `build` and `upstream check` say so
+    /// once; `None` when images.toml gives none. Not a build input.
+    pub end_of_life: Option<time::Date>,
 }
 
 impl MinorConfig {
+    /// Whether the minor's end of life lies before `today` (UTC); `false` without a date.
+    pub fn past_end_of_life(&self, today: time::Date) -> bool {
+        self.end_of_life.is_some_and(|d| d < today)
+    }
+
     /// True when `base` is the built-in static base.
     pub fn is_static_base(&self) -> bool {
         self.base == STATIC_BASE
@@ -467,6 +476,37 @@ test_packages = ["./pkg/openstack/"]
 
     fn parse_str(s: &str) -> Result<Config, ConfigError> {
         parse(Path::new("/x/images.toml"), s)
+    }
+
+    #[test]
+    fn end_of_life_is_a_date_and_only_information() {
+        let with =
+            |v: &str| GOOD.replace("revision = 1", &format!("revision = 1\nend_of_life = {v}"));
+        let c = parse_str(&with("2026-10-27")).unwrap();
+        let m = &c.minors[&"1.34".parse().unwrap()];
+        assert_eq!(m.end_of_life, Some(time::macros::date!(2026 - 10 - 27)));
+        assert!(m.past_end_of_life(time::macros::date!(2026 - 12 - 04)));
+        assert!(!m.past_end_of_life(time::macros::date!(2026 - 10 - 27)));
+        assert!(
+            !parse_str(GOOD).unwrap().minors[&"1.34".parse().unwrap()]
+                .past_end_of_life(time::macros::date!(2099 - 01 - 01))
+        );
+        let e = parse_str(&with("2026-10-27T00:00:00"))
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "/x/images.toml:15:15: minors.\"1.34\".end_of_life `2026-10-27T00:00:00` is not a date: give the day as YYYY-MM-DD (the Kubernetes release calendar's end of life), no time"
+        );
+        let e = parse_str(&with("\"2026-10-27\"")).unwrap_err().to_string();
+        assert!(
+            e.starts_with(
+                "/x/images.toml:15:15: minors.\"1.34\".end_of_life: invalid type: string"
+            ),
+            "{e}"
+        );
+        let e = parse_str(&with("2026-02-30")).unwrap_err().to_string();
+        assert!(e.starts_with("/x/images.toml:15:"), "{e}");
     }
 
     #[test]

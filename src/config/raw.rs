@@ -76,6 +76,8 @@ pub(super) struct RawMinor {
     pub patches: Option<Vec<String>>,
     pub test_packages: Option<Vec<String>>,
     pub required_tests: Option<Vec<String>>,
+    /// The minor's end of life, a TOML local date (`2026-10-27`), checked in `check`.
+    pub end_of_life: Option<toml::value::Datetime>,
 }
 
 /// A minor with `[defaults]` applied, and which of its keys came from `[defaults]` (their
@@ -83,6 +85,8 @@ pub(super) struct RawMinor {
 pub(super) struct Merged {
     pub config: MinorConfig,
     pub inherited: BTreeSet<&'static str>,
+    /// `end_of_life` as written, for `check` to turn into [`MinorConfig::end_of_life`].
+    pub end_of_life: Option<toml::value::Datetime>,
 }
 
 impl RawMinor {
@@ -131,8 +135,10 @@ impl RawMinor {
                 patches,
                 test_packages,
                 required_tests,
+                end_of_life: None,
             },
             inherited,
+            end_of_life: self.end_of_life,
         })
     }
 }

@@ -63,6 +63,10 @@ pub struct Images {
     /// (`registry.k8s.io/provider-os/openstack-cloud-controller-manager:v1.35.0` for 1.35 to 1.37
     /// with 0.38.2).
     pub upstream: String,
+    /// The Kubernetes minor the management cluster's control plane runs (the accept minor's):
+    /// crs-secret judges the skew against it, as `clusters` does with the version it reads,
+    /// since the driver's Secret holds v1.35.0 for a 1.36 cluster.
+    pub minor: crate::config::Minor,
 }
 
 impl Images {
@@ -331,7 +335,7 @@ async fn legacy(kube: &Kube, images: &Images, cloud_conf: &str) -> Result<Legacy
     )
     .await?;
     let stored = fetch(kube, LEGACY_SECRET).await?;
-    let refused = crs::rewrite_secret(&stored.to_string(), &rewrite_to(&images.ours))
+    let refused = crs::rewrite_secret(&stored.to_string(), &rewrite_to(&images.ours, images.minor))
         .err()
         .map(|e| e.0);
     // The same change by hand: the driver's Secret with our image.
@@ -358,9 +362,11 @@ fn bench_fault(message: String) -> AcceptError {
     }
 }
 
-fn rewrite_to(image: &str) -> crs::RewriteOptions {
+fn rewrite_to(image: &str, minor: crate::config::Minor) -> crs::RewriteOptions {
     crs::RewriteOptions {
         image: image.to_string(),
+        cluster_minor: Some(minor),
+        control_plane_read: true,
         ..Default::default()
     }
 }
@@ -373,9 +379,14 @@ async fn fetch(kube: &Kube, name: &str) -> Result<Value, AcceptError> {
 
 /// `crs-secret` on the stored Secret (`kubectl get -o json`), written back with a full PUT: the
 /// hash it printed and the image it reverts to.
-async fn crs_secret(kube: &Kube, name: &str, image: &str) -> Result<(String, String), AcceptError> {
+async fn crs_secret(
+    kube: &Kube,
+    name: &str,
+    image: &str,
+    minor: crate::config::Minor,
+) -> Result<(String, String), AcceptError> {
     let stored = fetch(kube, name).await?;
-    let out = crs::rewrite_secret(&stored.to_string(), &rewrite_to(image))
+    let out = crs::rewrite_secret(&stored.to_string(), &rewrite_to(image, minor))
         .map_err(|e| bench_fault(e.0))?;
     let object: Value = serde_norway::from_str(&out.secret)
         .map_err(|e| bench_fault(format!("crs-secret output: {e}")))?;
@@ -447,7 +458,7 @@ async fn current(kube: &Kube, images: &Images, cloud_conf: &str) -> Result<Vec<S
                     .map(str::to_string)
                     .or_else(|| revert_to.clone())
                     .unwrap_or_else(|| images.upstream.clone());
-                let (hash, previous) = crs_secret(kube, &secret, &image).await?;
+                let (hash, previous) = crs_secret(kube, &secret, &image, images.minor).await?;
                 revert_to.get_or_insert(previous);
                 (image, hash)
             }
