@@ -131,7 +131,11 @@ pub async fn run(cli: &Cli, args: &BuildArgs) -> Result<u8, Error> {
     let minors = args.which.minors(&config);
     let today = time::OffsetDateTime::now_utc().date();
     for m in &minors {
-        if let Some(line) = report::past_end_of_life(*m, &config.minors[m], today) {
+        // An unknown minor is refused later, with the known ones named.
+        let Some(mc) = config.minors.get(m) else {
+            continue;
+        };
+        if let Some(line) = report::past_end_of_life(*m, mc, today) {
             note(cli.quiet, &format!("warning: {line}"));
         }
     }
