@@ -465,3 +465,32 @@ fn unreachable_registry_fails_without_recording() {
     );
     assert!(line.contains("unreachable"), "{line}");
 }
+
+/// `accept --output docs/acceptance.md` beside a reports file that is not one (here empty, as a
+/// shell redirect leaves it) is refused in one line naming that file before anything runs: no
+/// layout is read, no apiserver started, and the document is not touched.
+#[test]
+fn accept_refuses_an_unreadable_reports_file_before_it_runs() {
+    let f = fixture(&["linux/amd64"]);
+    let doc = f.path().join("acceptance.md");
+    std::fs::write(&doc, "# kept\n").unwrap();
+    std::fs::write(f.path().join("acceptance.json"), "").unwrap();
+    let o = occm_forge(f.path())
+        .args(["accept", "--k8s", "1.34", "--source"])
+        .arg(&f.upstream)
+        .arg("--layout")
+        .arg(f.path().join("no-layout"))
+        .arg("--output")
+        .arg(&doc)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "stderr: {}", stderr(&o));
+    assert_eq!(stdout(&o), "");
+    let line = error_line(&o);
+    assert!(
+        line.contains("acceptance.json: not the reports of an acceptance document"),
+        "{line}"
+    );
+    assert_eq!(stderr(&o).lines().count(), 1, "{}", stderr(&o));
+    assert_eq!(std::fs::read_to_string(&doc).unwrap(), "# kept\n");
+}

@@ -452,6 +452,34 @@ pub fn reports_path(document: &Path) -> PathBuf {
     document.with_extension("json")
 }
 
+/// The reports already recorded beside the acceptance document at `path` ([`reports_path`]);
+/// none when that file does not exist. `accept --output` calls it before it runs anything, so a
+/// document it could not update is refused before minutes of scenarios, not after.
+///
+/// Errors: [`crate::Error::Io`] naming the reports file that cannot be read or is not a JSON
+/// array of reports (an empty file included), or a document path ending in `.json`.
+pub fn recorded_reports(path: &Path) -> Result<Vec<AcceptReport>, crate::Error> {
+    let io =
+        |p: &Path, e: &dyn std::fmt::Display| crate::Error::Io(format!("{}: {e}", p.display()));
+    let json = reports_path(path);
+    if json == path {
+        return Err(io(
+            path,
+            &"the acceptance document is Markdown; its reports go beside it as .json",
+        ));
+    }
+    match std::fs::read(&json) {
+        Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| {
+            io(
+                &json,
+                &format_args!("not the reports of an acceptance document ({e})"),
+            )
+        }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+        Err(e) => Err(io(&json, &e)),
+    }
+}
+
 /// Writes the acceptance document at `path` (Markdown, [`document`]) and, beside it
 /// ([`reports_path`]), the reports behind it as a JSON array. The reports of `fresh` are stamped
 /// `now` (Unix seconds) and replace those of the same minors already recorded there; the other
@@ -469,19 +497,9 @@ pub fn write_document(
     let io =
         |p: &Path, e: &dyn std::fmt::Display| crate::Error::Io(format!("{}: {e}", p.display()));
     let json = reports_path(path);
-    if json == path {
-        return Err(io(
-            path,
-            &"the acceptance document is Markdown; its reports go beside it as .json",
-        ));
-    }
     let _lock = crate::digest_manifest::lock_run(path, true, &mut |_| {})
         .map_err(|e| crate::Error::Io(e.to_string()))?;
-    let mut all: Vec<AcceptReport> = match std::fs::read(&json) {
-        Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| io(&json, &e))?,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
-        Err(e) => return Err(io(&json, &e)),
-    };
+    let mut all = recorded_reports(path)?;
     for row in all.iter_mut().flat_map(|r| r.rows.iter_mut()) {
         row.title = row.scenario.title();
     }

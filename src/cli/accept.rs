@@ -76,6 +76,9 @@ pub async fn run(cli: &Cli, args: &AcceptArgs) -> Result<u8, Error> {
     if args.prepare {
         return prepare(args, &config, &minors, &cache, quiet).await;
     }
+    if let Some(path) = &args.output {
+        accept::report::recorded_reports(path)?;
+    }
     let tools = occm_forge::mcapi::Tools {
         python: args.mcapi_python.clone(),
         helm: args.helm.clone(),
@@ -102,16 +105,17 @@ pub async fn run(cli: &Cli, args: &AcceptArgs) -> Result<u8, Error> {
         })
         .await?
     };
-    if let Some(path) = &args.output {
-        let now = time::OffsetDateTime::now_utc().unix_timestamp();
-        accept::report::write_document(path, &reports, now)?;
-    }
     let text = match (args.json, reports.as_slice()) {
         (true, [one]) => serde_json::to_string(one).expect("report serialises"),
         (true, all) => serde_json::to_string(all).expect("reports serialise"),
         (false, all) => accept::render_markdown(all),
     };
+    // The result goes to stdout first: a document that cannot be written loses no run.
     print_stdout(&text)?;
+    if let Some(path) = &args.output {
+        let now = time::OffsetDateTime::now_utc().unix_timestamp();
+        accept::report::write_document(path, &reports, now)?;
+    }
     accept::require_accepted(&reports)?;
     Ok(0)
 }
