@@ -254,19 +254,46 @@ fn main_module_package(i: &SbomInput<'_>) -> SpdxPackage {
     SpdxPackage { id, json: p }
 }
 
-/// The Go standard library of the toolchain that built the binary.
+/// The Go standard library of the toolchain that built the binary, written as syft writes it
+/// (anchore/syft, `syft/pkg/cataloger/golang/stdlib_package.go`): versionInfo `go1.26.8`, the
+/// purl `pkg:golang/stdlib@1.26.8` (no `go` prefix: Trivy takes the purl's version and its Go
+/// comparer refuses `go1.26.8` as malformed, so it would find no stdlib vulnerability at all),
+/// and the CPE `cpe:2.3:a:golang:go:1.26.8:-:*:*:*:*:*:*` that Grype matches the standard
+/// library by.
 fn stdlib_package(i: &SbomInput<'_>) -> SpdxPackage {
     let go = i.build_info.go_version.trim_start_matches("go");
+    // `go1.26.8 X:nocoverageredesign` and the like: the version is the first word.
+    let go = go.split([' ', '-']).next().unwrap_or(go);
     let id = spdx_id("Package", "stdlib", go);
     let mut p = package(
         &id,
         "stdlib",
         &format!("go{go}"),
-        Some(format!("pkg:golang/stdlib@go{go}")),
+        Some(format!("pkg:golang/stdlib@{go}")),
         "LIBRARY",
     );
+    p["externalRefs"]
+        .as_array_mut()
+        .expect("the purl reference")
+        .push(json!({
+            "referenceCategory": "SECURITY",
+            "referenceType": "cpe23Type",
+            "referenceLocator": go_cpe(go),
+        }));
     p["supplier"] = json!(go_module_supplier("golang.org"));
     SpdxPackage { id, json: p }
+}
+
+/// The CPE 2.3 name of a Go release, as syft derives it (`generateStdlibCpe`): `1.26.8` →
+/// `cpe:2.3:a:golang:go:1.26.8:-:*:*:*:*:*:*`; a pre-release `1.27rc1` →
+/// `cpe:2.3:a:golang:go:1.27:rc1:*:*:*:*:*:*`.
+fn go_cpe(go: &str) -> String {
+    let split = go
+        .find(|c: char| c.is_ascii_alphabetic())
+        .unwrap_or(go.len());
+    let (version, candidate) = go.split_at(split);
+    let candidate = if candidate.is_empty() { "-" } else { candidate };
+    format!("cpe:2.3:a:golang:go:{version}:{candidate}:*:*:*:*:*:*")
 }
 
 /// Every module linked in, by SPDX ID (so in ID order, each once): the replacement where a
@@ -498,6 +525,15 @@ mod tests {
                 },
             ],
         }
+    }
+
+    #[test]
+    fn go_releases_get_the_cpe_syft_writes() {
+        assert_eq!(go_cpe("1.26.8"), "cpe:2.3:a:golang:go:1.26.8:-:*:*:*:*:*:*");
+        assert_eq!(
+            go_cpe("1.27rc1"),
+            "cpe:2.3:a:golang:go:1.27:rc1:*:*:*:*:*:*"
+        );
     }
 
     #[test]

@@ -21,7 +21,9 @@ use crate::util::{sha256_digest, short};
 ///   Go runs with `-mod=readonly` (provenance); every SBOM package has a supplier.
 /// - 3: the provenance records each platform's pinned Go environment
 ///   (`internalParameters.env`); images themselves are unchanged.
-pub const IMAGE_FORMAT: u32 = 3;
+/// - 4: the SBOM's standard library as syft writes it (purl `pkg:golang/stdlib@1.26.8` without
+///   the `go` prefix Trivy refused, and the CPE Grype matches); images themselves are unchanged.
+pub const IMAGE_FORMAT: u32 = 4;
 
 /// Platform → Go environment variable → value (`go::platforms_env`).
 pub type GoEnv = BTreeMap<String, BTreeMap<String, String>>;

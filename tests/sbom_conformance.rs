@@ -149,3 +149,61 @@ fn sbom_is_valid_spdx_and_meets_the_ntia_minimum_elements() {
         );
     }
 }
+
+/// `.tools/bin/sbom-scanners` (scripts/sbom-scanners, built by scripts/test): Trivy's and Grype's
+/// own SBOM decoders and Go version comparers.
+fn scanners() -> PathBuf {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(".tools/bin/sbom-scanners");
+    assert!(
+        path.is_file(),
+        "`sbom-scanners` is not installed in .tools/bin: run scripts/test, which builds it from scripts/sbom-scanners"
+    );
+    path
+}
+
+/// Each scanner's reading of `package` in `sbom` against the range `range`, by scanner name.
+fn scan(sbom: &Path, package: &str, range: &str) -> Vec<serde_json::Value> {
+    let o = Command::new(scanners())
+        .arg(sbom)
+        .args([package, range])
+        .output()
+        .unwrap();
+    let lines: Vec<serde_json::Value> = stdout(&o)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 2, "{}{}", stdout(&o), stderr(&o));
+    lines
+}
+
+/// Trivy and Grype, reading the SBOM of a real fixture build with their own code, find the Go
+/// standard library at the Go that built the binary, inside a vulnerable range that ends at the
+/// next patch release and outside one that ends at this one. Before the stdlib purl lost its `go`
+/// prefix, Trivy refused `go1.26.8` as malformed and so reported no stdlib vulnerability at all.
+#[test]
+fn trivy_and_grype_read_the_standard_library_at_the_go_that_built_it() {
+    let f = fixture(&["linux/amd64"]);
+    let out = f.path().join("out");
+    build(&f, &out);
+    let sbom = out.join("attestations/v1.34.1-occmforge.1/sbom.linux-amd64.spdx.json");
+    let go = local_go_version();
+    let (minor, patch) = go.rsplit_once('.').unwrap();
+    let next = format!("{minor}.{}", patch.parse::<u32>().unwrap() + 1);
+
+    for r in scan(&sbom, "stdlib", &format!("< {next}")) {
+        assert_eq!(r["error"], serde_json::Value::Null, "{r}");
+        assert_eq!(r["in_range"], true, "go{go} is before {next}: {r}");
+        let seen = r["version"].as_str().unwrap();
+        assert_eq!(seen.trim_start_matches(['v', 'g', 'o']), go, "{r}");
+    }
+    for r in scan(&sbom, "stdlib", &format!("< {go}")) {
+        assert_eq!(r["in_range"], false, "go{go} is not before itself: {r}");
+    }
+    // Grype matches the standard library by its CPE, too.
+    let grype = &scan(&sbom, "stdlib", &format!("< {next}"))[1];
+    assert_eq!(
+        grype["cpes"][0],
+        format!("cpe:2.3:a:golang:go:{go}:-:*:*:*:*:*:*"),
+        "{grype}"
+    );
+}
