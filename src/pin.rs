@@ -8,6 +8,7 @@ use std::path::Path;
 use toml_edit::{DocumentMut, Item, Table, Value};
 
 use crate::config::{self, Minor, STATIC_BASE};
+use crate::go::release::{self as go_release, GoRelease};
 use crate::reference::ImageRef;
 use crate::registry::Registry;
 use crate::util::write_file_atomically;
@@ -33,6 +34,35 @@ pub struct PinRequest<'a> {
     /// Set the minor's `end_of_life` (the Kubernetes release calendar's date); a new minor never
     /// inherits the date of the minor it is modelled on.
     pub end_of_life: Option<time::Date>,
+    /// Build the minor with another Go than its upstream tag's (after any tag move): a release,
+    /// or the newest one to stay current ([`GoChoice::Current`]). `None` keeps `go` as it is
+    /// (upstream's Go for a tag just pinned).
+    pub go: Option<GoChoice>,
+}
+
+/// Which Go `pin --go` sets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GoChoice {
+    /// This release; the proxy must serve it.
+    Release(GoRelease),
+    /// What `upstream check` proposes ([`crate::go::release::currency`]): the newest revision of
+    /// the minor's Go line, or on a line out of support the newest revision of the oldest
+    /// supported line.
+    Current,
+}
+
+impl std::str::FromStr for GoChoice {
+    type Err = String;
+
+    /// `current` or a Go release (`1.26.11`).
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if s == "current" {
+            return Ok(GoChoice::Current);
+        }
+        s.parse()
+            .map(GoChoice::Release)
+            .map_err(|e| format!("{e}, or `current`"))
+    }
 }
 
 /// What `pin` changed, and what it could not do.
@@ -132,6 +162,9 @@ pub async fn pin(req: &PinRequest<'_>, registry: &dyn Registry) -> Result<PinOut
         .expect("the minor's entry is a table");
     if let Some(tag) = req.tag {
         move_to_tag(&cfg, table, &key, req, tag, &mut out)?;
+    }
+    if let Some(choice) = req.go {
+        pin_go(table, &key, req, choice, &mut out)?;
     }
     set_end_of_life(table, &key, req, &mut out);
     pin_base(table, &key, registry, &mut out).await?;
@@ -328,6 +361,82 @@ fn move_to_tag(
     Ok(())
 }
 
+/// Sets the minor's `go` to `choice`, checked against the Go module proxy before anything is
+/// written, and starts a new downstream revision unless the upstream tag moved in this run (a new
+/// tag starts at 1): the tag of a build with another Go must not be one already recorded.
+///
+/// Errors: the minor's `go` is not a release; the proxy's list cannot be read (`current`); the
+/// proxy does not serve the release (its answer, e.g. 403, in the line).
+fn pin_go(
+    table: &mut Table,
+    key: &str,
+    req: &PinRequest<'_>,
+    choice: GoChoice,
+    out: &mut PinOutcome,
+) -> Result<(), Error> {
+    let config = req.config_path.display();
+    let go: GoRelease = table
+        .get("go")
+        .and_then(Item::as_str)
+        .ok_or_else(|| Error::Usage(format!("{config}: minors.\"{key}\" has no go")))?
+        .parse()
+        .map_err(|e| Error::Usage(format!("{config}: minors.\"{key}\".go: {e}")))?;
+    let proxy = |e: go_release::ReleaseError| Error::Usage(format!("pin --go: {e}"));
+    let target = match choice {
+        GoChoice::Release(r) => r,
+        GoChoice::Current => {
+            let served = go_release::served(req.cache_dir).map_err(proxy)?;
+            let c = go_release::served_proposal(req.cache_dir, go, &served).map_err(proxy)?;
+            for r in &c.refused {
+                out.warnings.push(format!(
+                    "{key}: the Go module proxy lists Go {r} but does not serve it; skipped"
+                ));
+            }
+            match c.proposal {
+                Some(p) => p,
+                None => {
+                    if !c.supported {
+                        out.warnings.push(format!(
+                            "{key}: Go {go} is out of support (supported: {}) and the proxy lists no newer supported line; `go` kept",
+                            c.supported_lines.join(", ")
+                        ));
+                    }
+                    return Ok(());
+                }
+            }
+        }
+    };
+    if target == go {
+        return Ok(());
+    }
+    go_release::check_served(req.cache_dir, target).map_err(proxy)?;
+    note(
+        out,
+        key,
+        "go",
+        set(table, "go", target.to_string()),
+        &target.to_string(),
+    );
+    let tag_moved = req.new_minor
+        || out
+            .changes
+            .iter()
+            .any(|c| c.starts_with(&format!("minors.\"{key}\".upstream_tag:")));
+    if !tag_moved {
+        let revision = table
+            .get("revision")
+            .and_then(Item::as_integer)
+            .unwrap_or(0);
+        if let Some(old) = set(table, "revision", revision + 1) {
+            out.changes.push(format!(
+                "minors.\"{key}\".revision: {old} → {}",
+                revision + 1
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Resolves the minor's own base reference to a digest through the registry; a failure is a
 /// warning and the reference is kept.
 async fn pin_base(
@@ -429,6 +538,7 @@ revision = 1
             cache_dir: dir.path(),
             allow_downgrade: false,
             end_of_life: None,
+            go: None,
         };
         let out = pin(&req, reg).await.unwrap();
         (out, std::fs::read_to_string(&path).unwrap())
@@ -454,6 +564,7 @@ revision = 1
                     cache_dir: &cache,
                     allow_downgrade,
                     end_of_life: None,
+                    go: None,
                 };
                 pin(&req, reg).await.unwrap_err().to_string()
             }

@@ -140,6 +140,9 @@ pub fn upstream(report: &UpstreamReport) -> String {
                 m.pinned, m.commit
             ));
         }
+        if let Some(g) = m.go.as_ref().filter(|g| g.proposal.is_some()) {
+            state.push_str(&go_behind(m.minor, g));
+        }
         if let (true, Some(d)) = (m.past_end_of_life, &m.end_of_life) {
             state.push_str(&format!(
                 "; past its end of life ({d}): still built; retiring it is explicit (README, \"Retiring a minor\")"
@@ -154,6 +157,28 @@ pub fn upstream(report: &UpstreamReport) -> String {
         ));
     }
     t
+}
+
+/// `upstream check`'s words on a minor whose Go has a proposal: a newer revision of its line,
+/// or a line out of support (with the supported lines and what `--go current` moves it to).
+fn go_behind(minor: crate::config::Minor, g: &crate::go::release::GoCurrency) -> String {
+    let proposal = g.proposal.expect("only called with a proposal");
+    if g.supported {
+        format!(
+            "; Go {proposal} is out (pinned {}): `occm-forge pin --k8s {minor} --go current`",
+            g.go
+        )
+    } else {
+        let newest = g
+            .newer_patch
+            .map(|n| format!("; {n} is the newest {}", n.line()))
+            .unwrap_or_default();
+        format!(
+            "; Go {} is out of support (Go supports {}{newest}): `occm-forge pin --k8s {minor} --go current` moves it to {proposal}",
+            g.go,
+            g.supported_lines.join(", ")
+        )
+    }
 }
 
 /// The one line `build` says about a minor past its end of life on `today`, `None` otherwise:

@@ -9,6 +9,7 @@
 use serde::Serialize;
 
 use crate::config::{Config, Minor};
+use crate::go::release::{GoCurrency, GoRelease};
 
 /// One tracked minor.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -31,6 +32,10 @@ pub struct MinorStatus {
     pub end_of_life: Option<String>,
     /// Whether that date lies before the day of the check (information: the minor still builds).
     pub past_end_of_life: bool,
+    /// Where the minor's Go stands among the Go releases the module proxy serves; absent when
+    /// the proxy's list could not be read or `go` is not a release.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub go: Option<GoCurrency>,
 }
 
 /// A minor upstream has released but images.toml does not track.
@@ -49,6 +54,9 @@ pub struct UpstreamReport {
     pub new: bool,
     /// Whether a pinned tag points at another commit than its pin (see `MinorStatus::moved_to`).
     pub moved: bool,
+    /// Whether a minor's Go has a newer revision of its line or is out of support (see
+    /// `MinorStatus::go`; `pin --k8s <minor> --go current` moves it).
+    pub go_behind: bool,
     /// Per tracked minor.
     pub minors: Vec<MinorStatus>,
     /// Newer minors not in images.toml.
@@ -66,8 +74,15 @@ pub fn release_version(tag: &str) -> Option<(u32, u32, u32)> {
     parts.next().is_none().then_some(v)
 }
 
-/// Compares the pins with the upstream tags (name, commit) on `today` (UTC; for the end of life).
-pub fn check(config: &Config, tags: &[(String, String)], today: time::Date) -> UpstreamReport {
+/// Compares the pins with the upstream tags (name, commit) on `today` (UTC; for the end of life),
+/// and each minor's Go with `go`: the minor's Go → where it stands (`go::release`; `None` when the
+/// proxy's releases could not be listed).
+pub fn check(
+    config: &Config,
+    tags: &[(String, String)],
+    go: Option<&dyn Fn(GoRelease) -> GoCurrency>,
+    today: time::Date,
+) -> UpstreamReport {
     let mut releases: Vec<((u32, u32, u32), &str)> = tags
         .iter()
         .filter_map(|(t, _)| release_version(t).map(|v| (v, t.as_str())))
@@ -100,6 +115,7 @@ pub fn check(config: &Config, tags: &[(String, String)], today: time::Date) -> U
             moved_to,
             end_of_life: m.end_of_life.map(|d| d.to_string()),
             past_end_of_life: m.past_end_of_life(today),
+            go: go.and_then(|judge| Some(judge(m.go.parse().ok()?))),
         });
     }
     let newest_tracked = config.minors.keys().max().copied();
@@ -119,6 +135,9 @@ pub fn check(config: &Config, tags: &[(String, String)], today: time::Date) -> U
     UpstreamReport {
         new,
         moved: minors.iter().any(|m| m.moved_to.is_some()),
+        go_behind: minors
+            .iter()
+            .any(|m| m.go.as_ref().is_some_and(|g| g.proposal.is_some())),
         minors,
         untracked,
     }
@@ -174,7 +193,7 @@ test_packages = ["./pkg/openstack/"]
             .map(|t| (t.to_string(), "0".repeat(40)))
             .collect();
         let today = time::macros::date!(2026 - 12 - 04);
-        let r = check(&cfg, &tags, today);
+        let r = check(&cfg, &tags, None, today);
         assert!(r.new);
         assert_eq!(
             r.minors[0].latest, "v1.34.10",
@@ -193,7 +212,8 @@ test_packages = ["./pkg/openstack/"]
             crate::report::upstream(&r)
         );
         assert!(
-            !check(&cfg, &tags, time::macros::date!(2026 - 10 - 27)).minors[0].past_end_of_life
+            !check(&cfg, &tags, None, time::macros::date!(2026 - 10 - 27)).minors[0]
+                .past_end_of_life
         );
         assert_eq!(
             r.untracked,
@@ -209,6 +229,7 @@ test_packages = ["./pkg/openstack/"]
                 pinned("v1.34.1", "63ec67a04b40fee4ff43fec11c3d31f2a90c9ad2"),
                 pinned("v1.35.0", "a031201ff26f3df433192b91df2be0e7d50acb70"),
             ],
+            None,
             today,
         );
         assert!(!r.new && !r.moved);
@@ -219,6 +240,7 @@ test_packages = ["./pkg/openstack/"]
                 pinned("v1.34.1", &"1".repeat(40)),
                 pinned("v1.35.0", "a031201ff26f3df433192b91df2be0e7d50acb70"),
             ],
+            None,
             today,
         );
         assert_eq!(
@@ -226,5 +248,60 @@ test_packages = ["./pkg/openstack/"]
             Some("1111111111111111111111111111111111111111")
         );
         assert!(r.moved && !r.new);
+    }
+
+    #[test]
+    fn names_each_minor_whose_go_is_behind() {
+        let cfg = crate::config::parse(
+            std::path::Path::new("/x/images.toml"),
+            r#"
+repository = "r.example/o/occm"
+[defaults]
+base = "static"
+platforms = ["linux/amd64"]
+patches = []
+test_packages = ["./pkg/openstack/"]
+[minors."1.34"]
+upstream_tag = "v1.34.1"
+commit = "63ec67a04b40fee4ff43fec11c3d31f2a90c9ad2"
+go = "1.25.1"
+revision = 1
+[minors."1.36"]
+upstream_tag = "v1.36.0"
+commit = "bae07f4939caf612e71c43a3a65eaa42cc2bfbae"
+go = "1.26.2"
+revision = 1
+[minors."1.37"]
+upstream_tag = "v1.37.0"
+commit = "a031201ff26f3df433192b91df2be0e7d50acb70"
+go = "1.27.4"
+revision = 1
+"#,
+        )
+        .unwrap();
+        let served: Vec<GoRelease> = [
+            "1.25.0", "1.25.1", "1.25.14", "1.26.0", "1.26.2", "1.26.11", "1.27.0", "1.27.4",
+        ]
+        .iter()
+        .map(|v| v.parse().unwrap())
+        .collect();
+        let today = time::macros::date!(2026 - 12 - 05);
+        let judge = |go| crate::go::release::currency(go, &served);
+        let r = check(&cfg, &[], Some(&judge), today);
+        assert!(r.go_behind && !r.new);
+        let text = crate::report::upstream(&r);
+        assert!(
+            text.contains("1.34  v1.34.1  up to date; Go 1.25.1 is out of support (Go supports 1.26, 1.27; 1.25.14 is the newest 1.25): `occm-forge pin --k8s 1.34 --go current` moves it to 1.26.11\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("1.36  v1.36.0  up to date; Go 1.26.11 is out (pinned 1.26.2): `occm-forge pin --k8s 1.36 --go current`\n"),
+            "{text}"
+        );
+        assert!(text.contains("1.37  v1.37.0  up to date\n"), "{text}");
+        // Without the proxy's list nothing is said of Go, and nothing is behind.
+        let r = check(&cfg, &[], None, today);
+        assert!(!r.go_behind);
+        assert!(r.minors.iter().all(|m| m.go.is_none()));
     }
 }

@@ -335,3 +335,113 @@ fn end_of_life_is_information_that_pin_sets_and_minors_supported_reads() {
         stderr(&o)
     );
 }
+
+/// A file-based Go module proxy (`GOPROXY=file://…`) whose golang.org/toolchain lists
+/// `listed` and serves (has the `.info` and `.mod` of) `served` only.
+fn toolchain_proxy(f: &Fixture, listed: &[String], served: &[String]) -> String {
+    let dir = f.path().join("goproxy/golang.org/toolchain/@v");
+    std::fs::create_dir_all(&dir).unwrap();
+    let version = |go: &str| format!("v0.0.1-go{go}.linux-amd64");
+    let list: String = listed.iter().map(|g| version(g) + "\n").collect();
+    std::fs::write(dir.join("list"), list).unwrap();
+    for go in served {
+        std::fs::write(
+            dir.join(format!("{}.info", version(go))),
+            format!(
+                "{{\"Version\":\"{}\",\"Time\":\"2026-11-02T20:36:21Z\"}}\n",
+                version(go)
+            ),
+        )
+        .unwrap();
+        std::fs::write(
+            dir.join(format!("{}.mod", version(go))),
+            "module golang.org/toolchain\n",
+        )
+        .unwrap();
+    }
+    format!("file://{}", f.path().join("goproxy").display())
+}
+
+/// `pin --go current` moves a minor to the newest revision of its Go line that the proxy serves
+/// and starts a new revision; `--go` with a release the proxy lists but refuses is one line
+/// naming it and the proxy's answer, before any Go work, with images.toml unchanged; `upstream
+/// check` names the minor whose Go is behind (exit 11).
+#[test]
+fn pin_go_current_takes_the_newest_patch_the_proxy_serves() {
+    let f = fixture(&["linux/amd64"]);
+    let go = local_go_version();
+    let (line, patch) = go.rsplit_once('.').unwrap();
+    let patch: u32 = patch.parse().unwrap();
+    let (major, minor) = line.split_once('.').unwrap();
+    let next_line = format!("{major}.{}.0", minor.parse::<u32>().unwrap() + 1);
+    let newer = format!("{line}.{}", patch + 3);
+    let refused = format!("{line}.{}", patch + 4);
+    let listed = [
+        format!("{line}.0"),
+        go.clone(),
+        newer.clone(),
+        refused.clone(),
+        next_line,
+    ];
+    let served: Vec<String> = listed.iter().filter(|g| **g != refused).cloned().collect();
+    let proxy = toolchain_proxy(&f, &listed, &served);
+    let run = |args: &[&str]| {
+        occm_forge(f.path())
+            .args(args)
+            .arg("--source")
+            .arg(&f.upstream)
+            .env("GOPROXY", &proxy)
+            // The stand-in proxy's go.mod files are not in the checksum database.
+            .env("GOSUMDB", "off")
+            .output()
+            .unwrap()
+    };
+
+    let o = run(&["upstream", "check", "--json"]);
+    assert_eq!(o.status.code(), Some(11), "{}", stderr(&o));
+    let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(report["go_behind"], true, "{report}");
+    let m134 = report["minors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["minor"] == "1.34")
+        .unwrap();
+    // The newest listed release is refused: listing is not serving, so the proposal is the
+    // newest one served, and the refused one is named.
+    assert_eq!(m134["go"]["proposal"], newer.as_str(), "{m134}");
+    assert_eq!(m134["go"]["refused"][0], refused.as_str(), "{m134}");
+
+    let before = std::fs::read(&f.config).unwrap();
+    let o = run(&["pin", "--k8s", "1.34", "--go", &refused]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(
+        err.starts_with(&format!(
+            "occm-forge: error: pin --go: the Go module proxy does not serve Go {refused} (golang.org/toolchain@v0.0.1-go{refused}.linux-amd64): go: golang.org/toolchain@v0.0.1-go{refused}.linux-amd64: reading file://"
+        )),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert_eq!(
+        std::fs::read(&f.config).unwrap(),
+        before,
+        "images.toml changed"
+    );
+
+    let o = run(&["pin", "--k8s", "1.34", "--go", "current"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains(&format!(
+            "the Go module proxy lists Go {refused} but does not serve it; skipped"
+        )),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(
+        stdout(&o),
+        format!("minors.\"1.34\".go: \"{go}\" → \"{newer}\"\nminors.\"1.34\".revision: 1 → 2\n")
+    );
+    let cfg = std::fs::read_to_string(&f.config).unwrap();
+    assert!(cfg.contains(&format!("go = \"{newer}\"")), "{cfg}");
+}

@@ -461,6 +461,8 @@ fn build_fans_out_per_minor_without_racing() {
         "11)",
         "pin --k8s",
         "pin --new-minor",
+        ".go_behind == true",
+        "--go current",
     ] {
         assert!(
             watch.contains(needle),

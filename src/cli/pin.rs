@@ -27,6 +27,12 @@ pub struct PinArgs {
     /// information for `minors --supported`, `upstream check` and `build`, never a reason to stop.
     #[arg(long, value_name = "DATE", value_parser = parse_date)]
     end_of_life: Option<time::Date>,
+    /// Build the minor with this Go instead of its upstream tag's: a release the Go module proxy
+    /// serves (`1.26.11`), or `current`: the newest revision of its Go line, or, on a line out of
+    /// support, of the oldest supported line (what `upstream check` proposes). Starts a new
+    /// revision. README, "Go versions".
+    #[arg(long, value_name = "VERSION|current")]
+    go: Option<pin::GoChoice>,
     #[command(flatten)]
     inputs: Inputs,
     #[command(flatten)]
@@ -52,6 +58,7 @@ pub async fn run(cli: &Cli, args: &PinArgs) -> Result<u8, Error> {
         cache_dir: &cache,
         allow_downgrade: args.allow_downgrade,
         end_of_life: args.end_of_life,
+        go: args.go,
     };
     let outcome = pin::pin(&req, &registry).await?;
     for w in &outcome.warnings {

@@ -1,15 +1,17 @@
 //! `occm-forge upstream check`.
 
 use clap::{Args, Subcommand};
-use occm_forge::{Error, report, source, upstream};
+use occm_forge::{Error, go, report, source, upstream};
 
 use super::output::{note, print_stdout, warn};
 use super::{Cli, Inputs};
 
 #[derive(Subcommand)]
 pub enum UpstreamCommand {
-    /// Newer patch tags per tracked minor, and newer minors not tracked yet. Exit status: 0 nothing
-    /// new, 11 something new, 13 a pinned tag moved upstream (whatever else is new).
+    /// Newer patch tags per tracked minor, newer minors not tracked yet, and minors whose Go has a
+    /// newer revision or is out of support (the Go module proxy's golang.org/toolchain). Exit
+    /// status: 0 nothing new, 11 something new, 13 a pinned tag moved upstream (whatever else is
+    /// new).
     Check(UpstreamArgs),
 }
 
@@ -30,7 +32,29 @@ pub fn run(cli: &Cli, cmd: &UpstreamCommand) -> Result<u8, Error> {
     let url = config.fetch_url(args.inputs.source.as_deref());
     let tags = tokio::task::block_in_place(|| source::list_tags(&url))?;
     let today = time::OffsetDateTime::now_utc().date();
-    let report = upstream::check(&config, &tags, today);
+    let cache = cli.cache_dir();
+    let go_served = match go::release::served(&cache) {
+        Ok(served) => Some(served),
+        Err(e) => {
+            warn(&format!(
+                "Go versions not checked: cannot list the Go releases ({e})"
+            ));
+            None
+        }
+    };
+    // Each minor's proposal checked against what the proxy serves; a proxy that stops
+    // answering part-way leaves the rest as listed.
+    let judge = |g: go::release::GoRelease| {
+        let served = go_served.as_deref().unwrap_or_default();
+        go::release::served_proposal(&cache, g, served)
+            .unwrap_or_else(|_| go::release::currency(g, served))
+    };
+    let report = upstream::check(
+        &config,
+        &tags,
+        go_served.is_some().then_some(&judge as &dyn Fn(_) -> _),
+        today,
+    );
     let text = if args.json {
         serde_json::to_string(&report).expect("report serialises")
     } else {
@@ -49,9 +73,15 @@ pub fn run(cli: &Cli, cmd: &UpstreamCommand) -> Result<u8, Error> {
     if report.new {
         note(cli.quiet, "upstream has new releases");
     }
+    if report.go_behind {
+        note(
+            cli.quiet,
+            "Go has newer releases than some minors are built with",
+        );
+    }
     Ok(if report.moved {
         13
-    } else if report.new {
+    } else if report.new || report.go_behind {
         11
     } else {
         0

@@ -1,0 +1,359 @@
+//! Go releases: which toolchains the Go module proxy serves, and which Go a minor should be built
+//! with to stay current.
+//!
+//! The go command takes a toolchain other than its own from the module proxy as the module
+//! `golang.org/toolchain` at `v0.0.1-go<version>.<goos>-<goarch>` (Go 1.21+, "Go Toolchains",
+//! go.dev/doc/toolchain), so the proxy's version list of that module is the list of Go releases
+//! a build here can use. Go's release policy (go.dev/doc/devel/release): each major release
+//! (1.26, 1.27, …) is supported until two newer major releases exist, and a minor revision of
+//! the same line (1.26.8 → 1.26.11) carries the security fixes; Kubernetes rebuilds its supported
+//! releases with them.
+
+use std::fmt;
+use std::path::Path;
+use std::process::Command;
+use std::str::FromStr;
+
+use serde::{Serialize, Serializer};
+
+/// The module the go command takes toolchains from.
+pub const TOOLCHAIN_MODULE: &str = "golang.org/toolchain";
+
+/// A Go release `1.26.8`: the Go line (`1.26`) and its minor revision. Pre-releases (`1.27rc1`)
+/// are not releases here. `1.20` (a line's first release before Go 1.21) reads as `1.20.0`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct GoRelease {
+    /// 1.
+    pub major: u32,
+    /// The Go line, 26 in `1.26.8`.
+    pub minor: u32,
+    /// The minor revision, 8 in `1.26.8`.
+    pub patch: u32,
+}
+
+impl GoRelease {
+    /// Whether `other` is a release of the same Go line (`1.26.x`).
+    pub fn same_line(self, other: GoRelease) -> bool {
+        (self.major, self.minor) == (other.major, other.minor)
+    }
+
+    /// The line, `1.26`.
+    pub fn line(self) -> String {
+        format!("{}.{}", self.major, self.minor)
+    }
+}
+
+impl FromStr for GoRelease {
+    type Err = String;
+
+    /// `1.26.8`, `go1.26.8` or `1.20`; anything else (`1.27rc1`, `1.26.x`) is refused.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let bad = || format!("`{s}` is not a Go release such as 1.26.8");
+        let v = s.strip_prefix("go").unwrap_or(s);
+        let mut parts = v.split('.');
+        let num = |p: Option<&str>| -> Result<u32, String> {
+            let p = p.ok_or_else(bad)?;
+            if p.is_empty() || !p.bytes().all(|b| b.is_ascii_digit()) {
+                return Err(bad());
+            }
+            p.parse().map_err(|_| bad())
+        };
+        let major = num(parts.next())?;
+        let minor = num(parts.next())?;
+        let patch = match parts.next() {
+            None => 0,
+            p => num(p)?,
+        };
+        if parts.next().is_some() {
+            return Err(bad());
+        }
+        Ok(GoRelease {
+            major,
+            minor,
+            patch,
+        })
+    }
+}
+
+impl fmt::Display for GoRelease {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}.{}", self.major, self.minor, self.patch)
+    }
+}
+
+impl Serialize for GoRelease {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+/// A Go release as one of [`TOOLCHAIN_MODULE`]'s versions: `v0.0.1-go1.26.8.linux-amd64` →
+/// `1.26.8`; pre-releases and other version shapes → `None`.
+pub fn from_toolchain_version(version: &str) -> Option<GoRelease> {
+    let (go, _platform) = version.strip_prefix("v0.0.1-go")?.rsplit_once('.')?;
+    go.parse().ok()
+}
+
+/// Where a minor's Go stands among the releases the proxy serves.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct GoCurrency {
+    /// The Go images.toml builds the minor with.
+    pub go: GoRelease,
+    /// The newest minor revision of the same Go line the proxy serves, when newer than `go`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub newer_patch: Option<GoRelease>,
+    /// Whether `go`'s line is one of the two newest Go lines (Go's release policy).
+    pub supported: bool,
+    /// The supported Go lines, oldest first (`["1.26", "1.27"]`).
+    pub supported_lines: Vec<String>,
+    /// What to build with instead, when anything: `newer_patch` on a supported line; on a line
+    /// out of support, the newest revision of the oldest supported line (the smallest step that
+    /// is supported; the build's tests decide whether upstream's code takes it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub proposal: Option<GoRelease>,
+    /// Newer releases the proxy lists but refuses to serve (skipped by [`served_proposal`]).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub refused: Vec<GoRelease>,
+}
+
+/// Where `go` stands among `served` (any order; duplicates allowed). With nothing served, `go`
+/// is taken as current and supported (nothing to compare with).
+pub fn currency(go: GoRelease, served: &[GoRelease]) -> GoCurrency {
+    // A line counts once its first release (`.0`) is out.
+    let mut lines: Vec<(u32, u32)> = served
+        .iter()
+        .filter(|r| r.patch == 0)
+        .map(|r| (r.major, r.minor))
+        .collect();
+    lines.sort();
+    lines.dedup();
+    let supported_lines: Vec<(u32, u32)> = lines.iter().rev().take(2).rev().copied().collect();
+    let newest_of = |line: (u32, u32)| {
+        served
+            .iter()
+            .filter(|r| (r.major, r.minor) == line)
+            .max()
+            .copied()
+    };
+    let newer_patch = newest_of((go.major, go.minor)).filter(|n| *n > go);
+    let supported = supported_lines.is_empty() || supported_lines.contains(&(go.major, go.minor));
+    let proposal = if supported {
+        newer_patch
+    } else {
+        supported_lines
+            .iter()
+            .copied()
+            .filter(|l| *l > (go.major, go.minor))
+            .find_map(newest_of)
+    };
+    GoCurrency {
+        go,
+        newer_patch,
+        supported,
+        supported_lines: supported_lines
+            .iter()
+            .map(|(a, b)| format!("{a}.{b}"))
+            .collect(),
+        proposal,
+        refused: Vec::new(),
+    }
+}
+
+/// [`currency`] whose proposal the proxy serves: a proposed release the proxy lists but refuses
+/// ([`check_served`]) is skipped, recorded in `refused`, and the next one proposed, so neither
+/// `upstream check` nor `pin --go current` proposes what no build can download.
+///
+/// Errors: [`ReleaseError::Proxy`] when the proxy cannot be asked at all.
+pub fn served_proposal(
+    cache_dir: &Path,
+    go: GoRelease,
+    served: &[GoRelease],
+) -> Result<GoCurrency, ReleaseError> {
+    let mut served = served.to_vec();
+    let mut refused = Vec::new();
+    loop {
+        let mut c = currency(go, &served);
+        let Some(p) = c.proposal else {
+            c.refused = refused;
+            return Ok(c);
+        };
+        match check_served(cache_dir, p) {
+            Ok(()) => {
+                c.refused = refused;
+                return Ok(c);
+            }
+            Err(ReleaseError::NotServed { .. }) => {
+                refused.push(p);
+                served.retain(|r| *r != p);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Why the proxy's Go releases could not be read or a release is not served.
+#[derive(Debug, thiserror::Error)]
+pub enum ReleaseError {
+    /// The go command failed or the proxy refused; the go command's one line.
+    #[error("the Go module proxy: {0}")]
+    Proxy(String),
+    /// The proxy does not serve this release (e.g. 403: refused for good).
+    #[error(
+        "the Go module proxy does not serve Go {release} ({TOOLCHAIN_MODULE}@{version}): {answer}"
+    )]
+    NotServed {
+        /// The release asked for.
+        release: GoRelease,
+        /// The module version asked for.
+        version: String,
+        /// The proxy's answer, as the go command reports it.
+        answer: String,
+    },
+}
+
+/// A go command for the proxy, run from `cache_dir/go` outside any module, with the caches under
+/// `cache_dir/go` and the caller's proxy settings (`GOPROXY`, `GONOSUMDB`, …, inherited).
+fn go_list(cache_dir: &Path) -> Command {
+    let dir = cache_dir.join("go");
+    let _ = std::fs::create_dir_all(&dir);
+    let mut cmd = Command::new("go");
+    cmd.current_dir(&dir)
+        .env("GOTOOLCHAIN", "local")
+        .env("GOFLAGS", "-mod=mod")
+        .env("GO111MODULE", "on")
+        .env("GOMODCACHE", dir.join("mod"))
+        .env("GOCACHE", dir.join("build"))
+        .args(["list", "-m"]);
+    cmd
+}
+
+fn last_line(bytes: &[u8]) -> String {
+    let text = String::from_utf8_lossy(bytes);
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .find(|l| l.starts_with("go: "))
+        .or_else(|| text.lines().map(str::trim).rfind(|l| !l.is_empty()))
+        .unwrap_or("no output")
+        .to_string()
+}
+
+/// The Go releases the module proxy lists (`go list -m -versions golang.org/toolchain`: its
+/// linux-amd64 toolchains, every release has one), newest last. Listing is not serving: a
+/// proxy may list a version and refuse it (see [`check_served`]).
+///
+/// Errors: [`ReleaseError::Proxy`] with the go command's line (no proxy, `GOPROXY=off`, …).
+pub fn served(cache_dir: &Path) -> Result<Vec<GoRelease>, ReleaseError> {
+    let out = go_list(cache_dir)
+        .args(["-versions", TOOLCHAIN_MODULE])
+        .output()
+        .map_err(|e| ReleaseError::Proxy(format!("go: {e}")))?;
+    if !out.status.success() {
+        return Err(ReleaseError::Proxy(last_line(&out.stderr)));
+    }
+    let mut releases: Vec<GoRelease> = String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .filter(|v| v.ends_with(".linux-amd64"))
+        .filter_map(from_toolchain_version)
+        .collect();
+    releases.sort();
+    releases.dedup();
+    Ok(releases)
+}
+
+/// Checks that the proxy serves Go `release` for linux-amd64 (its `.info`, as the go command
+/// asks before a download), before any Go work depends on it.
+///
+/// Errors: [`ReleaseError::NotServed`] with the proxy's answer (`403 Forbidden` is final).
+pub fn check_served(cache_dir: &Path, release: GoRelease) -> Result<(), ReleaseError> {
+    let version = format!("v0.0.1-go{release}.linux-amd64");
+    let out = go_list(cache_dir)
+        .arg(format!("{TOOLCHAIN_MODULE}@{version}"))
+        .output()
+        .map_err(|e| ReleaseError::Proxy(format!("go: {e}")))?;
+    if out.status.success() {
+        return Ok(());
+    }
+    Err(ReleaseError::NotServed {
+        release,
+        version,
+        answer: last_line(&out.stderr),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn r(s: &str) -> GoRelease {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn releases_parse_and_order() {
+        assert_eq!(r("1.26.8").to_string(), "1.26.8");
+        assert_eq!(r("go1.26.11"), r("1.26.11"));
+        assert_eq!(r("1.20").to_string(), "1.20.0");
+        assert!(r("1.26.11") > r("1.26.8"));
+        assert!(r("1.27.0") > r("1.26.11"));
+        for bad in ["1.27rc1", "1.26.x", "1", "", "1.26.8.1", "v1.26.8"] {
+            assert!(bad.parse::<GoRelease>().is_err(), "{bad}");
+        }
+        assert_eq!(
+            from_toolchain_version("v0.0.1-go1.26.11.linux-amd64"),
+            Some(r("1.26.11"))
+        );
+        assert_eq!(
+            from_toolchain_version("v0.0.1-go1.20.linux-amd64"),
+            Some(r("1.20.0"))
+        );
+        assert_eq!(from_toolchain_version("v0.0.1-go1.26rc1.linux-amd64"), None);
+        assert_eq!(
+            from_toolchain_version("v0.0.1-go1.18beta1.linux-amd64"),
+            None
+        );
+    }
+
+    fn served_today() -> Vec<GoRelease> {
+        // What proxy.golang.org listed on 2026-12-05 (a selection).
+        [
+            "1.22.2", "1.22.12", "1.25.0", "1.25.1", "1.25.5", "1.25.14", "1.26.0", "1.26.2",
+            "1.26.8", "1.26.11", "1.27.0", "1.27.4",
+        ]
+        .iter()
+        .map(|s| r(s))
+        .collect()
+    }
+
+    #[test]
+    fn a_supported_line_moves_to_its_newest_patch() {
+        let c = currency(r("1.26.2"), &served_today());
+        assert!(c.supported);
+        assert_eq!(c.supported_lines, ["1.26", "1.27"]);
+        assert_eq!(c.newer_patch, Some(r("1.26.11")));
+        assert_eq!(c.proposal, Some(r("1.26.11")));
+        let current = currency(r("1.26.11"), &served_today());
+        assert_eq!((current.newer_patch, current.proposal), (None, None));
+    }
+
+    #[test]
+    fn a_line_out_of_support_moves_to_the_oldest_supported_line() {
+        let c = currency(r("1.25.5"), &served_today());
+        assert!(!c.supported);
+        assert_eq!(c.newer_patch, Some(r("1.25.14")));
+        assert_eq!(c.proposal, Some(r("1.26.11")));
+        let c = currency(r("1.22.2"), &served_today());
+        assert_eq!(c.proposal, Some(r("1.26.11")));
+        // A line whose .0 is not served does not count; one newer than every served line (a pin
+        // ahead of the proxy) is left alone.
+        let c = currency(r("1.26.2"), &[r("1.26.0"), r("1.26.2"), r("1.27.1")]);
+        assert_eq!(c.supported_lines, ["1.26"]);
+        let c = currency(r("1.28.0"), &served_today());
+        assert!(!c.supported);
+        assert_eq!(c.proposal, None);
+        // Nothing served: nothing to say.
+        let c = currency(r("1.25.1"), &[]);
+        assert!(c.supported);
+        assert_eq!(c.proposal, None);
+    }
+}
