@@ -428,6 +428,9 @@ pub struct ProvenanceInput<'a> {
     pub go_env: &'a BTreeMap<String, BTreeMap<String, String>>,
     /// `-ldflags` used.
     pub ldflags: &'a str,
+    /// images.toml `go_overrides` (module path → version), recorded as
+    /// `externalParameters.goOverrides` when there are any.
+    pub go_overrides: &'a BTreeMap<String, String>,
     /// Base reference as configured and its digest (`None` for static).
     pub base: (&'a str, Option<&'a str>),
     /// The epoch used inside the image.
@@ -461,6 +464,19 @@ pub fn slsa_provenance(i: &ProvenanceInput<'_>) -> Vec<u8> {
         json!({"name": format!("{}:{} {p}", i.repository, i.tag), "digest": {"sha256": d.trim_start_matches("sha256:")}})
     }))
     .collect();
+    let mut external = json!({
+        "minor": i.minor,
+        "upstream": {"url": i.upstream_url, "tag": i.upstream_tag},
+        "patches": i.patches.iter().map(|p| p.name).collect::<Vec<_>>(),
+        "patchSeriesSha256": i.series_sha256,
+        "platforms": i.platforms,
+        "repository": i.repository,
+        "tag": i.tag,
+        "base": i.base.0,
+    });
+    if !i.go_overrides.is_empty() {
+        external["goOverrides"] = json!(i.go_overrides);
+    }
     let statement = json!({
         "_type": "https://in-toto.io/Statement/v1",
         "subject": subjects,
@@ -468,16 +484,7 @@ pub fn slsa_provenance(i: &ProvenanceInput<'_>) -> Vec<u8> {
         "predicate": {
             "buildDefinition": {
                 "buildType": BUILD_TYPE,
-                "externalParameters": {
-                    "minor": i.minor,
-                    "upstream": {"url": i.upstream_url, "tag": i.upstream_tag},
-                    "patches": i.patches.iter().map(|p| p.name).collect::<Vec<_>>(),
-                    "patchSeriesSha256": i.series_sha256,
-                    "platforms": i.platforms,
-                    "repository": i.repository,
-                    "tag": i.tag,
-                    "base": i.base.0,
-                },
+                "externalParameters": external,
                 "internalParameters": {
                     "goVersion": i.go_version,
                     "env": i.go_env,

@@ -108,6 +108,11 @@ pub struct BuildInputs {
     pub test_packages: Vec<String>,
     /// Tests that had to run and pass, sorted.
     pub required_tests: Vec<String>,
+    /// Module requirements set in upstream's go.mod after the series (images.toml
+    /// `go_overrides`), module path → version; absent when there are none (so the fingerprints
+    /// of entries without overrides are what they were).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub go_overrides: BTreeMap<String, String>,
 }
 
 /// One input of [`BuildInputs::named`].
@@ -175,6 +180,19 @@ impl BuildInputs {
             named("SOURCE_DATE_EPOCH", epoch, false),
             named("test packages", list(&self.test_packages), false),
             named("required tests", list(&self.required_tests), false),
+            named(
+                "Go module overrides",
+                if self.go_overrides.is_empty() {
+                    "none".to_string()
+                } else {
+                    self.go_overrides
+                        .iter()
+                        .map(|(m, v)| format!("{m}@{v}"))
+                        .collect::<Vec<_>>()
+                        .join(",")
+                },
+                true,
+            ),
         ]
     }
 
@@ -287,6 +305,25 @@ mod tests {
         assert!(e.contains("`GOFIPS140` is not KEY=VALUE"), "{e}");
     }
 
+    #[test]
+    fn go_overrides_bind_the_tag_and_leave_entries_without_them_alone() {
+        let a = inputs();
+        let yaml = serde_norway::to_string(&a).unwrap();
+        assert!(!yaml.contains("go_overrides"), "{yaml}");
+        let mut b = a.clone();
+        b.go_overrides
+            .insert("k8s.io/kubernetes".into(), "v1.31.14".into());
+        let b = b.sealed();
+        assert_ne!(a.fingerprint, b.fingerprint);
+        assert_eq!(
+            b.tag_changes_since(&a),
+            ["Go module overrides none → k8s.io/kubernetes@v1.31.14"]
+        );
+        let back: BuildInputs =
+            serde_norway::from_str(&serde_norway::to_string(&b).unwrap()).unwrap();
+        assert_eq!(back.compute(), b.fingerprint);
+    }
+
     fn inputs() -> BuildInputs {
         BuildInputs {
             fingerprint: String::new(),
@@ -307,6 +344,7 @@ mod tests {
             source_date_epoch: None,
             test_packages: vec!["./pkg/...".into()],
             required_tests: vec!["TestB".into(), "TestA".into()],
+            go_overrides: BTreeMap::new(),
         }
         .sealed()
     }
@@ -324,6 +362,7 @@ mod tests {
         // The one list names every recorded field but the fingerprint.
         let full = BuildInputs {
             source_date_epoch: Some(0),
+            go_overrides: BTreeMap::from([("k8s.io/kubernetes".into(), "v1.31.14".into())]),
             ..a.clone()
         };
         let fields = serde_json::to_value(&full)
@@ -396,7 +435,7 @@ mod tests {
                     image_format: 1,
                     ..a.clone()
                 },
-                "image format 3 → 1",
+                "image format 4 → 1",
             ),
             (
                 BuildInputs {

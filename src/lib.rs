@@ -73,6 +73,10 @@ pub enum Error {
     /// A patch does not apply.
     #[error("patches: {0}")]
     Patch(#[from] patches::PatchError),
+    /// images.toml `go_overrides` cannot be applied (the message starts with `go_overrides:`
+    /// and names the module and version).
+    #[error("overrides: {0}")]
+    Overrides(#[from] go::overrides::OverrideError),
     /// Go tests failed or required tests did not pass.
     #[error("test: {0}")]
     Test(#[from] go::test::TestError),
@@ -174,7 +178,7 @@ impl Error {
             | Error::Sign(_) => 2,
             Error::Copy(e) => e.exit_code(),
             Error::Source(_) => 3,
-            Error::Patch(_) => 4,
+            Error::Patch(_) | Error::Overrides(_) => 4,
             Error::Test(go::test::TestError::Toolchain { .. }) => 6,
             Error::Test(go::test::TestError::ModuleGraph { .. }) => 4,
             Error::Test(_) | Error::Proof(_) => 5,

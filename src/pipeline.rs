@@ -168,6 +168,7 @@ async fn steps(
     let (scratch, tree_dir, tree_lock) = workspace(plan)?;
     let (tree, applied) = patched_tree(plan, &mut run, &tree_dir, tree_lock.is_some()).await?;
     let epoch = plan.source_date_epoch.unwrap_or(tree.commit_time);
+    overridden(plan, &mut run, &tree.path).await?;
     run.run(stages::TestStage {
         dir: &tree.path,
         toolchain: &plan.toolchain,
@@ -308,6 +309,26 @@ async fn patched_tree(
         crate::worktree::remember(&tree, &plan.series_sha256, &applied);
     }
     Ok((tree, applied))
+}
+
+/// The overrides stage, for a minor with `go_overrides` (none runs otherwise). The work tree
+/// it changes is not reused by the next build (its go.mod no longer matches the kept state).
+pub(crate) async fn overridden(
+    plan: &BuildPlan,
+    run: &mut Runner<'_>,
+    dir: &Path,
+) -> Result<Vec<crate::go::overrides::MovedRequirement>, Error> {
+    if plan.go_overrides.is_empty() {
+        return Ok(Vec::new());
+    }
+    run.run(stages::OverridesStage {
+        dir,
+        upstream_tag: &plan.upstream_tag,
+        toolchain: &plan.toolchain,
+        overrides: &plan.go_overrides,
+        packages: &plan.test_packages,
+    })
+    .await
 }
 
 /// Where a build works: its scratch directory (binaries; removed when dropped) and its work tree

@@ -17,6 +17,7 @@
 //! | registry timeouts | `--registry-timeout`, `--registry-operation-timeout` | `OCCM_FORGE_REGISTRY_TIMEOUT`, `OCCM_FORGE_REGISTRY_OPERATION_TIMEOUT` | — | 30 s, 120 s |
 //! | proxies | — | `HTTPS_PROXY`, `HTTP_PROXY`, `NO_PROXY` (Go's rules) | — | none |
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use crate::Error;
@@ -170,6 +171,8 @@ pub struct BuildPlan {
     pub test_packages: Vec<String>,
     /// Tests that must run and pass (required tests plus fix guards).
     pub required_tests: Vec<String>,
+    /// Module requirements set in go.mod after the series (images.toml `go_overrides`).
+    pub go_overrides: BTreeMap<String, String>,
     /// The image tag.
     pub tag: String,
     /// The target repository as configured.
@@ -258,6 +261,7 @@ impl BuildPlan {
             series_sha256,
             test_packages: m.test_packages.clone(),
             required_tests: config.required_tests(m),
+            go_overrides: m.go_overrides.clone(),
             tag,
             repository,
             repository_name,
@@ -336,6 +340,7 @@ impl BuildPlan {
             source_date_epoch: self.source_date_epoch,
             test_packages: self.test_packages.clone(),
             required_tests: self.required_tests.clone(),
+            go_overrides: self.go_overrides.clone(),
         }
         .sealed()
     }

@@ -275,6 +275,7 @@ fn provenance_bytes() {
         go_version: "1.25.1",
         go_env: &occm_forge::go::platforms_env(&self::platforms()),
         ldflags: &ldflags,
+        go_overrides: &BTreeMap::new(),
         base: ("static", None),
         epoch: EPOCH,
     };
@@ -343,8 +344,9 @@ fn digest_manifest_bytes() {
 }
 
 /// Every minor of the project's images.toml as the build sees it: upstream tag, commit, Go,
-/// base, platforms, revision, the rendered tag, the patch series, the test packages and the
-/// required tests (guards included; as a sorted set: their order carries no meaning).
+/// base, platforms, revision, the rendered tag, the patch series, the test packages, the
+/// required tests (guards included; as a sorted set: their order carries no meaning) and the Go
+/// module overrides.
 #[test]
 fn resolved_project_config() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -378,6 +380,14 @@ fn resolved_project_config() {
             m.test_packages.join(" "),
             required.join(" "),
         ));
+        if !m.go_overrides.is_empty() {
+            let overrides: Vec<String> = m
+                .go_overrides
+                .iter()
+                .map(|(module, v)| format!("{module}@{v}"))
+                .collect();
+            out.push_str(&format!("  go_overrides: {}\n", overrides.join(" ")));
+        }
     }
     assert_eq!(out, include_str!("golden/resolved-config.txt"));
 }

@@ -343,6 +343,8 @@ pub struct ControlRequest<'a> {
     pub cache_dir: &'a Path,
     /// The platform to build for (the host's).
     pub platform: &'a Platform,
+    /// images.toml `go_overrides`, set in the control's go.mod as in ours.
+    pub go_overrides: &'a std::collections::BTreeMap<String, String>,
 }
 
 /// The control binary and the upstream go.mod it was built from.
@@ -364,8 +366,19 @@ pub struct Control {
 /// Errors: source errors as in `build`; [`AcceptError::NotVerified`] when the Go module proxy
 /// refuses a module; [`AcceptError::Build`] for other build failures.
 pub fn build_control(req: &ControlRequest<'_>) -> Result<Control, crate::Error> {
+    // Overrides make another control: their digest is part of the cache key.
+    let overridden = if req.go_overrides.is_empty() {
+        String::new()
+    } else {
+        let text = serde_json::to_vec(req.go_overrides).expect("overrides serialise");
+        let digest = crate::util::sha256_digest(&text);
+        format!(
+            "-overrides{}",
+            &digest["sha256:".len().."sha256:".len() + 12]
+        )
+    };
     let dir = req.cache_dir.join("accept").join("control").join(format!(
-        "{}-{}-go{}-{}-{}",
+        "{}-{}-go{}-{}-{}{overridden}",
         req.upstream_tag,
         &req.commit[..12.min(req.commit.len())],
         req.toolchain.version,
@@ -394,6 +407,15 @@ pub fn build_control(req: &ControlRequest<'_>) -> Result<Control, crate::Error> 
         cache_dir: req.cache_dir,
         tree_dir: &scratch.path().join("src"),
     })?;
+    if !req.go_overrides.is_empty() {
+        crate::go::overrides::check(
+            req.toolchain,
+            &tree.path,
+            req.upstream_tag,
+            req.go_overrides,
+        )?;
+        crate::go::overrides::apply(req.toolchain, &tree.path, req.go_overrides, &[])?;
+    }
     let go_mod = std::fs::read(tree.path.join("go.mod")).map_err(io)?;
     let built = crate::go::build::build(&crate::go::build::BuildRequest {
         dir: &tree.path,

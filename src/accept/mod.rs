@@ -479,6 +479,9 @@ pub struct Subject {
     pub repository: String,
     /// The magnum-cluster-api release whose renderer gives the chart (`[accept]`).
     pub magnum_cluster_api: String,
+    /// images.toml `go_overrides`: set in the control's go.mod too (it differs from ours by the
+    /// patch series only), and they give the Kubernetes and etcd versions of the control plane.
+    pub go_overrides: std::collections::BTreeMap<String, String>,
 }
 
 impl Subject {
@@ -514,7 +517,28 @@ impl Subject {
             cluster_api: plan.cluster_api.clone(),
             repository: plan.repository.clone(),
             magnum_cluster_api: plan.magnum_cluster_api.clone(),
+            go_overrides: plan.go_overrides.clone(),
         }
+    }
+
+    /// The Kubernetes and etcd versions of the control plane: upstream's go.mod `go_mod`, with
+    /// `go_overrides` of those modules applied.
+    fn versions(&self, go_mod: &[u8]) -> Result<control_plane::Versions, AcceptError> {
+        let mut v = control_plane::versions_from_go_mod(&String::from_utf8_lossy(go_mod))?;
+        if let Some(k) = self.go_overrides.get("k8s.io/kubernetes") {
+            v.kubernetes = k.clone();
+        }
+        for etcd in [
+            "go.etcd.io/etcd/server/v3",
+            "go.etcd.io/etcd/client/v3",
+            "go.etcd.io/etcd/api/v3",
+        ] {
+            if let Some(e) = self.go_overrides.get(etcd) {
+                v.etcd = e.clone();
+                break;
+            }
+        }
+        Ok(v)
     }
 
     fn blank(&self) -> AcceptReport {
@@ -593,8 +617,7 @@ async fn accept_subject_inner(
             if run.layout_dir.join("index.json").is_file()
                 && let Ok(go_mod) =
                     tokio::task::block_in_place(|| upstream_go_mod(subject, run.cache_dir))
-                && let Ok(versions) =
-                    control_plane::versions_from_go_mod(&String::from_utf8_lossy(&go_mod))
+                && let Ok(versions) = subject.versions(&go_mod)
                 && let Err(AcceptError::NotVerified(reason)) = tokio::task::block_in_place(|| {
                     control_plane::kubernetes_go_mod(&versions, &toolchain, run.cache_dir)
                 })
@@ -818,7 +841,7 @@ async fn prepare_parts(
     runner: &mut Runner<'_>,
 ) -> Result<Parts, crate::Error> {
     let go_mod = tokio::task::block_in_place(|| upstream_go_mod(subject, cache_dir))?;
-    let versions = control_plane::versions_from_go_mod(&String::from_utf8_lossy(&go_mod))?;
+    let versions = subject.versions(&go_mod)?;
     let not_verified = |apiserver, cluster_api, reason| Parts {
         versions: versions.clone(),
         apiserver,
@@ -967,10 +990,15 @@ impl PrepareReport {
 /// a cache up by it before preparing.
 pub fn cache_key(subject: &Subject, platform: &crate::config::Platform) -> String {
     let capi = &subject.cluster_api;
-    let text = format!(
+    let mut text = format!(
         "prepared-format {PREPARED_FORMAT}\nupstream {} {}\ngo {}\nplatform {platform}\ncluster-api {} go{}\n",
         subject.upstream_tag, subject.commit, subject.go, capi.version, capi.go
     );
+    // Overrides change the control and may change the control plane's versions; without any,
+    // the key is what it was.
+    for (module, version) in &subject.go_overrides {
+        text.push_str(&format!("override {module} {version}\n"));
+    }
     let digest = crate::util::sha256_digest(text.as_bytes());
     let hex = digest.trim_start_matches("sha256:");
     format!("accept-{}-{}", subject.minor, &hex[..16])
@@ -1062,6 +1090,7 @@ fn control(
         toolchain,
         cache_dir,
         platform,
+        go_overrides: &subject.go_overrides,
     })
 }
 

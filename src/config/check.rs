@@ -398,6 +398,7 @@ fn check_minor(
     }
     check_base(s, &f, &m.base)?;
     check_lists(s, &f, m)?;
+    check_go_overrides(s, &f, m)?;
     let rendered = render_tag(
         scheme,
         &TagInputs {
@@ -420,6 +421,47 @@ fn check_minor(
         ));
     }
     Ok((minor, config))
+}
+
+/// `go_overrides`: module paths as the go command writes them (no spaces, no `@`, a dot in the
+/// first element) and versions that are semantic versions with the `v` prefix (`v1.31.14`, a
+/// pseudo-version, `+incompatible`).
+fn check_go_overrides(s: &Spans<'_>, f: &Field<'_>, m: &MinorConfig) -> Result<(), ConfigError> {
+    for (module, version) in &m.go_overrides {
+        let first = module.split('/').next().unwrap_or_default();
+        if module.is_empty()
+            || module.contains(|c: char| c.is_whitespace() || c == '@')
+            || !first.contains('.')
+        {
+            return Err(s.err(
+                f.span(s, "go_overrides"),
+                format!(
+                    "{} `{module}` is not a Go module path such as k8s.io/kubernetes",
+                    f.name("go_overrides")
+                ),
+            ));
+        }
+        let numeric = version
+            .strip_prefix('v')
+            .map(|v| v.split(['-', '+']).next().unwrap_or_default())
+            .is_some_and(|core| {
+                let parts: Vec<&str> = core.split('.').collect();
+                parts.len() == 3
+                    && parts
+                        .iter()
+                        .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+            });
+        if !numeric || version.contains(char::is_whitespace) {
+            return Err(s.err(
+                f.span(s, "go_overrides"),
+                format!(
+                    "{} `{module}` = `{version}` is not a module version such as v1.31.14",
+                    f.name("go_overrides")
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// `base`: `static`, or a reference whose digest (if any) is `sha256:<64 hex>`.

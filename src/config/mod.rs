@@ -331,6 +331,12 @@ pub struct MinorConfig {
     /// information only: a minor past it still builds, and `build` and `upstream check` say so
     /// once; `None` when images.toml gives none. Not a build input.
     pub end_of_life: Option<time::Date>,
+    /// Go module requirements set in upstream's go.mod after the patch series: module path →
+    /// version (`"k8s.io/kubernetes" = "v1.31.14"`), for a dependency with a known fix or one
+    /// the module proxy refuses at upstream's version. A module upstream replaces gets its
+    /// replacement's version. Empty: upstream's go.mod as it is. A build input (it binds the
+    /// tag); README, "Dependency overrides".
+    pub go_overrides: BTreeMap<String, String>,
 }
 
 impl MinorConfig {

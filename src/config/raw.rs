@@ -61,6 +61,7 @@ pub(super) struct RawDefaults {
     pub patches: Option<Vec<String>>,
     pub test_packages: Option<Vec<String>>,
     pub required_tests: Option<Vec<String>>,
+    pub go_overrides: Option<BTreeMap<String, String>>,
 }
 
 /// `[minors."1.NN"]` as written.
@@ -78,6 +79,7 @@ pub(super) struct RawMinor {
     pub required_tests: Option<Vec<String>>,
     /// The minor's end of life, a TOML local date (`2026-10-27`), checked in `check`.
     pub end_of_life: Option<toml::value::Datetime>,
+    pub go_overrides: Option<BTreeMap<String, String>>,
 }
 
 /// A minor with `[defaults]` applied, and which of its keys came from `[defaults]` (their
@@ -116,6 +118,14 @@ impl RawMinor {
             }
             (None, None) => return Err("platforms"),
         };
+        let go_overrides = match (self.go_overrides, &d.go_overrides) {
+            (Some(o), _) => o,
+            (None, Some(o)) => {
+                inherited.insert("go_overrides");
+                o.clone()
+            }
+            (None, None) => BTreeMap::new(),
+        };
         let base = match (self.base, &d.base) {
             (Some(b), _) => b,
             (None, Some(b)) => {
@@ -136,6 +146,7 @@ impl RawMinor {
                 test_packages,
                 required_tests,
                 end_of_life: None,
+                go_overrides,
             },
             inherited,
             end_of_life: self.end_of_life,

@@ -158,6 +158,7 @@ impl DescribeStage<'_> {
             go_version: &plan.toolchain.version,
             go_env: &crate::go::platforms_env(&plan.platforms),
             ldflags: &gobuild::ldflags(&plan.binary_version()),
+            go_overrides: &plan.go_overrides,
             base: (&plan.base_text, self.imaged.base.digest.as_deref()),
             epoch: self.epoch,
         });
