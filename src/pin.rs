@@ -164,7 +164,17 @@ pub async fn pin(req: &PinRequest<'_>, registry: &dyn Registry) -> Result<PinOut
         move_to_tag(&cfg, table, &key, req, tag, &mut out)?;
     }
     if let Some(choice) = req.go {
-        pin_go(table, &key, req, choice, &mut out)?;
+        let held = cfg
+            .minors
+            .get(&req.minor)
+            .is_some_and(|m| m.go_policy == config::GoPolicy::Upstream);
+        if held && choice == GoChoice::Current {
+            out.warnings.push(format!(
+                "{key}: go_policy = \"upstream\" declines a newer Go; `go` kept (remove go_policy, or name the release with --go)"
+            ));
+        } else {
+            pin_go(table, &key, req, choice, &mut out)?;
+        }
     }
     set_end_of_life(table, &key, req, &mut out);
     pin_base(table, &key, registry, &mut out).await?;

@@ -141,7 +141,16 @@ pub fn upstream(report: &UpstreamReport) -> String {
             ));
         }
         if let Some(g) = m.go.as_ref().filter(|g| g.proposal.is_some()) {
-            state.push_str(&go_behind(m.minor, g));
+            if m.go_held {
+                state.push_str(&format!(
+                    "; Go {}{}, held at upstream's by go_policy = \"upstream\" ({} would be proposed)",
+                    g.go,
+                    if g.supported { "" } else { " is out of support" },
+                    g.proposal.expect("filtered")
+                ));
+            } else {
+                state.push_str(&go_behind(m.minor, g));
+            }
         }
         if let (true, Some(d)) = (m.past_end_of_life, &m.end_of_life) {
             state.push_str(&format!(

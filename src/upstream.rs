@@ -36,6 +36,10 @@ pub struct MinorStatus {
     /// the proxy's list could not be read or `go` is not a release.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub go: Option<GoCurrency>,
+    /// Whether images.toml declines a newer Go for this minor (`go_policy = "upstream"`): `go`
+    /// is reported as information, and nothing is proposed.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub go_held: bool,
 }
 
 /// A minor upstream has released but images.toml does not track.
@@ -116,6 +120,7 @@ pub fn check(
             end_of_life: m.end_of_life.map(|d| d.to_string()),
             past_end_of_life: m.past_end_of_life(today),
             go: go.and_then(|judge| Some(judge(m.go.parse().ok()?))),
+            go_held: m.go_policy == crate::config::GoPolicy::Upstream,
         });
     }
     let newest_tracked = config.minors.keys().max().copied();
@@ -137,7 +142,7 @@ pub fn check(
         moved: minors.iter().any(|m| m.moved_to.is_some()),
         go_behind: minors
             .iter()
-            .any(|m| m.go.as_ref().is_some_and(|g| g.proposal.is_some())),
+            .any(|m| !m.go_held && m.go.as_ref().is_some_and(|g| g.proposal.is_some())),
         minors,
         untracked,
     }
@@ -276,6 +281,12 @@ upstream_tag = "v1.37.0"
 commit = "a031201ff26f3df433192b91df2be0e7d50acb70"
 go = "1.27.4"
 revision = 1
+[minors."1.35"]
+upstream_tag = "v1.35.0"
+commit = "a031201ff26f3df433192b91df2be0e7d50acb70"
+go = "1.25.5"
+revision = 1
+go_policy = "upstream"
 "#,
         )
         .unwrap();
@@ -299,6 +310,14 @@ revision = 1
             "{text}"
         );
         assert!(text.contains("1.37  v1.37.0  up to date\n"), "{text}");
+        assert!(
+            text.contains("1.35  v1.35.0  up to date; Go 1.25.5 is out of support, held at upstream's by go_policy = \"upstream\" (1.26.11 would be proposed)\n"),
+            "{text}"
+        );
+        // A held minor alone is nothing new.
+        let mut held = cfg.clone();
+        held.minors.retain(|m, _| m.to_string() == "1.35");
+        assert!(!check(&held, &[], Some(&judge), today).go_behind);
         // Without the proxy's list nothing is said of Go, and nothing is behind.
         let r = check(&cfg, &[], None, today);
         assert!(!r.go_behind);

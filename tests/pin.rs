@@ -397,6 +397,17 @@ fn pin_go_current_takes_the_newest_patch_the_proxy_serves() {
             .unwrap()
     };
 
+    // 1.35 declines a newer Go for good.
+    let cfg = std::fs::read_to_string(&f.config).unwrap();
+    assert!(cfg.contains("[minors.\"1.35\"]\n"), "{cfg}");
+    std::fs::write(
+        &f.config,
+        cfg.replace(
+            "[minors.\"1.35\"]\n",
+            "[minors.\"1.35\"]\ngo_policy = \"upstream\"\n",
+        ),
+    )
+    .unwrap();
     let o = run(&["upstream", "check", "--json"]);
     assert_eq!(o.status.code(), Some(11), "{}", stderr(&o));
     let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
@@ -411,6 +422,22 @@ fn pin_go_current_takes_the_newest_patch_the_proxy_serves() {
     // newest one served, and the refused one is named.
     assert_eq!(m134["go"]["proposal"], newer.as_str(), "{m134}");
     assert_eq!(m134["go"]["refused"][0], refused.as_str(), "{m134}");
+    let m135 = report["minors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["minor"] == "1.35")
+        .unwrap();
+    assert_eq!(m135["go_held"], true, "{m135}");
+    let held = std::fs::read(&f.config).unwrap();
+    let o = run(&["pin", "--k8s", "1.35", "--go", "current"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("1.35: go_policy = \"upstream\" declines a newer Go; `go` kept"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(std::fs::read(&f.config).unwrap(), held);
 
     let before = std::fs::read(&f.config).unwrap();
     let o = run(&["pin", "--k8s", "1.34", "--go", &refused]);

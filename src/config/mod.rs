@@ -337,6 +337,22 @@ pub struct MinorConfig {
     /// replacement's version. Empty: upstream's go.mod as it is. A build input (it binds the
     /// tag); README, "Dependency overrides".
     pub go_overrides: BTreeMap<String, String>,
+    /// Whether `upstream check` and the watch job propose newer Go releases for this minor
+    /// ([`GoPolicy`]). Not a build input.
+    pub go_policy: GoPolicy,
+}
+
+/// images.toml `go_policy`: what `upstream check` does about a minor whose Go has a newer
+/// release or is out of support (README, "Go versions").
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum GoPolicy {
+    /// Propose it (exit 11; the watch job pins `--go current`). The default.
+    #[default]
+    Propose,
+    /// Keep upstream's Go: a downstream bump declined for good; `upstream check` says so as
+    /// information and proposes nothing.
+    Upstream,
 }
 
 impl MinorConfig {

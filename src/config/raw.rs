@@ -5,7 +5,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::Deserialize;
 
 use super::{
-    DEFAULT_DIGEST_MANIFEST, DEFAULT_TAG_SCHEME, DEFAULT_UPSTREAM, MinorConfig, PatchInfo, Platform,
+    DEFAULT_DIGEST_MANIFEST, DEFAULT_TAG_SCHEME, DEFAULT_UPSTREAM, GoPolicy, MinorConfig,
+    PatchInfo, Platform,
 };
 
 /// The whole file as written.
@@ -62,6 +63,7 @@ pub(super) struct RawDefaults {
     pub test_packages: Option<Vec<String>>,
     pub required_tests: Option<Vec<String>>,
     pub go_overrides: Option<BTreeMap<String, String>>,
+    pub go_policy: Option<GoPolicy>,
 }
 
 /// `[minors."1.NN"]` as written.
@@ -80,6 +82,7 @@ pub(super) struct RawMinor {
     /// The minor's end of life, a TOML local date (`2026-10-27`), checked in `check`.
     pub end_of_life: Option<toml::value::Datetime>,
     pub go_overrides: Option<BTreeMap<String, String>>,
+    pub go_policy: Option<GoPolicy>,
 }
 
 /// A minor with `[defaults]` applied, and which of its keys came from `[defaults]` (their
@@ -126,6 +129,14 @@ impl RawMinor {
             }
             (None, None) => BTreeMap::new(),
         };
+        let go_policy = match (self.go_policy, d.go_policy) {
+            (Some(p), _) => p,
+            (None, Some(p)) => {
+                inherited.insert("go_policy");
+                p
+            }
+            (None, None) => GoPolicy::default(),
+        };
         let base = match (self.base, &d.base) {
             (Some(b), _) => b,
             (None, Some(b)) => {
@@ -147,6 +158,7 @@ impl RawMinor {
                 required_tests,
                 end_of_life: None,
                 go_overrides,
+                go_policy,
             },
             inherited,
             end_of_life: self.end_of_life,
