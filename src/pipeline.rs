@@ -168,6 +168,7 @@ async fn steps(
     let (scratch, tree_dir, tree_lock) = workspace(plan)?;
     let (tree, applied) = patched_tree(plan, &mut run, &tree_dir, tree_lock.is_some()).await?;
     let epoch = plan.source_date_epoch.unwrap_or(tree.commit_time);
+    check_go_line(plan, &tree)?;
     overridden(plan, &mut run, &tree.path).await?;
     run.run(stages::TestStage {
         dir: &tree.path,
@@ -309,6 +310,22 @@ async fn patched_tree(
         crate::worktree::remember(&tree, &plan.series_sha256, &applied);
     }
     Ok((tree, applied))
+}
+
+/// The `go` line of upstream's go.mod and of the series against the pinned Go, before any Go
+/// process ([`crate::go::directive::check`]): exit 2 naming both.
+pub(crate) fn check_go_line(
+    plan: &BuildPlan,
+    tree: &crate::source::SourceTree,
+) -> Result<(), Error> {
+    crate::go::directive::check(
+        &tree.path,
+        &tree.commit,
+        &plan.upstream_tag,
+        &plan.series,
+        &plan.toolchain.version,
+    )
+    .map_err(|e| Error::Usage(format!("{}: {e}", plan.minor)))
 }
 
 /// The overrides stage, for a minor with `go_overrides` (none runs otherwise). The work tree

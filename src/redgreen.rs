@@ -211,6 +211,7 @@ async fn tested_tree(
             prepared: None,
         })
         .await?;
+    crate::pipeline::check_go_line(plan, &tree)?;
     // images.toml's go_overrides, as the build sets them, in the red tree and the green.
     crate::pipeline::overridden(plan, &mut run, &tree.path).await?;
     let mut tested = run

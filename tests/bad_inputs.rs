@@ -494,3 +494,38 @@ fn accept_refuses_an_unreadable_reports_file_before_it_runs() {
     assert_eq!(stderr(&o).lines().count(), 1, "{}", stderr(&o));
     assert_eq!(std::fs::read_to_string(&doc).unwrap(), "# kept\n");
 }
+
+/// A patch that raises go.mod's `go` line above the Go images.toml pins is one line naming the
+/// requirement, the patch and the pinned Go, exit 2, before any Go process (it used to surface
+/// as failed tests, exit 5); so is an upstream tag whose go.mod requires it.
+#[test]
+fn a_go_line_newer_than_the_pinned_go_is_one_line_before_any_go_process() {
+    let f = fixture(&["linux/amd64"]);
+    let lock = f.seed_lock();
+    let work = f.path().join("go-line-work");
+    run(git(f.path())
+        .args(["clone", "-q"])
+        .arg(&f.upstream)
+        .arg(&work));
+    run(git(&work).args(["checkout", "-q", "v1.34.1"]));
+    let go_mod = std::fs::read_to_string(work.join("go.mod")).unwrap();
+    std::fs::write(
+        work.join("go.mod"),
+        go_mod.replace("\ngo 1.22\n", "\ngo 1.99.0\n"),
+    )
+    .unwrap();
+    run(git(&work).args(["commit", "-q", "-am", "go: require Go 1.99.0"]));
+    let text = run(git(&work).args(["format-patch", "-1", "--stdout"]));
+    let name = "0003-go-require-Go-1.99.0.patch";
+    f.add_patch("1.34", name, &text);
+    let o = build(&f, "1.34", &[]);
+    let line = assert_failed(&f, &o, 2, &lock);
+    let go = local_go_version();
+    assert_eq!(
+        line,
+        format!(
+            "occm-forge: error: 1.34: go.mod requires go >= 1.99.0 (patch {name}), but images.toml pins go {go}: move the minor to a Go that has it (`occm-forge pin --k8s <minor> --go 1.99.0` or newer, README \"Go versions\")"
+        )
+    );
+    assert!(!stderr(&o).contains("occm-forge: test"), "{}", stderr(&o));
+}

@@ -2,6 +2,7 @@
 
 pub mod build;
 pub mod buildinfo;
+pub mod directive;
 pub mod overrides;
 pub mod release;
 pub mod test;
