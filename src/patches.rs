@@ -48,6 +48,16 @@ pub struct MailHeader {
 pub enum PatchOutcome {
     /// Applied and committed; the commit id (40 hex).
     Applied(String),
+    /// Its hunks did not apply to the tree as they are, but a three-way merge from the blobs its
+    /// `index` lines name (as `git am -3` does) did, without conflict; committed. The commit id
+    /// and, per file, what was merged (`cmd/…/main.go: 1 hunk merged with upstream's changes
+    /// since blob 1a2b3c4`).
+    AppliedThreeWay {
+        /// The commit id (40 hex).
+        commit: String,
+        /// One note per file merged three-way.
+        files: Vec<String>,
+    },
     /// Its change is already in the tree (it applies in reverse): skipped.
     AlreadyUpstream,
 }
@@ -334,6 +344,12 @@ pub fn apply_series(
                 let reverse = reverse_patch(&bytes).and_then(|r| Diff::from_buffer(&r).ok());
                 match reverse {
                     Some(rev) if check(&repo, &rev).is_ok() => PatchOutcome::AlreadyUpstream,
+                    _ if let Ok(files) = three_way(&repo, &bytes, &diff) => {
+                        PatchOutcome::AppliedThreeWay {
+                            commit: commit(&repo, patch, &mail, fallback_time)?,
+                            files,
+                        }
+                    }
                     _ => {
                         // The file as it is on disk: a CRLF checkout is worth naming even when
                         // reading it as `git am` does removed the CRs.
@@ -364,6 +380,114 @@ pub fn apply_series(
         });
     }
     Ok(out)
+}
+
+/// The files of a patch and the blob each was made against: `(old path, new path, old blob
+/// id as written, abbreviated)` from its `diff --git` and `index` lines.
+fn patch_bases(bytes: &[u8]) -> Vec<(String, String, String)> {
+    let text = String::from_utf8_lossy(bytes);
+    let mut out = Vec::new();
+    let mut current: Option<(String, String)> = None;
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("diff --git a/") {
+            current = rest
+                .split_once(" b/")
+                .map(|(a, b)| (a.to_string(), b.to_string()));
+        } else if let Some(rest) = line.strip_prefix("index ")
+            && let Some((old, new_path)) = current.take()
+        {
+            let old_id = rest.split("..").next().unwrap_or_default().to_string();
+            out.push((old, new_path, old_id));
+        }
+    }
+    out
+}
+
+/// Applies `diff` (the patch `bytes`) as `git am -3` does when its hunks do not apply to the
+/// tree as it is: each file's blob named on its `index` line (the file as the patch was made
+/// against; the upstream object store has it) is patched, then merged with the file as it is
+/// now (`git_merge_file`, the merge of `git merge-file`). Writes the merged files to the work
+/// tree and the index, to be committed. Returns one note per file; `Err` with the reason when
+/// a base blob is missing, the patch adds, deletes or renames a file, or a merge conflicts
+/// (nothing is written then).
+fn three_way(repo: &Repository, bytes: &[u8], diff: &Diff<'_>) -> Result<Vec<String>, String> {
+    let git = |e: git2::Error| e.message().to_string();
+    let head = repo.head().and_then(|h| h.peel_to_tree()).map_err(git)?;
+    let bases = patch_bases(bytes);
+    if bases.is_empty() || bases.len() != diff.deltas().len() {
+        return Err("the patch has no index lines for every file".into());
+    }
+    let mut update = git2::build::TreeUpdateBuilder::new();
+    let mut files = Vec::new();
+    for (old, new, id) in &bases {
+        if old != new || id.bytes().all(|b| b == b'0') {
+            return Err(format!("{new}: added, deleted or renamed"));
+        }
+        let base = repo
+            .revparse_single(id)
+            .and_then(|o| o.peel_to_blob())
+            .map_err(|_| {
+                format!(
+                    "{new}: the blob {id} the patch was made against is not in upstream's history"
+                )
+            })?;
+        let ours = head
+            .get_path(Path::new(new))
+            .map_err(|_| format!("{new}: not in the tree"))?;
+        update.upsert(new.as_str(), base.id(), git2::FileMode::Blob);
+        files.push((new.clone(), base, ours));
+    }
+    let base_tree_id = update.create_updated(repo, &head).map_err(git)?;
+    let base_tree = repo.find_tree(base_tree_id).map_err(git)?;
+    let theirs = repo.apply_to_tree(&base_tree, diff, None).map_err(|e| {
+        format!(
+            "the patch does not apply to the blobs it names: {}",
+            e.message()
+        )
+    })?;
+    let mut merged = Vec::new();
+    let mut notes = Vec::new();
+    for (path, base, ours) in &files {
+        let ours_blob = repo.find_blob(ours.id()).map_err(git)?;
+        let theirs_entry = theirs
+            .get_path(Path::new(path), 0)
+            .ok_or_else(|| format!("{path}: not in the patched base"))?;
+        let theirs_blob = repo.find_blob(theirs_entry.id).map_err(git)?;
+        let mut a = git2::MergeFileInput::new();
+        a.content(base.content()).path(path.as_str());
+        let mut o = git2::MergeFileInput::new();
+        o.content(ours_blob.content()).path(path.as_str());
+        let mut t = git2::MergeFileInput::new();
+        t.content(theirs_blob.content()).path(path.as_str());
+        let result = git2::merge_file(&a, &o, &t, None).map_err(git)?;
+        if !result.is_automergeable() {
+            let text = String::from_utf8_lossy(result.content());
+            let line = text
+                .lines()
+                .position(|l| l.starts_with("<<<<<<<"))
+                .map_or(0, |n| n + 1);
+            return Err(format!("{path}: conflicts three-way at line {line}"));
+        }
+        let hunks = diff
+            .deltas()
+            .position(|d| d.new_file().path() == Some(Path::new(path)))
+            .and_then(|i| git2::Patch::from_diff(diff, i).ok().flatten())
+            .map_or(0, |p| p.num_hunks());
+        let short = &base.id().to_string()[..7];
+        notes.push(format!(
+            "{path}: {hunks} hunk{} merged with upstream's changes since blob {short}",
+            if hunks == 1 { "" } else { "s" }
+        ));
+        merged.push((path.clone(), result.content().to_vec()));
+    }
+    let workdir = repo.workdir().ok_or("a bare repository")?.to_path_buf();
+    let mut index = repo.index().map_err(git)?;
+    for (path, content) in &merged {
+        std::fs::write(workdir.join(path), content).map_err(|e| format!("{path}: {e}"))?;
+        index.add_path(Path::new(path)).map_err(git)?;
+    }
+    index.write().map_err(git)?;
+    Ok(notes)
 }
 
 fn commit(

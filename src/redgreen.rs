@@ -313,6 +313,7 @@ fn series_rows(
         .map(|applied| {
             let applies = match applied.outcome {
                 PatchOutcome::Applied(_) => "applied",
+                PatchOutcome::AppliedThreeWay { .. } => "applied three-way",
                 PatchOutcome::AlreadyUpstream => "already upstream",
             };
             let Some(info) = cfg.patches.get(&applied.name) else {

@@ -49,12 +49,28 @@ impl Stage for PatchStage<'_> {
                 self.upstream_tag
             );
         }
+        // A patch that applied only three-way is named, with what was merged per file.
+        let three_way: Vec<String> = applied
+            .iter()
+            .filter_map(|a| match &a.outcome {
+                PatchOutcome::AppliedThreeWay { files, .. } => Some(format!(
+                    "{} applied three-way ({})",
+                    a.name.split('-').next().unwrap_or(&a.name),
+                    files.join("; ")
+                )),
+                _ => None,
+            })
+            .collect();
         let detail = format!(
-            "{} applied, {} already upstream (series {}){}",
+            "{} applied, {} already upstream (series {}){}{}",
             applied.len() - upstreamed.len(),
             upstreamed.len(),
             &patches::series_sha256(self.series)[..12],
-            if kept { "; in the kept work tree" } else { "" }
+            if kept { "; in the kept work tree" } else { "" },
+            three_way
+                .iter()
+                .map(|t| format!("; {t}"))
+                .collect::<String>()
         );
         Ok(Done::new(applied, detail))
     }

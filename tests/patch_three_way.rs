@@ -1,0 +1,88 @@
+//! A patch whose context upstream edited applies three-way, as `git am -3` applies it: the blob
+//! its `index` line names is patched and merged with the file as upstream has it now; the
+//! outcome says so per file. A patch whose own lines upstream changed still does not apply,
+//! naming the file and the conflict.
+
+mod common;
+
+use std::path::Path;
+
+use common::*;
+use occm_forge::patches::{self, PatchError, PatchFile, PatchOutcome};
+
+fn lines(n: usize, edit: &[(usize, &str)]) -> String {
+    (1..=n)
+        .map(|i| {
+            edit.iter()
+                .find(|(at, _)| *at == i)
+                .map_or(format!("line {i}\n"), |(_, t)| format!("{t}\n"))
+        })
+        .collect()
+}
+
+/// An upstream repository with `main.go` at `v1`, a patch made against `v1` that edits line 15,
+/// and a clone of upstream at `v2`, where upstream wrote `upstream_edit` into main.go.
+fn setup(dir: &Path, upstream_edit: (usize, &str)) -> (std::path::PathBuf, PatchFile) {
+    let up = dir.join("upstream");
+    std::fs::create_dir_all(&up).unwrap();
+    run(git(&up).args(["init", "-q", "-b", "main"]));
+    std::fs::write(up.join("main.go"), lines(30, &[])).unwrap();
+    run(git(&up).args(["add", "-A"]));
+    run(git(&up).args(["commit", "-q", "-m", "v1"]));
+    run(git(&up).args(["checkout", "-q", "-b", "downstream"]));
+    std::fs::write(up.join("main.go"), lines(30, &[(15, "line 15 patched")])).unwrap();
+    run(git(&up).args(["commit", "-q", "-am", "patch line 15"]));
+    let text = run(git(&up).args(["format-patch", "-1", "--stdout"]));
+    run(git(&up).args(["checkout", "-q", "main"]));
+    std::fs::write(up.join("main.go"), lines(30, &[upstream_edit])).unwrap();
+    run(git(&up).args(["commit", "-q", "-am", "v2"]));
+    run(git(&up).args(["branch", "-q", "-D", "downstream"]));
+    let tree = dir.join("tree");
+    run(git(dir).args(["clone", "-q"]).arg(&up).arg(&tree));
+    (
+        tree,
+        PatchFile {
+            name: "0003-patch-line-15.patch".into(),
+            bytes: text.into_bytes(),
+        },
+    )
+}
+
+#[test]
+fn a_patch_whose_context_upstream_edited_applies_three_way() {
+    let dir = tempfile::tempdir().unwrap();
+    // Line 13 is in the patch's context (lines 12 to 18).
+    let (tree, patch) = setup(dir.path(), (13, "line 13 upstream"));
+    let applied = patches::apply_series(&tree, &[patch], 0).unwrap();
+    let PatchOutcome::AppliedThreeWay { commit, files } = &applied[0].outcome else {
+        panic!("not three-way: {:?}", applied[0].outcome);
+    };
+    assert_eq!(commit.len(), 40);
+    assert_eq!(files.len(), 1, "{files:?}");
+    assert!(
+        files[0].starts_with("main.go: 1 hunk merged with upstream's changes since blob "),
+        "{files:?}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(tree.join("main.go")).unwrap(),
+        lines(30, &[(13, "line 13 upstream"), (15, "line 15 patched")])
+    );
+    // Committed: the work tree is clean and HEAD carries the patch's subject.
+    assert_eq!(run(git(&tree).args(["status", "--porcelain"])), "");
+    assert_eq!(
+        run(git(&tree).args(["log", "-1", "--format=%s"])).trim(),
+        "patch line 15"
+    );
+}
+
+#[test]
+fn a_patch_whose_own_line_upstream_changed_still_does_not_apply() {
+    let dir = tempfile::tempdir().unwrap();
+    let (tree, patch) = setup(dir.path(), (15, "line 15 upstream"));
+    let err = patches::apply_series(&tree, &[patch], 0).unwrap_err();
+    assert!(
+        matches!(&err, PatchError::DoesNotApply { file, .. } if file == "main.go"),
+        "{err}"
+    );
+    assert_eq!(run(git(&tree).args(["status", "--porcelain"])), "");
+}
