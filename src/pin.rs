@@ -29,7 +29,7 @@ pub struct PinRequest<'a> {
     pub source: Option<&'a str>,
     /// occm-forge's cache directory (the git object store).
     pub cache_dir: &'a Path,
-    /// Allow moving to an older tag than the one pinned.
+    /// Allow moving to an older tag, or (with `go`) an older Go release, than the one pinned.
     pub allow_downgrade: bool,
     /// Set the minor's `end_of_life` (the Kubernetes release calendar's date); a new minor never
     /// inherits the date of the minor it is modelled on.
@@ -177,7 +177,11 @@ pub async fn pin(req: &PinRequest<'_>, registry: &dyn Registry) -> Result<PinOut
         }
     }
     set_end_of_life(table, &key, req, &mut out);
-    pin_base(table, &key, registry, &mut out).await?;
+    // `pin --k8s M --go …` changes the Go only; the base is resolved by `pin --k8s M` alone or
+    // with a tag move.
+    if req.go.is_none() || req.tag.is_some() {
+        pin_base(table, &key, registry, &mut out).await?;
+    }
     write_checked(path, &text, &doc)?;
     Ok(out)
 }
@@ -335,12 +339,20 @@ fn move_to_tag(
         set(table, "commit", fetched.commit.as_str()),
         &fetched.commit,
     );
-    // A new upstream tag starts the downstream revisions again.
-    if (req.new_minor || old_tag.as_deref() != Some(tag))
-        && let Some(old) = set(table, "revision", 1i64)
+    let same_tag = !req.new_minor && old_tag.as_deref() == Some(tag);
+    if !same_tag {
+        // A new upstream tag starts the downstream revisions again.
+        if let Some(old) = set(table, "revision", 1i64) {
+            out.changes
+                .push(format!("minors.\"{key}\".revision: {old} → 1"));
+        }
+    } else if out
+        .changes
+        .iter()
+        .any(|c| c.starts_with(&format!("minors.\"{key}\".commit:")))
     {
-        out.changes
-            .push(format!("minors.\"{key}\".revision: {old} → 1"));
+        // The same tag at another commit (upstream moved it): other inputs, so a new tag.
+        bump_revision(table, key, out);
     }
     let Some(bytes) = source::read_file(&fetched.store, &fetched.commit, "Dockerfile") else {
         out.warnings
@@ -348,8 +360,27 @@ fn move_to_tag(
         return Ok(());
     };
     let (go, runner) = dockerfile_images(&String::from_utf8_lossy(&bytes));
+    let pinned_go = table.get("go").and_then(Item::as_str).map(str::to_string);
     match go {
-        Some(go) => note(out, key, "go", set(table, "go", go.as_str()), &go),
+        // Re-pinning the same tag keeps a Go chosen downstream (`pin --go`).
+        Some(go) if same_tag && pinned_go.as_deref() != Some(go.as_str()) => {
+            out.warnings.push(format!(
+                "{key}: {tag}'s Dockerfile builds with Go {go}; the pinned Go {} is kept (`--go {go}` returns to upstream's)",
+                pinned_go.unwrap_or_default()
+            ));
+        }
+        Some(go) => {
+            let older = |a: &str, b: &str| matches!((a.parse::<GoRelease>(), b.parse::<GoRelease>()), (Ok(a), Ok(b)) if a < b);
+            if req.go.is_none()
+                && let Some(p) = &pinned_go
+                && older(&go, p)
+            {
+                out.warnings.push(format!(
+                    "{key}: {tag} builds with upstream's Go {go}, older than the Go {p} pinned until now; `--go current` keeps the minor on a current Go (README, \"Go versions\")"
+                ));
+            }
+            note(out, key, "go", set(table, "go", go.as_str()), &go)
+        }
         None => out.warnings.push(format!(
             "{tag}: the Dockerfile has no ARG GOLANG_IMAGE; `go` kept"
         )),
@@ -419,32 +450,59 @@ fn pin_go(
     if target == go {
         return Ok(());
     }
+    if target < go && choice != GoChoice::Current && !req.allow_downgrade {
+        return Err(Error::Usage(format!(
+            "--go {target} is older than the pinned Go {go}; pass --allow-downgrade to move back"
+        )));
+    }
     go_release::check_served(req.cache_dir, target).map_err(proxy)?;
-    note(
-        out,
-        key,
-        "go",
-        set(table, "go", target.to_string()),
-        &target.to_string(),
-    );
+    // One line for `go`, also when a tag move in this run set it first.
+    let prefix = format!("minors.\"{key}\".go: ");
+    let earlier = out.changes.iter().position(|c| c.starts_with(&prefix));
+    let old = set(table, "go", target.to_string());
+    match (earlier, old) {
+        (Some(i), Some(_)) => {
+            let first = out.changes.remove(i);
+            let from = first[prefix.len()..]
+                .split(" → ")
+                .next()
+                .unwrap_or_default()
+                .to_string();
+            if from != format!("\"{target}\"") {
+                out.changes
+                    .insert(i, format!("{prefix}{from} → \"{target}\""));
+            }
+        }
+        (None, old) => note(out, key, "go", old, &target.to_string()),
+        (Some(_), None) => {}
+    }
     let tag_moved = req.new_minor
         || out
             .changes
             .iter()
             .any(|c| c.starts_with(&format!("minors.\"{key}\".upstream_tag:")));
-    if !tag_moved {
-        let revision = table
-            .get("revision")
-            .and_then(Item::as_integer)
-            .unwrap_or(0);
-        if let Some(old) = set(table, "revision", revision + 1) {
-            out.changes.push(format!(
-                "minors.\"{key}\".revision: {old} → {}",
-                revision + 1
-            ));
-        }
+    let revision_bumped = out
+        .changes
+        .iter()
+        .any(|c| c.starts_with(&format!("minors.\"{key}\".revision:")));
+    if !tag_moved && !revision_bumped {
+        bump_revision(table, key, out);
     }
     Ok(())
+}
+
+/// `revision` + 1, recorded as a change.
+fn bump_revision(table: &mut Table, key: &str, out: &mut PinOutcome) {
+    let revision = table
+        .get("revision")
+        .and_then(Item::as_integer)
+        .unwrap_or(0);
+    if let Some(old) = set(table, "revision", revision + 1) {
+        out.changes.push(format!(
+            "minors.\"{key}\".revision: {old} → {}",
+            revision + 1
+        ));
+    }
 }
 
 /// Resolves the minor's own base reference to a digest through the registry; a failure is a

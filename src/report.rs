@@ -140,17 +140,25 @@ pub fn upstream(report: &UpstreamReport) -> String {
                 m.pinned, m.commit
             ));
         }
-        if let Some(g) = m.go.as_ref().filter(|g| g.proposal.is_some()) {
-            if m.go_held {
-                state.push_str(&format!(
-                    "; Go {}{}, held at upstream's by go_policy = \"upstream\" ({} would be proposed)",
-                    g.go,
-                    if g.supported { "" } else { " is out of support" },
-                    g.proposal.expect("filtered")
-                ));
-            } else {
-                state.push_str(&go_behind(m.minor, g));
-            }
+        if let (Some(g), Some(would)) = (&m.go, m.go_held) {
+            state.push_str(&format!(
+                "; Go {}{}, held by go_policy = \"upstream\" ({would} would be proposed)",
+                g.go,
+                if g.supported {
+                    ""
+                } else {
+                    " is out of support"
+                },
+            ));
+        } else if let Some(g) = m.go.as_ref().filter(|g| g.proposal.is_some()) {
+            state.push_str(&go_behind(m.minor, g));
+        }
+        if let Some(g) = m.go.as_ref().filter(|g| !g.refused.is_empty()) {
+            let refused: Vec<String> = g.refused.iter().map(ToString::to_string).collect();
+            state.push_str(&format!(
+                "; the proxy lists Go {} but does not serve it",
+                refused.join(", ")
+            ));
         }
         if let (true, Some(d)) = (m.past_end_of_life, &m.end_of_life) {
             state.push_str(&format!(
@@ -164,6 +172,9 @@ pub fn upstream(report: &UpstreamReport) -> String {
             "{}  not tracked  {} released: `occm-forge pin --new-minor {} --tag {}`\n",
             u.minor, u.latest, u.minor, u.latest
         ));
+    }
+    if let Some(why) = &report.go_unchecked {
+        t.push_str(&format!("Go releases not checked: {why}\n"));
     }
     t
 }

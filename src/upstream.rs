@@ -36,10 +36,10 @@ pub struct MinorStatus {
     /// the proxy's list could not be read or `go` is not a release.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub go: Option<GoCurrency>,
-    /// Whether images.toml declines a newer Go for this minor (`go_policy = "upstream"`): `go`
-    /// is reported as information, and nothing is proposed.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub go_held: bool,
+    /// What would be proposed for this minor's Go had images.toml not declined it
+    /// (`go_policy = "upstream"`): `go.proposal` is then empty, and nothing is proposed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub go_held: Option<GoRelease>,
 }
 
 /// A minor upstream has released but images.toml does not track.
@@ -61,6 +61,11 @@ pub struct UpstreamReport {
     /// Whether a minor's Go has a newer revision of its line or is out of support (see
     /// `MinorStatus::go`; `pin --k8s <minor> --go current` moves it).
     pub go_behind: bool,
+    /// Why the Go releases could not be checked (the proxy's list could not be read); absent
+    /// when they were. `go_behind` is then `false` for want of knowing, not because nothing is
+    /// new.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub go_unchecked: Option<String>,
     /// Per tracked minor.
     pub minors: Vec<MinorStatus>,
     /// Newer minors not in images.toml.
@@ -110,6 +115,11 @@ pub fn check(
             .iter()
             .find(|(t, c)| *t == m.upstream_tag && *c != m.commit)
             .map(|(_, c)| c.clone());
+        let mut currency = go.and_then(|judge| Some(judge(m.go.parse().ok()?)));
+        let held = match &mut currency {
+            Some(c) if m.go_policy == crate::config::GoPolicy::Upstream => c.proposal.take(),
+            _ => None,
+        };
         minors.push(MinorStatus {
             minor: *minor,
             pinned: m.upstream_tag.clone(),
@@ -119,8 +129,8 @@ pub fn check(
             moved_to,
             end_of_life: m.end_of_life.map(|d| d.to_string()),
             past_end_of_life: m.past_end_of_life(today),
-            go: go.and_then(|judge| Some(judge(m.go.parse().ok()?))),
-            go_held: m.go_policy == crate::config::GoPolicy::Upstream,
+            go: currency,
+            go_held: held,
         });
     }
     let newest_tracked = config.minors.keys().max().copied();
@@ -142,7 +152,8 @@ pub fn check(
         moved: minors.iter().any(|m| m.moved_to.is_some()),
         go_behind: minors
             .iter()
-            .any(|m| !m.go_held && m.go.as_ref().is_some_and(|g| g.proposal.is_some())),
+            .any(|m| m.go.as_ref().is_some_and(|g| g.proposal.is_some())),
+        go_unchecked: None,
         minors,
         untracked,
     }
@@ -311,7 +322,7 @@ go_policy = "upstream"
         );
         assert!(text.contains("1.37  v1.37.0  up to date\n"), "{text}");
         assert!(
-            text.contains("1.35  v1.35.0  up to date; Go 1.25.5 is out of support, held at upstream's by go_policy = \"upstream\" (1.26.11 would be proposed)\n"),
+            text.contains("1.35  v1.35.0  up to date; Go 1.25.5 is out of support, held by go_policy = \"upstream\" (1.26.11 would be proposed)\n"),
             "{text}"
         );
         // A held minor alone is nothing new.

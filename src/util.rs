@@ -102,9 +102,14 @@ fn older_than(e: &std::fs::DirEntry, age: std::time::Duration) -> bool {
 }
 
 /// Writes `data` to `path` through a temporary file in the same directory, `fsync` and a rename,
-/// so readers see the old file or the new one, never a torn one. The file is mode 0644 (layouts
-/// and manifests are meant to be read by others). Creates the parent directory.
+/// so readers see the old file or the new one, never a torn one. A new file is mode 0644 (layouts
+/// and manifests are meant to be read by others); a file that exists keeps its mode, and a
+/// symlink is written through to its target. Creates the parent directory.
 pub fn write_file_atomically(path: &Path, data: &[u8]) -> std::io::Result<()> {
+    // A symlink is written through (its target is replaced, the link stays), and an existing
+    // file keeps its permissions; a new file is 0644.
+    let resolved = std::fs::canonicalize(path).ok();
+    let path = resolved.as_deref().unwrap_or(path);
     let dir = path.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir)?;
     let mut tmp = tempfile::Builder::new()
@@ -114,8 +119,11 @@ pub fn write_file_atomically(path: &Path, data: &[u8]) -> std::io::Result<()> {
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(path)
+            .map(|m| m.permissions().mode() & 0o7777)
+            .unwrap_or(0o644);
         tmp.as_file()
-            .set_permissions(std::fs::Permissions::from_mode(0o644))?;
+            .set_permissions(std::fs::Permissions::from_mode(mode))?;
     }
     tmp.as_file().sync_all()?;
     tmp.persist(path).map_err(|e| e.error)?;
@@ -293,6 +301,37 @@ pub fn join<T: std::fmt::Display>(items: impl IntoIterator<Item = T>) -> String 
 
 #[cfg(test)]
 mod tests {
+
+    #[cfg(unix)]
+    #[test]
+    fn an_atomic_write_keeps_the_mode_and_writes_through_a_symlink() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let real = dir.path().join("real.toml");
+        std::fs::write(&real, "old").unwrap();
+        std::fs::set_permissions(&real, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let link = dir.path().join("images.toml");
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        write_file_atomically(&link, b"new").unwrap();
+        assert!(
+            std::fs::symlink_metadata(&link)
+                .unwrap()
+                .file_type()
+                .is_symlink()
+        );
+        assert_eq!(std::fs::read_to_string(&real).unwrap(), "new");
+        assert_eq!(
+            std::fs::metadata(&real).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+        let fresh = dir.path().join("fresh");
+        write_file_atomically(&fresh, b"x").unwrap();
+        assert_eq!(
+            std::fs::metadata(&fresh).unwrap().permissions().mode() & 0o777,
+            0o644
+        );
+    }
+
     use super::*;
 
     #[test]

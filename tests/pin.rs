@@ -428,7 +428,8 @@ fn pin_go_current_takes_the_newest_patch_the_proxy_serves() {
         .iter()
         .find(|m| m["minor"] == "1.35")
         .unwrap();
-    assert_eq!(m135["go_held"], true, "{m135}");
+    assert_eq!(m135["go_held"], newer.as_str(), "{m135}");
+    assert_eq!(m135["go"].get("proposal"), None, "{m135}");
     let held = std::fs::read(&f.config).unwrap();
     let o = run(&["pin", "--k8s", "1.35", "--go", "current"]);
     assert!(o.status.success(), "{}", stderr(&o));
@@ -471,4 +472,57 @@ fn pin_go_current_takes_the_newest_patch_the_proxy_serves() {
     );
     let cfg = std::fs::read_to_string(&f.config).unwrap();
     assert!(cfg.contains(&format!("go = \"{newer}\"")), "{cfg}");
+
+    // Back to an older Go only on purpose.
+    let o = run(&["pin", "--k8s", "1.34", "--go", &go]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains(&format!(
+            "--go {go} is older than the pinned Go {newer}; pass --allow-downgrade to move back"
+        )),
+        "{}",
+        stderr(&o)
+    );
+    // Re-pinning the same tag keeps the Go chosen downstream and the revision.
+    let o = run(&["pin", "--k8s", "1.34", "--tag", "v1.34.1"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let cfg = std::fs::read_to_string(&f.config).unwrap();
+    assert!(cfg.contains(&format!("go = \"{newer}\"")), "{cfg}");
+    assert!(!stdout(&o).contains("revision"), "{}", stdout(&o));
+    // Upstream moved the tag: its new commit is another input, so a new revision.
+    common::run(git(&f.upstream).args(["tag", "-f", "v1.34.1", &f.commits.v1_35]));
+    let o = run(&["pin", "--k8s", "1.34", "--tag", "v1.34.1"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("minors.\"1.34\".revision: 2 → 3"),
+        "{}",
+        stdout(&o)
+    );
+
+    // A proxy that cannot be asked is not one that refuses, and no cached answer stands in.
+    let off = |args: &[&str]| {
+        occm_forge(f.path())
+            .args(args)
+            .arg("--source")
+            .arg(&f.upstream)
+            .env("GOPROXY", "off")
+            .output()
+            .unwrap()
+    };
+    let o = off(&["pin", "--k8s", "1.35", "--go", &newer]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains(&format!("cannot ask it about Go {newer}")),
+        "{}",
+        stderr(&o)
+    );
+    let o = off(&["upstream", "check", "--json"]);
+    let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(
+        report["go_unchecked"]
+            .as_str()
+            .is_some_and(|w| w.contains("GOPROXY=off")),
+        "{report}"
+    );
+    assert_eq!(report["go_behind"], false, "{report}");
 }

@@ -20,8 +20,8 @@ pub struct PinArgs {
     /// Move the minor to this upstream tag.
     #[arg(long, value_name = "TAG")]
     tag: Option<String>,
-    /// Allow --tag to be older than the pinned tag.
-    #[arg(long, requires = "tag")]
+    /// Allow --tag (or --go RELEASE) to be older than the pinned tag (or Go).
+    #[arg(long)]
     allow_downgrade: bool,
     /// The minor's end of life, YYYY-MM-DD (the Kubernetes release calendar, kubernetes.io/releases):
     /// information for `minors --supported`, `upstream check` and `build`, never a reason to stop.
@@ -30,7 +30,8 @@ pub struct PinArgs {
     /// Build the minor with this Go instead of its upstream tag's: a release the Go module proxy
     /// serves (`1.26.11`), or `current`: the newest revision of its Go line, or, on a line out of
     /// support, of the oldest supported line (what `upstream check` proposes). Starts a new
-    /// revision. README, "Go versions".
+    /// revision. Asks the proxy GOPROXY names (a fresh module cache: never a cached answer).
+    /// README, "Go versions".
     #[arg(long, value_name = "VERSION|current")]
     go: Option<pin::GoChoice>,
     #[command(flatten)]

@@ -33,13 +33,13 @@ pub fn run(cli: &Cli, cmd: &UpstreamCommand) -> Result<u8, Error> {
     let tags = tokio::task::block_in_place(|| source::list_tags(&url))?;
     let today = time::OffsetDateTime::now_utc().date();
     let cache = cli.cache_dir();
-    let go_served = match go::release::served(&cache) {
-        Ok(served) => Some(served),
+    let (go_served, go_unchecked) = match go::release::served(&cache) {
+        Ok(served) => (Some(served), None),
         Err(e) => {
             warn(&format!(
-                "Go versions not checked: cannot list the Go releases ({e})"
+                "Go releases not checked: {e} (GOPROXY names the proxy)"
             ));
-            None
+            (None, Some(e.to_string()))
         }
     };
     // Each minor's proposal checked against what the proxy serves; a proxy that stops
@@ -55,6 +55,10 @@ pub fn run(cli: &Cli, cmd: &UpstreamCommand) -> Result<u8, Error> {
         go_served.is_some().then_some(&judge as &dyn Fn(_) -> _),
         today,
     );
+    let report = upstream::UpstreamReport {
+        go_unchecked,
+        ..report
+    };
     let text = if args.json {
         serde_json::to_string(&report).expect("report serialises")
     } else {

@@ -380,12 +380,10 @@ fn check_minor(
             ),
         );
     }
-    let parts: Vec<&str> = m.go.split('.').collect();
-    if parts.len() != 3
-        || parts[0] != "1"
-        || !parts
-            .iter()
-            .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+    if m.go.starts_with("go")
+        || m.go
+            .parse::<crate::go::release::GoRelease>()
+            .map_or(true, |r| r.major != 1)
     {
         return fail(
             "go",
@@ -428,10 +426,16 @@ fn check_minor(
 /// pseudo-version, `+incompatible`).
 fn check_go_overrides(s: &Spans<'_>, f: &Field<'_>, m: &MinorConfig) -> Result<(), ConfigError> {
     for (module, version) in &m.go_overrides {
-        let first = module.split('/').next().unwrap_or_default();
+        let elements: Vec<&str> = module.split('/').collect();
+        let first = elements[0];
         if module.is_empty()
-            || module.contains(|c: char| c.is_whitespace() || c == '@')
+            || module.contains(|c: char| c.is_whitespace() || c == '@' || c == '\\')
             || !first.contains('.')
+            || first.starts_with('.')
+            || first.bytes().any(|b| b.is_ascii_uppercase())
+            || elements
+                .iter()
+                .any(|e| e.is_empty() || *e == "." || *e == "..")
         {
             return Err(s.err(
                 f.span(s, "go_overrides"),
@@ -451,12 +455,43 @@ fn check_go_overrides(s: &Spans<'_>, f: &Field<'_>, m: &MinorConfig) -> Result<(
                         .iter()
                         .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
             });
-        if !numeric || version.contains(char::is_whitespace) {
+        let core = version
+            .strip_prefix('v')
+            .and_then(|v| v.split(['-', '+']).next())
+            .unwrap_or_default();
+        let leading_zero = core.split('.').any(|p| p.len() > 1 && p.starts_with('0'));
+        if !numeric || leading_zero || version.contains(char::is_whitespace) {
             return Err(s.err(
                 f.span(s, "go_overrides"),
                 format!(
                     "{} `{module}` = `{version}` is not a module version such as v1.31.14",
                     f.name("go_overrides")
+                ),
+            ));
+        }
+        // Semantic import versioning: `…/v2` takes v2.x.y; a path without a suffix takes v0 or
+        // v1 (or a v2+ `+incompatible` release).
+        let major: u64 = core
+            .split('.')
+            .next()
+            .and_then(|m| m.parse().ok())
+            .unwrap_or(0);
+        let suffix = elements
+            .last()
+            .and_then(|e| e.strip_prefix('v'))
+            .and_then(|n| n.parse::<u64>().ok())
+            .filter(|n| *n >= 2 && elements.len() > 1);
+        let fits = match suffix {
+            Some(n) => major == n,
+            None => major <= 1 || version.ends_with("+incompatible"),
+        };
+        if !fits {
+            return Err(s.err(
+                f.span(s, "go_overrides"),
+                format!(
+                    "{} `{module}` = `{version}`: a v{major} version needs the module path {} (Go's semantic import versioning)",
+                    f.name("go_overrides"),
+                    if major >= 2 { format!("ending in /v{major}") } else { "without a /vN suffix".into() }
                 ),
             ));
         }

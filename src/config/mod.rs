@@ -532,6 +532,59 @@ test_packages = ["./pkg/openstack/"]
     }
 
     #[test]
+    fn go_overrides_are_module_paths_and_versions_go_accepts() {
+        let with = |v: &str| {
+            GOOD.replace(
+                "revision = 1",
+                &format!("revision = 1\ngo_overrides = {{ {v} }}"),
+            )
+        };
+        let c = parse_str(&with("\"k8s.io/kubernetes\" = \"v1.31.14\"")).unwrap();
+        let m = &c.minors[&"1.34".parse().unwrap()];
+        assert_eq!(m.go_overrides["k8s.io/kubernetes"], "v1.31.14");
+        for ok in [
+            "\"github.com/foo/bar/v2\" = \"v2.0.1\"",
+            "\"github.com/Foo/bar\" = \"v1.0.0-20240101000000-abcdefabcdef\"",
+            "\"github.com/foo/bar\" = \"v2.0.0+incompatible\"",
+        ] {
+            assert!(parse_str(&with(ok)).is_ok(), "{ok}");
+        }
+        for (bad, says) in [
+            (
+                "\"k8s.io/kubernetes\" = \"1.31.14\"",
+                "is not a module version such as v1.31.14",
+            ),
+            (
+                "\"k8s.io/kubernetes\" = \"v01.31.14\"",
+                "is not a module version such as v1.31.14",
+            ),
+            (
+                "\"K8S.io/kubernetes\" = \"v1.31.14\"",
+                "is not a Go module path",
+            ),
+            (
+                "\"k8s.io/../kubernetes\" = \"v1.31.14\"",
+                "is not a Go module path",
+            ),
+            ("\"./local\" = \"v1.0.0\"", "is not a Go module path"),
+            (
+                "\"github.com/foo/bar/v2\" = \"v1.0.0\"",
+                "a v1 version needs the module path without a /vN suffix",
+            ),
+            (
+                "\"github.com/foo/bar\" = \"v2.0.0\"",
+                "a v2 version needs the module path ending in /v2",
+            ),
+        ] {
+            let e = parse_str(&with(bad)).unwrap_err().to_string();
+            assert!(
+                e.starts_with("/x/images.toml:15:") && e.contains(says),
+                "{bad}: {e}"
+            );
+        }
+    }
+
+    #[test]
     fn type_and_duplicate_key_errors_name_the_key() {
         let e = parse_str(&GOOD.replace("revision = 1", "revision = \"1\"")).unwrap_err();
         assert_eq!(

@@ -16,7 +16,7 @@ use crate::patches::PatchFile;
 pub fn required(go_mod: &str) -> Option<GoRelease> {
     go_mod.lines().find_map(|l| {
         let l = l.split("//").next().unwrap_or("").trim();
-        l.strip_prefix("go ")?.trim().parse().ok()
+        GoRelease::parse_lenient(l.strip_prefix("go ")?.trim()).ok()
     })
 }
 
@@ -30,7 +30,7 @@ fn written_by(patch: &PatchFile) -> Option<GoRelease> {
             in_go_mod = rest.ends_with(" b/go.mod");
         } else if in_go_mod
             && let Some(go) = line.strip_prefix("+go ")
-            && let Ok(r) = go.trim().parse::<GoRelease>()
+            && let Ok(r) = GoRelease::parse_lenient(go.trim())
         {
             newest = newest.max(Some(r));
         }

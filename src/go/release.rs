@@ -20,7 +20,7 @@ use serde::{Serialize, Serializer};
 pub const TOOLCHAIN_MODULE: &str = "golang.org/toolchain";
 
 /// A Go release `1.26.8`: the Go line (`1.26`) and its minor revision. Pre-releases (`1.27rc1`)
-/// are not releases here. `1.20` (a line's first release before Go 1.21) reads as `1.20.0`.
+/// are not releases here.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct GoRelease {
     /// 1.
@@ -43,35 +43,43 @@ impl GoRelease {
     }
 }
 
+impl GoRelease {
+    /// Reads `1.26.8`, or with `lenient` also `1.20` (a line's first release before Go 1.21,
+    /// and a go.mod `go` line) as `1.20.0`; a `go` prefix is allowed. Pre-releases, leading zeros
+    /// and anything else are refused.
+    fn parse(s: &str, lenient: bool) -> Result<Self, String> {
+        let bad = || format!("`{s}` is not a Go release such as 1.26.8");
+        let v = s.strip_prefix("go").unwrap_or(s);
+        let parts: Vec<&str> = v.split('.').collect();
+        let ok = |p: &&str| {
+            !p.is_empty()
+                && p.bytes().all(|b| b.is_ascii_digit())
+                && (*p == "0" || !p.starts_with('0'))
+        };
+        if !(parts.len() == 3 || lenient && parts.len() == 2) || !parts.iter().all(ok) {
+            return Err(bad());
+        }
+        let num = |p: &str| p.parse::<u32>().map_err(|_| bad());
+        Ok(GoRelease {
+            major: num(parts[0])?,
+            minor: num(parts[1])?,
+            patch: parts.get(2).map_or(Ok(0), |p| num(p))?,
+        })
+    }
+
+    /// A go.mod `go` line's version or a toolchain module's (`1.22` → 1.22.0).
+    pub fn parse_lenient(s: &str) -> Result<Self, String> {
+        Self::parse(s, true)
+    }
+}
+
 impl FromStr for GoRelease {
     type Err = String;
 
-    /// `1.26.8`, `go1.26.8` or `1.20`; anything else (`1.27rc1`, `1.26.x`) is refused.
+    /// `1.26.8` or `go1.26.8`: a toolchain release, all three numbers (`1.26` names a language
+    /// version, not a release); pre-releases and leading zeros are refused.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let bad = || format!("`{s}` is not a Go release such as 1.26.8");
-        let v = s.strip_prefix("go").unwrap_or(s);
-        let mut parts = v.split('.');
-        let num = |p: Option<&str>| -> Result<u32, String> {
-            let p = p.ok_or_else(bad)?;
-            if p.is_empty() || !p.bytes().all(|b| b.is_ascii_digit()) {
-                return Err(bad());
-            }
-            p.parse().map_err(|_| bad())
-        };
-        let major = num(parts.next())?;
-        let minor = num(parts.next())?;
-        let patch = match parts.next() {
-            None => 0,
-            p => num(p)?,
-        };
-        if parts.next().is_some() {
-            return Err(bad());
-        }
-        Ok(GoRelease {
-            major,
-            minor,
-            patch,
-        })
+        Self::parse(s, false)
     }
 }
 
@@ -91,7 +99,7 @@ impl Serialize for GoRelease {
 /// `1.26.8`; pre-releases and other version shapes → `None`.
 pub fn from_toolchain_version(version: &str) -> Option<GoRelease> {
     let (go, _platform) = version.strip_prefix("v0.0.1-go")?.rsplit_once('.')?;
-    go.parse().ok()
+    GoRelease::parse_lenient(go).ok()
 }
 
 /// Where a minor's Go stands among the releases the proxy serves.
@@ -119,6 +127,12 @@ pub struct GoCurrency {
 /// Where `go` stands among `served` (any order; duplicates allowed). With nothing served, `go`
 /// is taken as current and supported (nothing to compare with).
 pub fn currency(go: GoRelease, served: &[GoRelease]) -> GoCurrency {
+    currency_excluding(go, served, &[])
+}
+
+/// [`currency`] that never proposes a release of `refused` (listed, but not served); they still
+/// count for which lines exist and are supported.
+fn currency_excluding(go: GoRelease, served: &[GoRelease], refused: &[GoRelease]) -> GoCurrency {
     // A line counts once its first release (`.0`) is out.
     let mut lines: Vec<(u32, u32)> = served
         .iter()
@@ -131,7 +145,7 @@ pub fn currency(go: GoRelease, served: &[GoRelease]) -> GoCurrency {
     let newest_of = |line: (u32, u32)| {
         served
             .iter()
-            .filter(|r| (r.major, r.minor) == line)
+            .filter(|r| (r.major, r.minor) == line && !refused.contains(r))
             .max()
             .copied()
     };
@@ -155,7 +169,7 @@ pub fn currency(go: GoRelease, served: &[GoRelease]) -> GoCurrency {
             .map(|(a, b)| format!("{a}.{b}"))
             .collect(),
         proposal,
-        refused: Vec::new(),
+        refused: refused.to_vec(),
     }
 }
 
@@ -169,23 +183,15 @@ pub fn served_proposal(
     go: GoRelease,
     served: &[GoRelease],
 ) -> Result<GoCurrency, ReleaseError> {
-    let mut served = served.to_vec();
     let mut refused = Vec::new();
     loop {
-        let mut c = currency(go, &served);
+        let c = currency_excluding(go, served, &refused);
         let Some(p) = c.proposal else {
-            c.refused = refused;
             return Ok(c);
         };
         match check_served(cache_dir, p) {
-            Ok(()) => {
-                c.refused = refused;
-                return Ok(c);
-            }
-            Err(ReleaseError::NotServed { .. }) => {
-                refused.push(p);
-                served.retain(|r| *r != p);
-            }
+            Ok(()) => return Ok(c),
+            Err(ReleaseError::NotServed { .. }) => refused.push(p),
             Err(e) => return Err(e),
         }
     }
@@ -211,20 +217,26 @@ pub enum ReleaseError {
     },
 }
 
-/// A go command for the proxy, run from `cache_dir/go` outside any module, with the caches under
-/// `cache_dir/go` and the caller's proxy settings (`GOPROXY`, `GONOSUMDB`, …, inherited).
-fn go_list(cache_dir: &Path) -> Command {
-    let dir = cache_dir.join("go");
-    let _ = std::fs::create_dir_all(&dir);
+/// A go command for the proxy, run outside any module in a fresh directory under
+/// `cache_dir/tmp` with a module cache of its own (removed with the returned guard), so that
+/// every answer is the proxy's, never a `.info` or list an earlier run left in a cache; the
+/// caller's proxy settings (`GOPROXY`, `GONOSUMDB`, `GOSUMDB`, …) are inherited.
+fn go_list(cache_dir: &Path) -> Result<(Command, tempfile::TempDir), ReleaseError> {
+    let tmp = cache_dir.join("tmp");
+    let _ = std::fs::create_dir_all(&tmp);
+    let dir = tempfile::Builder::new()
+        .prefix("go-releases-")
+        .tempdir_in(&tmp)
+        .map_err(|e| ReleaseError::Proxy(format!("{}: {e}", tmp.display())))?;
     let mut cmd = Command::new("go");
-    cmd.current_dir(&dir)
+    cmd.current_dir(dir.path())
         .env("GOTOOLCHAIN", "local")
-        .env("GOFLAGS", "-mod=mod")
+        .env("GOFLAGS", "-mod=mod -modcacherw")
         .env("GO111MODULE", "on")
-        .env("GOMODCACHE", dir.join("mod"))
-        .env("GOCACHE", dir.join("build"))
+        .env("GOMODCACHE", dir.path().join("mod"))
+        .env("GOCACHE", cache_dir.join("go").join("build"))
         .args(["list", "-m"]);
-    cmd
+    Ok((cmd, dir))
 }
 
 fn last_line(bytes: &[u8]) -> String {
@@ -244,8 +256,11 @@ fn last_line(bytes: &[u8]) -> String {
 ///
 /// Errors: [`ReleaseError::Proxy`] with the go command's line (no proxy, `GOPROXY=off`, …).
 pub fn served(cache_dir: &Path) -> Result<Vec<GoRelease>, ReleaseError> {
-    let out = go_list(cache_dir)
-        .args(["-versions", TOOLCHAIN_MODULE])
+    let (mut cmd, _dir) = go_list(cache_dir)?;
+    // -retracted: list every version without loading retractions from the newest one (a listed
+    // version the proxy refuses would otherwise fail the whole list).
+    let out = cmd
+        .args(["-versions", "-retracted", TOOLCHAIN_MODULE])
         .output()
         .map_err(|e| ReleaseError::Proxy(format!("go: {e}")))?;
     if !out.status.success() {
@@ -258,6 +273,11 @@ pub fn served(cache_dir: &Path) -> Result<Vec<GoRelease>, ReleaseError> {
         .collect();
     releases.sort();
     releases.dedup();
+    if releases.is_empty() {
+        return Err(ReleaseError::Proxy(format!(
+            "it lists no Go release of {TOOLCHAIN_MODULE}"
+        )));
+    }
     Ok(releases)
 }
 
@@ -267,18 +287,39 @@ pub fn served(cache_dir: &Path) -> Result<Vec<GoRelease>, ReleaseError> {
 /// Errors: [`ReleaseError::NotServed`] with the proxy's answer (`403 Forbidden` is final).
 pub fn check_served(cache_dir: &Path, release: GoRelease) -> Result<(), ReleaseError> {
     let version = format!("v0.0.1-go{release}.linux-amd64");
-    let out = go_list(cache_dir)
+    let (mut cmd, _dir) = go_list(cache_dir)?;
+    let out = cmd
         .arg(format!("{TOOLCHAIN_MODULE}@{version}"))
         .output()
         .map_err(|e| ReleaseError::Proxy(format!("go: {e}")))?;
     if out.status.success() {
         return Ok(());
     }
-    Err(ReleaseError::NotServed {
-        release,
-        version,
-        answer: last_line(&out.stderr),
-    })
+    let answer = last_line(&out.stderr);
+    // The proxy answered that it has no such version (403 is final, 404/410, or a file proxy
+    // without the file); anything else (no proxy, GOPROXY=off, a network error) is not an answer.
+    let refused = [
+        "403",
+        "404",
+        "410",
+        "not found",
+        "no such file",
+        "unknown revision",
+        "invalid version",
+    ]
+    .iter()
+    .any(|m| answer.to_lowercase().contains(m));
+    if refused {
+        Err(ReleaseError::NotServed {
+            release,
+            version,
+            answer,
+        })
+    } else {
+        Err(ReleaseError::Proxy(format!(
+            "cannot ask it about Go {release}: {answer}"
+        )))
+    }
 }
 
 #[cfg(test)]
@@ -293,10 +334,15 @@ mod tests {
     fn releases_parse_and_order() {
         assert_eq!(r("1.26.8").to_string(), "1.26.8");
         assert_eq!(r("go1.26.11"), r("1.26.11"));
-        assert_eq!(r("1.20").to_string(), "1.20.0");
+        assert_eq!(
+            GoRelease::parse_lenient("1.20").unwrap().to_string(),
+            "1.20.0"
+        );
         assert!(r("1.26.11") > r("1.26.8"));
         assert!(r("1.27.0") > r("1.26.11"));
-        for bad in ["1.27rc1", "1.26.x", "1", "", "1.26.8.1", "v1.26.8"] {
+        for bad in [
+            "1.27rc1", "1.26.x", "1", "", "1.26.8.1", "v1.26.8", "1.26", "1.27.04", "1.026.1",
+        ] {
             assert!(bad.parse::<GoRelease>().is_err(), "{bad}");
         }
         assert_eq!(
@@ -351,6 +397,14 @@ mod tests {
         let c = currency(r("1.28.0"), &served_today());
         assert!(!c.supported);
         assert_eq!(c.proposal, None);
+        // A listed release the proxy refuses is never proposed, but its line still exists: with
+        // 1.27.0 refused and 1.28 served, 1.26 is out of support.
+        let served = [r("1.26.2"), r("1.27.0"), r("1.28.0"), r("1.28.1")];
+        let c = currency_excluding(r("1.26.2"), &served, &[r("1.27.0")]);
+        assert_eq!(c.supported_lines, ["1.27", "1.28"]);
+        assert!(!c.supported);
+        assert_eq!(c.proposal, Some(r("1.28.1")));
+        assert_eq!(c.refused, [r("1.27.0")]);
         // Nothing served: nothing to say.
         let c = currency(r("1.25.1"), &[]);
         assert!(c.supported);
