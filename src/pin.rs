@@ -365,8 +365,15 @@ fn move_to_tag(
         // Re-pinning the same tag keeps a Go chosen downstream (`pin --go`).
         Some(go) if same_tag && pinned_go.as_deref() != Some(go.as_str()) => {
             out.warnings.push(format!(
-                "{key}: {tag}'s Dockerfile builds with Go {go}; the pinned Go {} is kept (`--go {go}` returns to upstream's)",
-                pinned_go.unwrap_or_default()
+                "{key}: {tag}'s Dockerfile builds with Go {go}; the pinned Go {} is kept (`--go {go}{}` returns to upstream's)",
+                pinned_go.clone().unwrap_or_default(),
+                if pinned_go.as_deref().and_then(|p| p.parse::<GoRelease>().ok())
+                    > go.parse::<GoRelease>().ok()
+                {
+                    " --allow-downgrade"
+                } else {
+                    ""
+                }
             ));
         }
         Some(go) => {

@@ -363,9 +363,13 @@ impl Replica {
 /// The arguments the Helm chart gives OCCM (charts/openstack-cloud-controller-manager
 /// templates/daemonset.yaml and values.yaml: `--v=2`, `--cluster-name=kubernetes`, the default
 /// `enabledControllers`), plus what running outside a Pod needs: `--kubeconfig` (in a Pod the
-/// in-cluster config), `--leader-elect=true` (the default, explicit), a free `--secure-port`
-/// and `--authentication-skip-lookup=true` (no kube-system/extension-apiserver-authentication
-/// ConfigMap is published by this control plane's authenticators).
+/// in-cluster config), `--leader-elect=true` (the default, explicit), a free `--secure-port`,
+/// `--authentication-skip-lookup=true` (no kube-system/extension-apiserver-authentication
+/// ConfigMap is published by this control plane's authenticators) and `--webhook-secure-port=0`:
+/// k8s.io/cloud-provider v0.31 (OCCM 1.31) binds the webhook port 10260 on every address even
+/// with no webhook enabled (options/webhook.go `ApplyTo`), so replicas on one host, as in S4,
+/// would collide where a DaemonSet's are on different nodes; v0.32 and later bind nothing
+/// without webhooks, so the flag changes nothing for them.
 pub fn occm_args(cloud_conf: &Path, kubeconfig: &Path, secure_port: u16) -> Vec<String> {
     vec![
         "--v=2".into(),
@@ -379,6 +383,7 @@ pub fn occm_args(cloud_conf: &Path, kubeconfig: &Path, secure_port: u16) -> Vec<
         format!("--kubeconfig={}", kubeconfig.display()),
         "--leader-elect=true".into(),
         "--authentication-skip-lookup=true".into(),
+        "--webhook-secure-port=0".into(),
     ]
 }
 
@@ -1065,6 +1070,7 @@ mod tests {
             "--secure-port=4242",
             "--bind-address=127.0.0.1",
             "--controllers=cloud-node,cloud-node-lifecycle,route,service",
+            "--webhook-secure-port=0",
         ] {
             assert!(a.iter().any(|x| x == want), "{want} missing from {a:?}");
         }
