@@ -173,6 +173,9 @@ pub struct BuildPlan {
     pub required_tests: Vec<String>,
     /// Module requirements set in go.mod after the series (images.toml `go_overrides`).
     pub go_overrides: BTreeMap<String, String>,
+    /// The acceptance scenarios whose bug upstream has fixed in this minor: the `shown_by` of
+    /// every catalogued fix patch the series does not carry (`S1`).
+    pub upstream_fixed: Vec<String>,
     /// The image tag.
     pub tag: String,
     /// The target repository as configured.
@@ -262,6 +265,12 @@ impl BuildPlan {
             test_packages: m.test_packages.clone(),
             required_tests: config.required_tests(m),
             go_overrides: m.go_overrides.clone(),
+            upstream_fixed: config
+                .patches
+                .iter()
+                .filter(|(name, _)| !m.patches.contains(name))
+                .flat_map(|(_, info)| info.shown_by.iter().cloned())
+                .collect(),
             tag,
             repository,
             repository_name,

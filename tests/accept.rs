@@ -608,6 +608,7 @@ async fn an_occm_that_crashes_fails_the_scenario_and_nothing_is_left_running() {
             keep_logs: false,
             chart: &chart,
             driver: &manifests,
+            upstream_fixed: &[],
         },
         &occm_forge::stage::Silent,
     )

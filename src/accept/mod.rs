@@ -120,6 +120,8 @@ pub struct AcceptRequest<'a> {
     /// The OCCM manifests magnum-cluster-api renders for a cluster of the minor (S6's driver
     /// Secret).
     pub driver: &'a str,
+    /// Scenarios whose bug upstream has fixed in this minor: the control is expected to pass them.
+    pub upstream_fixed: &'a [Scenario],
 }
 
 pub(crate) fn check_interrupt() -> Result<(), AcceptError> {
@@ -156,6 +158,7 @@ async fn accept_on(
     runner: &mut Runner<'_>,
 ) -> Result<AcceptReport, AcceptError> {
     let mut report = AcceptReport::new(req.minor, req.upstream_tag, req.image_tag, req.go);
+    report.upstream_fixed = req.upstream_fixed.to_vec();
     let result = run(req, &mut report, runner).await;
     report.timings = runner.reports().to_vec();
     match result {
@@ -482,6 +485,8 @@ pub struct Subject {
     /// images.toml `go_overrides`: set in the control's go.mod too (it differs from ours by the
     /// patch series only), and they give the Kubernetes and etcd versions of the control plane.
     pub go_overrides: std::collections::BTreeMap<String, String>,
+    /// Scenarios whose bug upstream has fixed in this minor ([`crate::plan::BuildPlan::upstream_fixed`]).
+    pub upstream_fixed: Vec<Scenario>,
 }
 
 impl Subject {
@@ -518,6 +523,11 @@ impl Subject {
             repository: plan.repository.clone(),
             magnum_cluster_api: plan.magnum_cluster_api.clone(),
             go_overrides: plan.go_overrides.clone(),
+            upstream_fixed: Scenario::ALL
+                .iter()
+                .copied()
+                .filter(|s| plan.upstream_fixed.contains(&s.to_string()))
+                .collect(),
         }
     }
 
@@ -672,6 +682,7 @@ async fn accept_subject_inner(
             keep_logs: run.keep_logs,
             chart: &chart,
             driver: &driver,
+            upstream_fixed: &subject.upstream_fixed,
         },
         &mut runner,
     )

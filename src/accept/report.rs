@@ -139,6 +139,11 @@ pub struct AcceptReport {
     /// then.
     #[serde(default)]
     pub recorded_at: Option<String>,
+    /// Scenarios whose bug upstream has fixed in this release (a fix patch naming them in
+    /// `shown_by` is not in the series): a control that passes them is expected, not a failure
+    /// to show the fix.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub upstream_fixed: Vec<Scenario>,
 }
 
 impl AcceptReport {
@@ -161,6 +166,7 @@ impl AcceptReport {
             timings: Vec::new(),
             logs: None,
             recorded_at: None,
+            upstream_fixed: Vec::new(),
         }
     }
 
@@ -245,9 +251,11 @@ impl AcceptReport {
     /// upstream). A run of some scenarios only says so in its reason.
     pub fn decide(&mut self) {
         let ours_failed = self.scenarios_where(&|r| r.ours.as_ref().is_none_or(|o| !o.passed));
+        let fixed = self.upstream_fixed.clone();
         let control_passed = self.scenarios_where(&|r| {
-            !r.scenario.control_expected_to_pass()
-                && r.control.as_ref().is_some_and(|c| c.passed || !c.bug_shown)
+            let passing_is_expected = r.scenario.control_expected_to_pass()
+                || fixed.contains(&r.scenario) && r.control.as_ref().is_some_and(|c| c.passed);
+            !passing_is_expected && r.control.as_ref().is_some_and(|c| c.passed || !c.bug_shown)
         });
         let run = self.scenarios_where(&|_| true);
         if self.rows.is_empty() {
@@ -632,6 +640,18 @@ mod tests {
                 "the control (unpatched upstream) does not show the bug in S1, so this run does not show the fix; check the control binary (/cache/control) and whether the bug is fixed upstream (`occm-forge patches prove`)"
             )
         );
+        // Where upstream has the fix (the series does not carry it), a control that passes S1
+        // is expected.
+        r.upstream_fixed = vec![Scenario::S1];
+        r.decide();
+        assert_eq!(r.verdict, Verdict::Accepted, "{:?}", r.reason);
+        assert_eq!(
+            r.rows[0].shows(),
+            "ours passes; upstream passes too (the bug is absent in this release)"
+        );
+        r.upstream_fixed.clear();
+        r.decide();
+        assert_eq!(r.verdict, Verdict::Failed);
         // A control that fails S5 without the remediation loop does not show it either.
         r.rows[0].control.as_mut().unwrap().passed = false;
         r.rows.push(ScenarioRow {

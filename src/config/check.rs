@@ -604,6 +604,18 @@ fn check_patch_catalogue(
         }
     }
     for (name, info) in patches {
+        if let Some(bad) = info.shown_by.iter().find(|s| {
+            crate::accept::Scenario::ALL
+                .iter()
+                .all(|a| a.to_string() != **s)
+        }) {
+            return Err(s.err(
+                s.of(&["patches", name]),
+                format!(
+                    "patches.\"{name}\".shown_by `{bad}` is not an acceptance scenario (S1 to S8)"
+                ),
+            ));
+        }
         if info.guarded_by.is_empty() {
             return Err(s.err(
                 s.of(&["patches", name]),

@@ -304,6 +304,11 @@ pub struct PatchInfo {
     pub fixes: String,
     /// Go test names (`TestX` or `TestX/sub`) that fail without this patch and pass with it.
     pub guarded_by: Vec<String>,
+    /// The acceptance scenarios (`S1`…`S8`) that show the bug this patch fixes. Where a
+    /// minor's series does not carry the patch (upstream has the fix), `accept` expects the
+    /// unpatched control to pass them too. Empty: none named.
+    #[serde(default)]
+    pub shown_by: Vec<String>,
 }
 
 /// `[minors."1.34"]` with `[defaults]` applied: everything needed to build one Kubernetes minor.
@@ -582,6 +587,25 @@ test_packages = ["./pkg/openstack/"]
                 "{bad}: {e}"
             );
         }
+    }
+
+    #[test]
+    fn shown_by_names_acceptance_scenarios() {
+        let with = |v: &str| {
+            GOOD.replace(
+                "guarded_by = [\"TestFix\"]",
+                &format!("guarded_by = [\"TestFix\"]\nshown_by = {v}"),
+            )
+        };
+        let c = parse_str(&with("[\"S1\", \"S5\"]")).unwrap();
+        assert_eq!(c.patches["0002-fix.patch"].shown_by, ["S1", "S5"]);
+        let e = parse_str(&with("[\"S9\"]")).unwrap_err().to_string();
+        assert!(
+            e.contains(
+                "patches.\"0002-fix.patch\".shown_by `S9` is not an acceptance scenario (S1 to S8)"
+            ),
+            "{e}"
+        );
     }
 
     #[test]
