@@ -48,6 +48,10 @@ pub struct Entry {
     /// Patches of the series found already upstream and skipped.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub already_upstream: Vec<String>,
+    /// Patches of the series that applied only three-way (as `git am -3`), each with what was
+    /// merged per file (`cmd/…/main.go: 1 hunk merged with upstream's changes since blob …`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub applied_three_way: BTreeMap<String, Vec<String>>,
     /// Platforms, e.g. `linux/amd64`.
     pub platforms: Vec<String>,
     /// Platform → digest of that platform's image manifest.
@@ -791,6 +795,7 @@ mod tests {
             patch_series_sha256: "d".repeat(64),
             patches: vec!["0001-x.patch".into()],
             already_upstream: vec![],
+            applied_three_way: BTreeMap::new(),
             platforms: vec!["linux/amd64".into()],
             manifests: BTreeMap::from([(
                 "linux/amd64".into(),

@@ -511,6 +511,15 @@ fn entry(
             .filter(|a| a.outcome == PatchOutcome::AlreadyUpstream)
             .map(|a| a.name.clone())
             .collect(),
+        applied_three_way: applied
+            .iter()
+            .filter_map(|a| match &a.outcome {
+                PatchOutcome::AppliedThreeWay { files, .. } => {
+                    Some((a.name.clone(), files.clone()))
+                }
+                _ => None,
+            })
+            .collect(),
         platforms: plan.platform_names(),
         manifests: image
             .platforms
