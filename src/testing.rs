@@ -120,6 +120,7 @@ pub fn image(tag: &str) -> FixtureImage {
         patch_series_sha256: "0".repeat(64),
         patches: vec![],
         already_upstream: vec![],
+        applied_three_way: Default::default(),
         platforms: platforms.iter().map(ToString::to_string).collect(),
         manifests: image
             .platforms
@@ -203,6 +204,7 @@ pub fn entry(minor: &str, repository: &str, fill: char) -> crate::digest_manifes
         patch_series_sha256: "d".repeat(64),
         patches: vec![],
         already_upstream: vec![],
+        applied_three_way: Default::default(),
         platforms: vec!["linux/amd64".into()],
         manifests: Default::default(),
         sbom: Default::default(),

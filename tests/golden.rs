@@ -305,6 +305,7 @@ fn digest_manifest_bytes() {
         patch_series_sha256: "6".repeat(64),
         patches: vec!["0001-a.patch".into(), "0002-b.patch".into()],
         already_upstream: vec!["0002-b.patch".into()],
+        applied_three_way: Default::default(),
         platforms: vec!["linux/amd64".into(), "linux/arm64".into()],
         manifests: BTreeMap::from([
             ("linux/amd64".into(), h("1")),

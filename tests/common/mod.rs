@@ -1323,6 +1323,7 @@ pub fn entry(repository: &str, tag: &str, digest: &str) -> occm_forge::digest_ma
         patch_series_sha256: String::new(),
         patches: vec![],
         already_upstream: vec![],
+        applied_three_way: Default::default(),
         platforms: vec![],
         manifests: std::collections::BTreeMap::new(),
         sbom: std::collections::BTreeMap::new(),
