@@ -813,3 +813,33 @@ async fn large_blobs_go_in_chunks_and_a_416_resumes_from_the_upload_status() {
         assert_eq!(&format!("sha256:{}", sha256_hex(&served)), digest);
     }
 }
+
+/// A registry that keeps answering the blob existence check with 500 (distribution after a crash
+/// mid-upload does, for the blob it was writing) gets the blobs uploaded: the check only saves
+/// uploads, and by digest an upload is the same content. The push completes and says so.
+#[test]
+fn a_blob_check_that_keeps_failing_uploads_the_blob() {
+    let reg = TestRegistry::start();
+    let f = fixture(&["linux/amd64"]);
+    let proxy = FaultProxy::start(
+        &reg.addr,
+        vec![rule("HEAD", "/blobs/", Fault::Status500, 1000, 0)],
+    );
+    let o = push(&f, &proxy, "1");
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("; uploading the blob instead"),
+        "{}",
+        stderr(&o)
+    );
+    let lock = read_lock(&f.lock);
+    let digest = lock["images"]["1.34"]["digest"].as_str().unwrap();
+    let direct = reg.repo("occm/openstack-cloud-controller-manager");
+    let raw = skopeo(&[
+        "inspect",
+        "--tls-verify=false",
+        "--raw",
+        &format!("docker://{direct}:v1.34.1-occmforge.1"),
+    ]);
+    assert_eq!(format!("sha256:{}", sha256_hex(raw.as_bytes())), digest);
+}

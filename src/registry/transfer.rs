@@ -106,7 +106,19 @@ async fn transfer_one(
     blob: &Descriptor,
     source: BlobSource<'_>,
 ) -> Result<Transferred, RegistryError> {
-    if registry.blob_exists(to, &blob.digest).await? {
+    // The existence check only saves an upload (distribution-spec "Checking if content exists
+    // in the registry"): a registry that keeps failing it with server errors (distribution after
+    // a crash mid-upload answers 500 for the blob it was writing) gets the blob uploaded, which
+    // by digest is the same content; refusals and other errors still end the push.
+    let exists = match registry.blob_exists(to, &blob.digest).await {
+        Ok(exists) => exists,
+        Err(e) if e.kind == crate::registry::ErrorKind::Transient => {
+            tracing::warn!("{e}; uploading the blob instead");
+            false
+        }
+        Err(e) => return Err(e),
+    };
+    if exists {
         return Ok(Transferred {
             present: 1,
             ..Transferred::default()
