@@ -170,6 +170,25 @@ impl AcceptReport {
         }
     }
 
+    /// The report as a committed document holds it: the binaries' and logs' paths from their
+    /// `accept/` directory on, under `<layout>` (ours, the logs) or `<cache>` (the control), not
+    /// the paths of the machine that ran it.
+    pub fn make_paths_portable(&mut self) {
+        let portable = |p: &Path, root: &str| match p.to_string_lossy().find("/accept/") {
+            Some(i) => PathBuf::from(format!("<{root}>{}", &p.to_string_lossy()[i..])),
+            None => p.to_path_buf(),
+        };
+        if let Some(o) = &mut self.ours {
+            o.path = portable(&o.path, "layout");
+        }
+        if let Some(c) = &mut self.control {
+            *c = portable(c, "cache");
+        }
+        if let Some(l) = &mut self.logs {
+            *l = portable(l, "layout");
+        }
+    }
+
     /// A report for a minor that could not be tested.
     pub fn not_verified(mut self, reason: impl Into<String>) -> Self {
         self.verdict = Verdict::NotVerified;
@@ -516,6 +535,9 @@ pub fn write_document(
         r.recorded_at = Some(crate::util::rfc3339(now));
         r
     }));
+    for r in &mut all {
+        r.make_paths_portable();
+    }
     all.sort_by_key(|r| r.minor);
     let text = serde_json::to_string_pretty(&all).expect("reports serialise") + "\n";
     crate::util::write_file_atomically(&json, text.as_bytes()).map_err(|e| io(&json, &e))?;
@@ -586,6 +608,8 @@ mod tests {
         let mut r35 = report();
         r35.minor = "1.35".parse().unwrap();
         r35.upstream_tag = "v1.35.0".into();
+        r35.control =
+            Some("/cache/accept/control/v1.35.0-x/openstack-cloud-controller-manager".into());
         r35.decide();
         write_document(&doc, &[r35], 1_000).unwrap();
         write_document(&doc, std::slice::from_ref(&r34), 2_000).unwrap();
@@ -606,6 +630,15 @@ mod tests {
         assert_eq!(all[0].verdict, Verdict::Failed);
         assert_eq!(all[1].verdict, Verdict::Accepted);
         assert_eq!(all[1].rows[0].title, Scenario::S1.title());
+        // No path of the machine that ran it is recorded.
+        let json = std::fs::read_to_string(reports_path(&doc)).unwrap();
+        assert!(!json.contains("\"/cache/"), "{json}");
+        assert!(
+            json.contains(
+                "\"<cache>/accept/control/v1.35.0-x/openstack-cloud-controller-manager\""
+            ),
+            "{json}"
+        );
         // A reports file that does not parse is named, and nothing is overwritten.
         std::fs::write(reports_path(&doc), b"[{").unwrap();
         let err = write_document(&doc, &all[..1], 4_000)
