@@ -163,9 +163,8 @@ pub fn check(
 mod tests {
     use super::*;
 
-    #[test]
-    fn finds_newer_patch_tags_and_untracked_minors() {
-        let cfg = crate::config::parse(
+    fn two_minors() -> Config {
+        crate::config::parse(
             std::path::Path::new("/x/images.toml"),
             r#"
 repository = "r.example/o/occm"
@@ -191,7 +190,12 @@ patches = []
 test_packages = ["./pkg/openstack/"]
 "#,
         )
-        .unwrap();
+        .unwrap()
+    }
+
+    #[test]
+    fn finds_newer_patch_tags_and_untracked_minors() {
+        let cfg = two_minors();
         let tags = [
             "v1.34.0",
             "v1.34.1",
@@ -238,6 +242,12 @@ test_packages = ["./pkg/openstack/"]
                 latest: "v1.36.1".into()
             }]
         );
+    }
+
+    #[test]
+    fn a_pinned_tag_upstream_moved_is_its_own_event() {
+        let cfg = two_minors();
+        let today = time::macros::date!(2026 - 12 - 04);
         let pinned = |t: &str, c: &str| (t.to_string(), c.to_string());
         let r = check(
             &cfg,
