@@ -8,7 +8,6 @@
 
 mod common;
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -19,40 +18,11 @@ const STAGING: &str = "v0.99.0";
 const ETCD: &str = "v3.9.9";
 const CAPI: &str = "v1.99.0";
 
-/// Writes one module version into the file proxy `proxy` (the layout of the GOPROXY protocol:
-/// `<module>/@v/{list,<v>.info,<v>.mod,<v>.zip}`, the zip holding `<module>@<v>/…`).
-fn publish(proxy: &Path, module: &str, version: &str, files: &[(&str, &str)]) {
-    let dir = proxy.join(module).join("@v");
-    std::fs::create_dir_all(&dir).unwrap();
-    let go_mod = files
-        .iter()
-        .find(|(n, _)| *n == "go.mod")
-        .expect("a module has a go.mod")
-        .1;
-    std::fs::write(dir.join("list"), format!("{version}\n")).unwrap();
-    std::fs::write(
-        dir.join(format!("{version}.info")),
-        format!("{{\"Version\":\"{version}\",\"Time\":\"2026-01-01T00:00:00Z\"}}"),
-    )
-    .unwrap();
-    std::fs::write(dir.join(format!("{version}.mod")), go_mod).unwrap();
-    let zip = std::fs::File::create(dir.join(format!("{version}.zip"))).unwrap();
-    let mut w = zip::ZipWriter::new(zip);
-    let opts =
-        zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Stored);
-    for (name, text) in files {
-        w.start_file(format!("{module}@{version}/{name}"), opts)
-            .unwrap();
-        w.write_all(text.as_bytes()).unwrap();
-    }
-    w.finish().unwrap();
-}
-
 /// The stand-in proxy: kube-apiserver prints its name and the staging package it imports; etcd
 /// prints its name.
 fn file_proxy(root: &Path) -> PathBuf {
     let proxy = root.join("goproxy");
-    publish(
+    publish_module(
         &proxy,
         "k8s.io/kubernetes",
         K8S,
@@ -67,7 +37,7 @@ fn file_proxy(root: &Path) -> PathBuf {
             ),
         ],
     );
-    publish(
+    publish_module(
         &proxy,
         "k8s.io/api",
         STAGING,
@@ -79,7 +49,7 @@ fn file_proxy(root: &Path) -> PathBuf {
             ),
         ],
     );
-    publish(
+    publish_module(
         &proxy,
         "go.etcd.io/etcd/server/v3",
         ETCD,
@@ -91,7 +61,7 @@ fn file_proxy(root: &Path) -> PathBuf {
             ),
         ],
     );
-    publish(
+    publish_module(
         &proxy,
         "go.etcd.io/etcd/client/v3",
         ETCD,
@@ -99,7 +69,7 @@ fn file_proxy(root: &Path) -> PathBuf {
     );
     // Cluster API's core: a manager at the module root and CRDs in config/crd/bases, one of
     // them serving two versions through a conversion webhook, as v1.13's do.
-    publish(
+    publish_module(
         &proxy,
         "sigs.k8s.io/cluster-api",
         CAPI,
@@ -119,13 +89,6 @@ fn file_proxy(root: &Path) -> PathBuf {
     proxy
 }
 
-fn go_env(cmd: &mut Command, proxy: &Path) {
-    cmd.env("GOPROXY", format!("file://{}", proxy.display()))
-        .env("GOSUMDB", "off")
-        .env("GOFLAGS", "")
-        .env("GOTOOLCHAIN", "local");
-}
-
 /// Releases `v1.36.0` in the fixture upstream: its go.mod requires the stand-in Kubernetes and
 /// etcd (with the go.sum lines Go computes for them), and images.toml pins it as minor 1.36.
 fn release_with_kubernetes(f: &Fixture, proxy: &Path) -> String {
@@ -140,7 +103,7 @@ fn release_with_kubernetes(f: &Fixture, proxy: &Path) -> String {
         cmd.current_dir(sums.path())
             .args(["mod", "download", "-json", &m])
             .env("GOMODCACHE", sums.path().join("mod"));
-        go_env(&mut cmd, proxy);
+        file_proxy_env(&mut cmd, proxy);
         let info: serde_json::Value = serde_json::from_str(&run(&mut cmd)).unwrap();
         let (path, version) = m.split_once('@').unwrap();
         go_sum.push_str(&format!(
@@ -199,7 +162,7 @@ fn prepare(f: &Fixture, proxy: &Path, cache: &Path, extra: &[&str]) -> std::proc
         .arg("--cache-dir")
         .arg(cache)
         .args(extra);
-    go_env(&mut cmd, proxy);
+    file_proxy_env(&mut cmd, proxy);
     cmd.output().unwrap()
 }
 

@@ -7,7 +7,6 @@
 
 mod common;
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -15,47 +14,11 @@ use common::*;
 
 const DEP: &str = "example.com/dep";
 
-/// Adds one version of `module` to the file proxy `proxy` (GOPROXY protocol layout).
-fn publish(proxy: &Path, module: &str, version: &str, files: &[(&str, &str)]) {
-    let dir = proxy.join(module).join("@v");
-    std::fs::create_dir_all(&dir).unwrap();
-    let go_mod = files.iter().find(|(n, _)| *n == "go.mod").unwrap().1;
-    let mut list = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(dir.join("list"))
-        .unwrap();
-    writeln!(list, "{version}").unwrap();
-    std::fs::write(
-        dir.join(format!("{version}.info")),
-        format!("{{\"Version\":\"{version}\",\"Time\":\"2026-01-01T00:00:00Z\"}}"),
-    )
-    .unwrap();
-    std::fs::write(dir.join(format!("{version}.mod")), go_mod).unwrap();
-    let zip = std::fs::File::create(dir.join(format!("{version}.zip"))).unwrap();
-    let mut w = zip::ZipWriter::new(zip);
-    let opts =
-        zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Stored);
-    for (name, text) in files {
-        w.start_file(format!("{module}@{version}/{name}"), opts)
-            .unwrap();
-        w.write_all(text.as_bytes()).unwrap();
-    }
-    w.finish().unwrap();
-}
-
-fn go_env(cmd: &mut Command, proxy: &Path) {
-    cmd.env("GOPROXY", format!("file://{}", proxy.display()))
-        .env("GOSUMDB", "off")
-        .env("GOFLAGS", "")
-        .env("GOTOOLCHAIN", "local");
-}
-
 /// The proxy: `example.com/dep` v1.0.0 (upstream's) and v1.0.1 (the fix).
 fn proxy(root: &Path) -> PathBuf {
     let proxy = root.join("goproxy");
     for v in ["v1.0.0", "v1.0.1"] {
-        publish(
+        publish_module(
             &proxy,
             DEP,
             v,
@@ -83,7 +46,7 @@ fn release(f: &Fixture, proxy: &Path, overrides: &str) {
     cmd.current_dir(sums.path())
         .args(["mod", "download", "-json", &format!("{DEP}@v1.0.0")])
         .env("GOMODCACHE", sums.path().join("mod"));
-    go_env(&mut cmd, proxy);
+    file_proxy_env(&mut cmd, proxy);
     let info: serde_json::Value = serde_json::from_str(&run(&mut cmd)).unwrap();
     let _ = Command::new("chmod")
         .args(["-R", "u+w"])
@@ -137,7 +100,7 @@ fn build(f: &Fixture, proxy: &Path) -> Output {
         .arg(f.path().join("out"))
         .arg("--cache-dir")
         .arg(f.path().join("cache"));
-    go_env(&mut cmd, proxy);
+    file_proxy_env(&mut cmd, proxy);
     cmd.output().unwrap()
 }
 

@@ -1369,3 +1369,43 @@ pub fn mcapi_manifests(cluster: &occm_forge::mcapi::MagnumCluster) -> String {
         .remove(occm_forge::render::crs_secret::SECRET_KEY)
         .expect("the renderer gives cloud-controller-manager.yaml")
 }
+
+/// Adds one version of `module` to the file-based Go module proxy `proxy` (the GOPROXY
+/// protocol's layout: `<module>/@v/{list,<v>.info,<v>.mod,<v>.zip}`, the zip holding
+/// `<module>@<v>/…`); `list` gains the version.
+pub fn publish_module(proxy: &Path, module: &str, version: &str, files: &[(&str, &str)]) {
+    let dir = proxy.join(module).join("@v");
+    std::fs::create_dir_all(&dir).unwrap();
+    let go_mod = files.iter().find(|(n, _)| *n == "go.mod").unwrap().1;
+    let mut list = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join("list"))
+        .unwrap();
+    writeln!(list, "{version}").unwrap();
+    std::fs::write(
+        dir.join(format!("{version}.info")),
+        format!("{{\"Version\":\"{version}\",\"Time\":\"2026-01-01T00:00:00Z\"}}"),
+    )
+    .unwrap();
+    std::fs::write(dir.join(format!("{version}.mod")), go_mod).unwrap();
+    let zip = std::fs::File::create(dir.join(format!("{version}.zip"))).unwrap();
+    let mut w = zip::ZipWriter::new(zip);
+    let opts =
+        zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Stored);
+    for (name, text) in files {
+        w.start_file(format!("{module}@{version}/{name}"), opts)
+            .unwrap();
+        w.write_all(text.as_bytes()).unwrap();
+    }
+    w.finish().unwrap();
+}
+
+/// A `go` command (or occm-forge) on the file proxy `proxy`: its go.mod files are not in the
+/// checksum database, and the local toolchain builds.
+pub fn file_proxy_env(cmd: &mut Command, proxy: &Path) {
+    cmd.env("GOPROXY", format!("file://{}", proxy.display()))
+        .env("GOSUMDB", "off")
+        .env("GOFLAGS", "")
+        .env("GOTOOLCHAIN", "local");
+}
