@@ -41,6 +41,7 @@ pub mod plan;
 pub mod progress;
 pub mod redgreen;
 pub mod reference;
+pub mod refresh;
 pub mod registry;
 pub mod render;
 pub mod report;
@@ -145,6 +146,10 @@ pub enum Error {
     /// failed; one line naming the key file, never the password.
     #[error(transparent)]
     Sign(#[from] sign::SignError),
+    /// `patches edit` / `patches export` refused or failed (one line naming the work tree, file
+    /// or patch).
+    #[error("patches: {0}")]
+    Refresh(#[from] refresh::RefreshError),
     /// `manifest record-signatures`: the registry holds no signature of the image by the signer.
     #[error("signatures: {0}")]
     NotSigned(String),
@@ -192,6 +197,7 @@ impl Error {
             Error::Accept(_) => 12,
             Error::NotPinned(_) => 14,
             Error::Clusters(_) => 15,
+            Error::Refresh(e) => e.exit_code(),
         }
     }
 }

@@ -268,7 +268,11 @@ impl BuildPlan {
             upstream_fixed: config
                 .patches
                 .iter()
-                .filter(|(name, _)| !m.patches.contains(name))
+                .filter(|(name, _)| {
+                    !m.patches
+                        .iter()
+                        .any(|p| crate::patches::catalogue_name(p) == name.as_str())
+                })
                 .flat_map(|(_, info)| info.shown_by.iter().cloned())
                 .collect(),
             tag,

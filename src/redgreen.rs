@@ -251,7 +251,7 @@ pub async fn prove(req: &ProofRequest<'_>, reporter: &dyn Reporter) -> Result<Mi
     let without: Vec<PatchFile> = plan
         .series
         .iter()
-        .filter(|p| !cfg.patches.contains_key(&p.name))
+        .filter(|p| cfg.patch_info(&p.name).is_none())
         .cloned()
         .collect();
     let red = tested_tree(
@@ -316,7 +316,7 @@ fn series_rows(
                 PatchOutcome::AppliedThreeWay { .. } => "applied three-way",
                 PatchOutcome::AlreadyUpstream => "already upstream",
             };
-            let Some(info) = cfg.patches.get(&applied.name) else {
+            let Some(info) = cfg.patch_info(&applied.name) else {
                 return PatchRow {
                     patch: applied.name.clone(),
                     in_series: true,

@@ -1,4 +1,6 @@
-//! `occm-forge patches prove` and `patches matrix`: the red/green proof (`redgreen`).
+//! `occm-forge patches prove` and `patches matrix`: the red/green proof (`redgreen`);
+//! `patches edit` and `patches export`: refreshing the series on a new upstream tree
+//! (`refresh`).
 
 use std::path::PathBuf;
 
@@ -6,6 +8,7 @@ use clap::{Args, Subcommand};
 use occm_forge::config::Minor;
 use occm_forge::progress::Terminal;
 use occm_forge::redgreen::{self, ProofRequest};
+use occm_forge::refresh::{self, EditRequest, ExportRequest};
 use occm_forge::util::write_file_atomically;
 use occm_forge::{Error, report};
 
@@ -20,6 +23,50 @@ pub enum PatchesCommand {
     Prove(VerifyArgs),
     /// `prove` for every minor (or those given), as a Markdown table.
     Matrix(MatrixArgs),
+    /// Lay the minor's series out as commits on its upstream tag in a work tree (branch
+    /// occm-forge/<minor>), stopping at the first patch that conflicts, markers in place.
+    Edit(EditArgs),
+    /// Write the edited commits back to patches/ (format-patch form; unchanged patches keep
+    /// every byte) and images.toml (a minor's own variant of a shared patch).
+    Export(ExportArgs),
+}
+
+#[derive(Args)]
+pub struct EditArgs {
+    /// Kubernetes minor, e.g. 1.36.
+    #[arg(long = "k8s", value_name = "MINOR")]
+    k8s: Minor,
+    #[command(flatten)]
+    inputs: Inputs,
+    /// The work tree [default: <cache>/edit/<MINOR>].
+    #[arg(long, value_name = "DIR")]
+    dir: Option<PathBuf>,
+    /// After resolving a conflict (and `git add`): commit the resolution as the stopped patch
+    /// (or take your own commit of it) and apply the rest.
+    #[arg(long = "continue", conflicts_with = "restart")]
+    resume: bool,
+    /// Discard an edit under way in the work tree and lay the series out again.
+    #[arg(long)]
+    restart: bool,
+    /// Print the state as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+pub struct ExportArgs {
+    /// Kubernetes minor, e.g. 1.36.
+    #[arg(long = "k8s", value_name = "MINOR")]
+    k8s: Minor,
+    /// images.toml to read (and update).
+    #[arg(long, default_value = "images.toml", value_name = "FILE")]
+    config: PathBuf,
+    /// The edit's work tree [default: <cache>/edit/<MINOR>].
+    #[arg(long, value_name = "DIR")]
+    dir: Option<PathBuf>,
+    /// Print the result as JSON.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args)]
@@ -50,6 +97,8 @@ pub async fn run(cli: &Cli, cmd: &PatchesCommand) -> Result<u8, Error> {
     match cmd {
         PatchesCommand::Prove(args) => verify(cli, args).await,
         PatchesCommand::Matrix(args) => matrix(cli, args).await,
+        PatchesCommand::Edit(args) => edit(cli, args),
+        PatchesCommand::Export(args) => export(cli, args),
     }
 }
 
@@ -112,4 +161,64 @@ async fn matrix(cli: &Cli, args: &MatrixArgs) -> Result<u8, Error> {
     } else {
         Err(Error::Proof(report::not_proven(&bad)))
     }
+}
+
+fn edit(cli: &Cli, args: &EditArgs) -> Result<u8, Error> {
+    let config = args.inputs.load()?;
+    let cache = cli.cache_dir();
+    let dir = args
+        .dir
+        .clone()
+        .unwrap_or_else(|| refresh::default_dir(&cache, args.k8s));
+    let report = refresh::edit(&EditRequest {
+        config: &config,
+        minor: args.k8s,
+        source: args.inputs.source.as_deref(),
+        cache_dir: &cache,
+        dir: &dir,
+        resume: args.resume,
+        restart: args.restart,
+    })?;
+    let text = if args.json {
+        serde_json::to_string(&report).expect("report serialises")
+    } else {
+        refresh::render_edit(&report, &flags(&args.inputs.config, args.dir.as_deref()))
+    };
+    print_stdout(&text)?;
+    match &report.stopped {
+        None => Ok(0),
+        Some(why) => Err(Error::Refresh(refresh::RefreshError::Stopped(why.clone()))),
+    }
+}
+
+fn export(cli: &Cli, args: &ExportArgs) -> Result<u8, Error> {
+    let config = occm_forge::config::load(&args.config)?;
+    let dir = args
+        .dir
+        .clone()
+        .unwrap_or_else(|| refresh::default_dir(&cli.cache_dir(), args.k8s));
+    let report = refresh::export(&ExportRequest {
+        config: &config,
+        minor: args.k8s,
+        dir: &dir,
+    })?;
+    let text = if args.json {
+        serde_json::to_string(&report).expect("report serialises")
+    } else {
+        refresh::render_export(&report, &config)
+    };
+    print_stdout(&text)?;
+    Ok(0)
+}
+
+/// The `--config` and `--dir` flags to repeat in the next steps printed, where not the defaults.
+fn flags(config: &std::path::Path, dir: Option<&std::path::Path>) -> String {
+    let mut out = String::new();
+    if config != std::path::Path::new("images.toml") {
+        out.push_str(&format!(" --config {}", config.display()));
+    }
+    if let Some(dir) = dir {
+        out.push_str(&format!(" --dir {}", dir.display()));
+    }
+    out
 }

@@ -430,7 +430,7 @@ impl Config {
         let guards = m
             .patches
             .iter()
-            .filter_map(|p| self.patches.get(p))
+            .filter_map(|p| self.patch_info(p))
             .flat_map(|i| &i.guarded_by);
         for t in guards {
             if !required.contains(t) {
@@ -438,6 +438,15 @@ impl Config {
             }
         }
         required
+    }
+
+    /// The `[patches."<file>"]` entry of a series entry: its own, or for a minor's variant of a
+    /// shared patch (`<stem>.k8s-<minor>.patch`) the shared patch's.
+    pub fn patch_info(&self, name: &str) -> Option<&PatchInfo> {
+        self.patches.get(name).or_else(|| {
+            self.patches
+                .get(crate::patches::catalogue_name(name).as_ref())
+        })
     }
 
     /// Where upstream is fetched from: `source` (`--source`) when given, else `upstream`.

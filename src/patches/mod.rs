@@ -10,7 +10,12 @@ use std::cell::RefCell;
 use std::path::{Path, PathBuf};
 
 use git2::{ApplyLocation, ApplyOptions, Diff, Repository, Signature, Time};
+
+mod three_way;
+
 use sha2::{Digest, Sha256};
+pub use three_way::ConflictedFile;
+use three_way::{OnConflict, ThreeWayError};
 
 /// One patch file of a series.
 #[derive(Debug, Clone)]
@@ -110,6 +115,24 @@ pub enum PatchError {
         /// libgit2's message.
         message: String,
     },
+    /// `patches edit`: the patch conflicts three-way; the merge with conflict markers is in the
+    /// work tree and its stages in the index, nothing committed.
+    #[error(
+        "patch {name} conflicts: {file}, hunk {hunk} ({header}) does not apply, and the three-way merge conflicts in {}",
+        files.iter().map(|f| format!("{} (markers at line {})", f.path, f.line)).collect::<Vec<_>>().join(", ")
+    )]
+    Conflict {
+        /// Patch name.
+        name: String,
+        /// The file whose hunk did not apply plainly (new path).
+        file: String,
+        /// 1-based hunk number within that file.
+        hunk: usize,
+        /// The hunk header.
+        header: String,
+        /// The files left with conflict markers.
+        files: Vec<ConflictedFile>,
+    },
     /// Committing the applied patch failed.
     #[error("patch {name}: cannot commit in {tree}: {message}")]
     Commit {
@@ -120,6 +143,32 @@ pub enum PatchError {
         /// libgit2's message.
         message: String,
     },
+}
+
+/// The suffix of a minor's own variant of a shared patch: `<stem>.k8s-<minor>.patch`.
+const VARIANT_MARK: &str = ".k8s-";
+
+/// The name of `minor`'s own variant of the shared patch `shared`:
+/// `0004-occm-fatal.patch` → `0004-occm-fatal.k8s-1.37.patch` (written by `patches export`
+/// when other minors keep the shared file).
+pub fn variant_name(shared: &str, minor: crate::config::Minor) -> String {
+    let stem = shared.strip_suffix(".patch").unwrap_or(shared);
+    format!("{stem}{VARIANT_MARK}{minor}.patch")
+}
+
+/// The shared patch a file name stands for: the name itself, or for a minor's variant
+/// ([`variant_name`]) the shared file's name. `[patches."<file>"]` entries are looked up by it,
+/// so a variant is guarded and shown as the patch it varies.
+pub fn catalogue_name(name: &str) -> Cow<'_, str> {
+    let Some(stem) = name.strip_suffix(".patch") else {
+        return Cow::Borrowed(name);
+    };
+    match stem.rsplit_once(VARIANT_MARK) {
+        Some((shared, minor)) if minor.parse::<crate::config::Minor>().is_ok() => {
+            Cow::Owned(format!("{shared}.patch"))
+        }
+        _ => Cow::Borrowed(name),
+    }
 }
 
 /// Reads the series' files from `dir` in order.
@@ -293,201 +342,161 @@ fn check(repo: &Repository, diff: &Diff<'_>) -> Result<(), (Progress, String)> {
     result.map_err(|e| (progress.into_inner(), e.message().to_string()))
 }
 
-/// Applies `series` in order to the repository at `tree` and commits each patch.
+/// Applies `series` in order to the repository at `tree` and commits each patch
+/// ([`apply_one`] each, stopping at the first failure).
 ///
-/// Authors come from each patch's `From:`; author and committer time is the patch's `Date:`, or
-/// `fallback_time` (seconds since the epoch) when it has none, so the resulting commits are
-/// reproducible. The committer is `occm-forge <occm-forge@localhost>`. Line endings are read as
-/// `git am` reads them ([`as_git_am_reads`]).
-///
-/// Errors: [`PatchError::Parse`] for a file libgit2 cannot read as a diff,
-/// [`PatchError::DoesNotApply`] naming the file and hunk (nothing of that patch is applied),
-/// [`PatchError::Commit`] for git failures.
+/// Errors: as [`apply_one`]; a conflict is [`PatchError::DoesNotApply`] with nothing written.
 pub fn apply_series(
     tree: &Path,
     series: &[PatchFile],
     fallback_time: i64,
 ) -> Result<Vec<AppliedPatch>, PatchError> {
-    let repo = Repository::open(tree).map_err(|e| PatchError::Commit {
+    let repo = open(tree)?;
+    series
+        .iter()
+        .map(|patch| apply_one(&repo, patch, fallback_time, false))
+        .collect()
+}
+
+/// Opens the work tree at `tree` (errors as [`PatchError::Commit`]).
+pub fn open(tree: &Path) -> Result<Repository, PatchError> {
+    Repository::open(tree).map_err(|e| PatchError::Commit {
         name: String::new(),
         tree: tree.to_path_buf(),
         message: e.message().to_string(),
+    })
+}
+
+/// Applies one patch to the work tree of `repo` and commits it on HEAD.
+///
+/// Authors come from the patch's `From:`; author and committer time is the patch's `Date:`, or
+/// `fallback_time` (seconds since the epoch) when it has none, so the resulting commit is
+/// reproducible. The committer is `occm-forge <occm-forge@localhost>`. Line endings are read as
+/// `git am` reads them ([`as_git_am_reads`]). A patch whose hunks do not apply but whose reverse
+/// does is [`PatchOutcome::AlreadyUpstream`] (nothing committed); one whose hunks do not apply
+/// but that merges three-way from the blobs its `index` lines name is
+/// [`PatchOutcome::AppliedThreeWay`].
+///
+/// Errors: [`PatchError::Parse`] for a file libgit2 cannot read as a diff;
+/// [`PatchError::DoesNotApply`] naming the file and hunk (nothing of that patch is applied);
+/// with `leave_conflicts`, a three-way merge that conflicts is [`PatchError::Conflict`] instead,
+/// with the merge written to the work tree (conflict markers) and the index (three stages),
+/// nothing committed; [`PatchError::Commit`] for git failures.
+pub fn apply_one(
+    repo: &Repository,
+    patch: &PatchFile,
+    fallback_time: i64,
+    leave_conflicts: bool,
+) -> Result<AppliedPatch, PatchError> {
+    let bytes = as_git_am_reads(&patch.bytes);
+    let mail = parse_mail(&bytes);
+    let diff = Diff::from_buffer(&bytes).map_err(|e| PatchError::Parse {
+        name: patch.name.clone(),
+        message: e.message().to_string(),
     })?;
-    let mut out = Vec::with_capacity(series.len());
-    for patch in series {
-        let bytes = as_git_am_reads(&patch.bytes);
-        let mail = parse_mail(&bytes);
-        let diff = Diff::from_buffer(&bytes).map_err(|e| PatchError::Parse {
+    if diff.deltas().len() == 0 {
+        return Err(PatchError::Parse {
             name: patch.name.clone(),
-            message: e.message().to_string(),
-        })?;
-        if diff.deltas().len() == 0 {
-            return Err(PatchError::Parse {
-                name: patch.name.clone(),
-                message: "it contains no diff".into(),
-            });
-        }
-        let outcome = match check(&repo, &diff) {
-            Ok(()) => {
-                repo.apply(&diff, ApplyLocation::Both, None).map_err(|e| {
-                    PatchError::DoesNotApply {
-                        name: patch.name.clone(),
-                        file: String::new(),
-                        hunk: 0,
-                        header: String::new(),
-                        message: e.message().to_string(),
-                    }
+            message: "it contains no diff".into(),
+        });
+    }
+    let outcome = match check(repo, &diff) {
+        Ok(()) => {
+            repo.apply(&diff, ApplyLocation::Both, None)
+                .map_err(|e| PatchError::DoesNotApply {
+                    name: patch.name.clone(),
+                    file: String::new(),
+                    hunk: 0,
+                    header: String::new(),
+                    message: e.message().to_string(),
                 })?;
-                PatchOutcome::Applied(commit(&repo, patch, &mail, fallback_time)?)
-            }
-            Err((progress, message)) => {
-                let reverse = reverse_patch(&bytes).and_then(|r| Diff::from_buffer(&r).ok());
-                match reverse {
-                    Some(rev) if check(&repo, &rev).is_ok() => PatchOutcome::AlreadyUpstream,
-                    _ if let Ok(files) = three_way(&repo, &bytes, &diff) => {
-                        PatchOutcome::AppliedThreeWay {
-                            commit: commit(&repo, patch, &mail, fallback_time)?,
-                            files,
-                        }
-                    }
-                    _ => {
-                        // The file as it is on disk: a CRLF checkout is worth naming even when
-                        // reading it as `git am` does removed the CRs.
-                        let crlf = crlf_lines(&patch.bytes);
-                        let message = if crlf > 0 {
-                            format!(
-                                "{message} ({crlf} of its lines end in CRLF; if the file was checked out with Windows line endings, restore LF, e.g. `git config core.autocrlf false` and check patches/ out again)"
-                            )
-                        } else {
-                            message
-                        };
-                        return Err(PatchError::DoesNotApply {
-                            name: patch.name.clone(),
-                            file: progress.file,
-                            hunk: progress.hunk,
-                            header: progress.header,
-                            message,
-                        });
+            PatchOutcome::Applied(commit(repo, patch, &mail, fallback_time)?)
+        }
+        Err((progress, message)) => {
+            let reverse = reverse_patch(&bytes).and_then(|r| Diff::from_buffer(&r).ok());
+            if reverse.is_some_and(|rev| check(repo, &rev).is_ok()) {
+                PatchOutcome::AlreadyUpstream
+            } else {
+                let on_conflict = if leave_conflicts {
+                    OnConflict::LeaveMarkers(&patch.name)
+                } else {
+                    OnConflict::Stop
+                };
+                match three_way::apply(repo, &bytes, &diff, on_conflict) {
+                    Ok(files) => PatchOutcome::AppliedThreeWay {
+                        commit: commit(repo, patch, &mail, fallback_time)?,
+                        files,
+                    },
+                    Err(e) => {
+                        return Err(not_applied(patch, progress, message, e, leave_conflicts));
                     }
                 }
             }
-        };
-        out.push(AppliedPatch {
-            name: patch.name.clone(),
-            sha256: patch.sha256(),
-            subject: mail.subject,
-            outcome,
-        });
-    }
-    Ok(out)
+        }
+    };
+    Ok(AppliedPatch {
+        name: patch.name.clone(),
+        sha256: patch.sha256(),
+        subject: mail.subject,
+        outcome,
+    })
 }
 
-/// The files of a patch and the blob each was made against: `(old path, new path, old blob
-/// id as written, abbreviated)` from its `diff --git` and `index` lines.
-fn patch_bases(bytes: &[u8]) -> Vec<(String, String, String)> {
-    let text = String::from_utf8_lossy(bytes);
-    let mut out = Vec::new();
-    let mut current: Option<(String, String)> = None;
-    for line in text.lines() {
-        if let Some(rest) = line.strip_prefix("diff --git a/") {
-            current = rest
-                .split_once(" b/")
-                .map(|(a, b)| (a.to_string(), b.to_string()));
-        } else if let Some(rest) = line.strip_prefix("index ")
-            && let Some((old, new_path)) = current.take()
-        {
-            let old_id = rest.split("..").next().unwrap_or_default().to_string();
-            out.push((old, new_path, old_id));
+/// The error for a patch that applies neither plainly nor three-way: where the plain apply
+/// stopped, and why three-way did not help.
+fn not_applied(
+    patch: &PatchFile,
+    progress: Progress,
+    message: String,
+    three_way: ThreeWayError,
+    left_conflicts: bool,
+) -> PatchError {
+    let why = match three_way {
+        ThreeWayError::Conflict(files) if left_conflicts => {
+            return PatchError::Conflict {
+                name: patch.name.clone(),
+                file: progress.file,
+                hunk: progress.hunk,
+                header: progress.header,
+                files,
+            };
         }
-    }
-    out
-}
-
-/// Applies `diff` (the patch `bytes`) as `git am -3` does when its hunks do not apply to the
-/// tree as it is: each file's blob named on its `index` line (the file as the patch was made
-/// against; the upstream object store has it) is patched, then merged with the file as it is
-/// now (`git_merge_file`, the merge of `git merge-file`). Writes the merged files to the work
-/// tree and the index, to be committed. Returns one note per file; `Err` with the reason when
-/// a base blob is missing, the patch adds, deletes or renames a file, or a merge conflicts
-/// (nothing is written then).
-fn three_way(repo: &Repository, bytes: &[u8], diff: &Diff<'_>) -> Result<Vec<String>, String> {
-    let git = |e: git2::Error| e.message().to_string();
-    let head = repo.head().and_then(|h| h.peel_to_tree()).map_err(git)?;
-    let bases = patch_bases(bytes);
-    if bases.is_empty() || bases.len() != diff.deltas().len() {
-        return Err("the patch has no index lines for every file".into());
-    }
-    let mut update = git2::build::TreeUpdateBuilder::new();
-    let mut files = Vec::new();
-    for (old, new, id) in &bases {
-        if old != new || id.bytes().all(|b| b == b'0') {
-            return Err(format!("{new}: added, deleted or renamed"));
-        }
-        let base = repo
-            .revparse_single(id)
-            .and_then(|o| o.peel_to_blob())
-            .map_err(|_| {
-                format!(
-                    "{new}: the blob {id} the patch was made against is not in upstream's history"
-                )
-            })?;
-        let ours = head
-            .get_path(Path::new(new))
-            .map_err(|_| format!("{new}: not in the tree"))?;
-        update.upsert(new.as_str(), base.id(), git2::FileMode::Blob);
-        files.push((new.clone(), base, ours));
-    }
-    let base_tree_id = update.create_updated(repo, &head).map_err(git)?;
-    let base_tree = repo.find_tree(base_tree_id).map_err(git)?;
-    let theirs = repo.apply_to_tree(&base_tree, diff, None).map_err(|e| {
+        ThreeWayError::Conflict(files) => files
+            .iter()
+            .map(|f| format!("{}: conflicts three-way at line {}", f.path, f.line))
+            .collect::<Vec<_>>()
+            .join("; "),
+        ThreeWayError::Unusable(why) => why,
+    };
+    // The file as it is on disk: a CRLF checkout is worth naming even when reading it as
+    // `git am` does removed the CRs.
+    let crlf = crlf_lines(&patch.bytes);
+    let message = if crlf > 0 {
         format!(
-            "the patch does not apply to the blobs it names: {}",
-            e.message()
+            "{message} ({crlf} of its lines end in CRLF; if the file was checked out with Windows line endings, restore LF, e.g. `git config core.autocrlf false` and check patches/ out again)"
         )
-    })?;
-    let mut merged = Vec::new();
-    let mut notes = Vec::new();
-    for (path, base, ours) in &files {
-        let ours_blob = repo.find_blob(ours.id()).map_err(git)?;
-        let theirs_entry = theirs
-            .get_path(Path::new(path), 0)
-            .ok_or_else(|| format!("{path}: not in the patched base"))?;
-        let theirs_blob = repo.find_blob(theirs_entry.id).map_err(git)?;
-        let mut a = git2::MergeFileInput::new();
-        a.content(base.content()).path(path.as_str());
-        let mut o = git2::MergeFileInput::new();
-        o.content(ours_blob.content()).path(path.as_str());
-        let mut t = git2::MergeFileInput::new();
-        t.content(theirs_blob.content()).path(path.as_str());
-        let result = git2::merge_file(&a, &o, &t, None).map_err(git)?;
-        if !result.is_automergeable() {
-            let text = String::from_utf8_lossy(result.content());
-            let line = text
-                .lines()
-                .position(|l| l.starts_with("<<<<<<<"))
-                .map_or(0, |n| n + 1);
-            return Err(format!("{path}: conflicts three-way at line {line}"));
-        }
-        let hunks = diff
-            .deltas()
-            .position(|d| d.new_file().path() == Some(Path::new(path)))
-            .and_then(|i| git2::Patch::from_diff(diff, i).ok().flatten())
-            .map_or(0, |p| p.num_hunks());
-        let short = &base.id().to_string()[..7];
-        notes.push(format!(
-            "{path}: {hunks} hunk{} merged with upstream's changes since blob {short}",
-            if hunks == 1 { "" } else { "s" }
-        ));
-        merged.push((path.clone(), result.content().to_vec()));
+    } else {
+        format!("{message}; three-way: {why}")
+    };
+    PatchError::DoesNotApply {
+        name: patch.name.clone(),
+        file: progress.file,
+        hunk: progress.hunk,
+        header: progress.header,
+        message,
     }
-    let workdir = repo.workdir().ok_or("a bare repository")?.to_path_buf();
-    let mut index = repo.index().map_err(git)?;
-    for (path, content) in &merged {
-        std::fs::write(workdir.join(path), content).map_err(|e| format!("{path}: {e}"))?;
-        index.add_path(Path::new(path)).map_err(git)?;
-    }
-    index.write().map_err(git)?;
-    Ok(notes)
+}
+
+/// Commits the index on HEAD as `patch` (its author, date, subject and message, the committer
+/// and times as [`apply_one`] sets them): `patches edit --continue` after a resolved conflict.
+/// Returns the commit id (40 hex).
+pub fn commit_index(
+    repo: &Repository,
+    patch: &PatchFile,
+    fallback_time: i64,
+) -> Result<String, PatchError> {
+    let bytes = as_git_am_reads(&patch.bytes);
+    commit(repo, patch, &parse_mail(&bytes), fallback_time)
 }
 
 fn commit(

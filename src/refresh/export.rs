@@ -1,0 +1,434 @@
+//! `patches export`: the edit's commits written back to `patches_dir` in `git format-patch` form.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use git2::{Oid, Repository};
+use toml_edit::{Array, DocumentMut, Item, Value};
+
+use super::edit::{Changes, current_series, first_change};
+use super::{EditState, RefreshError, Step};
+use crate::config::{Config, Minor};
+use crate::patches::{self, PatchFile};
+use crate::util::write_file_atomically;
+
+/// What [`export`] needs.
+#[derive(Debug, Clone)]
+pub struct ExportRequest<'a> {
+    /// images.toml, loaded (its file is rewritten when a minor needs its own variant).
+    pub config: &'a Config,
+    /// The minor whose edit is exported.
+    pub minor: Minor,
+    /// The edit's work tree.
+    pub dir: &'a Path,
+}
+
+/// What happened to one patch file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Written {
+    /// The file already gives the patch's commit: not a byte changed.
+    Unchanged,
+    /// The file was rewritten from the commit.
+    Rewritten,
+    /// Other minors share the file and keep it: the minor now has its own variant, and
+    /// images.toml lists that for it.
+    Variant,
+    /// The minor's variant is byte-identical to the shared file again: images.toml lists the
+    /// shared file for it (the variant file is left for you to delete).
+    Shared,
+    /// Already in upstream's tree (no commit): the file is left as it is; drop it from the
+    /// minor's series.
+    AlreadyUpstream,
+}
+
+/// One patch of an export.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ExportedPatch {
+    /// The series entry before the export.
+    pub was: String,
+    /// The series entry after it (a variant's name when one was written).
+    pub name: String,
+    /// What happened to the file.
+    pub written: Written,
+}
+
+/// The result of [`export`].
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ExportReport {
+    /// The minor.
+    pub minor: Minor,
+    /// The patches in series order.
+    pub patches: Vec<ExportedPatch>,
+    /// Whether images.toml was rewritten (a series entry changed).
+    pub config_changed: bool,
+}
+
+impl ExportReport {
+    /// Whether any patch file or series entry changed.
+    pub fn changed(&self) -> bool {
+        self.patches
+            .iter()
+            .any(|p| !matches!(p.written, Written::Unchanged | Written::AlreadyUpstream))
+    }
+}
+
+/// Writes the edit in `req.dir` back: each commit of the branch, in order, becomes its patch's
+/// file in `patches_dir`. A file that already gives the commit (it applies to the commit's
+/// parent as it is and yields the commit's tree, with the same subject and message) keeps its
+/// bytes; any other is written by `git format-patch` (`--no-signature`, `--abbrev=9`, the git
+/// on PATH, without the user's or system's git configuration), with the `From:` and `Date:`
+/// lines of the file it replaces. A file other minors' series share stays theirs: this minor
+/// gets a variant `<stem>.k8s-<minor>.patch`, and images.toml lists it in the minor's own
+/// `patches` (a minor whose patches are all the defaults' again loses its own list).
+///
+/// Refused (nothing written), each [`RefreshError`]: no edit in `dir`
+/// ([`RefreshError::NoEdit`]); a conflict not resolved ([`RefreshError::Unresolved`]);
+/// uncommitted changes ([`RefreshError::Dirty`]); a branch that is not the base plus one commit
+/// per patch, or a base images.toml no longer pins ([`RefreshError::OtherBase`]); a series or
+/// patch file changed since the edit ([`RefreshError::SeriesChanged`],
+/// [`RefreshError::HandEdited`]); another run holding the digest manifest's run lock
+/// ([`RefreshError::Busy`], held until the files are written).
+pub fn export(req: &ExportRequest<'_>) -> Result<ExportReport, RefreshError> {
+    let dir = req.dir;
+    let mut state = EditState::read(dir)
+        .filter(|s| s.minor == req.minor)
+        .ok_or_else(|| RefreshError::NoEdit {
+            dir: dir.to_path_buf(),
+            minor: req.minor,
+        })?;
+    let repo = Repository::open(dir).map_err(RefreshError::git(dir))?;
+    check_finished(&repo, dir, &state)?;
+    let commits = branch_commits(req.config, &repo, dir, &state)?;
+    let series = current_series(req.config, &state)?;
+    let _lock = lock(req.config)?;
+    let mut files: Vec<(PathBuf, Vec<u8>)> = Vec::new();
+    let mut entries = Vec::new();
+    let mut out = Vec::new();
+    let mut commits = commits.into_iter();
+    for (patch, edited) in series.iter().zip(&state.patches) {
+        if !edited.step.committed() {
+            entries.push(patch.name.clone());
+            out.push(ExportedPatch {
+                was: patch.name.clone(),
+                name: patch.name.clone(),
+                written: Written::AlreadyUpstream,
+            });
+            continue;
+        }
+        let commit = commits.next().expect("one commit per committed patch");
+        let bytes = match shared_file(req.config, patch) {
+            _ if reproduces(&repo, commit, patch) => patch.bytes.clone(),
+            Some(shared) if reproduces(&repo, commit, &shared) => shared.bytes,
+            _ => format_patch(dir, commit, patch)?,
+        };
+        let (name, written) = target(req.config, req.minor, patch, &bytes);
+        if matches!(written, Written::Rewritten | Written::Variant) {
+            files.push((req.config.patches_dir.join(&name), bytes));
+        }
+        entries.push(name.clone());
+        out.push(ExportedPatch {
+            was: patch.name.clone(),
+            name,
+            written,
+        });
+    }
+    let new_config = series_in_config(req.config, req.minor, &entries)?;
+    for (path, bytes) in &files {
+        write_file_atomically(path, bytes).map_err(|e| RefreshError::Io {
+            path: path.clone(),
+            message: e.to_string(),
+        })?;
+    }
+    if let Some(text) = &new_config {
+        write_file_atomically(&req.config.path, text.as_bytes()).map_err(|e| RefreshError::Io {
+            path: req.config.path.clone(),
+            message: e.to_string(),
+        })?;
+    }
+    for (edited, name) in state.patches.iter_mut().zip(&entries) {
+        let path = req.config.patches_dir.join(name);
+        let bytes = std::fs::read(&path).map_err(|e| RefreshError::Io {
+            path,
+            message: e.to_string(),
+        })?;
+        edited.name = name.clone();
+        edited.sha256 = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&bytes));
+    }
+    state.write(dir)?;
+    Ok(ExportReport {
+        minor: req.minor,
+        patches: out,
+        config_changed: new_config.is_some(),
+    })
+}
+
+/// Refuses an edit stopped at a conflict or with uncommitted changes.
+fn check_finished(repo: &Repository, dir: &Path, state: &EditState) -> Result<(), RefreshError> {
+    if let Some(i) = state.stopped_at() {
+        let path = match &state.patches[i].step {
+            Step::Conflict { files } if !files.is_empty() => files[0].path.clone(),
+            _ => state.patches[i].name.clone(),
+        };
+        return Err(RefreshError::Unresolved {
+            dir: dir.to_path_buf(),
+            minor: state.minor,
+            patch: state.patches[i].name.clone(),
+            path,
+            at: String::new(),
+        });
+    }
+    if let Some((path, status)) = first_change(repo, dir, Changes::Any)? {
+        return Err(RefreshError::Dirty {
+            dir: dir.to_path_buf(),
+            path,
+            status,
+        });
+    }
+    Ok(())
+}
+
+/// The branch's commits, oldest first: HEAD must be the edit's base plus exactly one commit per
+/// committed patch, each with one parent, and the base must still be what images.toml pins.
+fn branch_commits(
+    config: &Config,
+    repo: &Repository,
+    dir: &Path,
+    state: &EditState,
+) -> Result<Vec<Oid>, RefreshError> {
+    let other = |message: String| RefreshError::OtherBase {
+        dir: dir.to_path_buf(),
+        message,
+    };
+    let minor = state.minor;
+    let restart =
+        format!("lay it out again with `occm-forge patches edit --k8s {minor} --restart`");
+    let m = config.minor(minor).map_err(|e| RefreshError::Io {
+        path: config.path.clone(),
+        message: e.message,
+    })?;
+    if m.commit != state.base {
+        return Err(other(format!(
+            "the edit is on {} ({}), but {} pins {minor} to {} ({}) now: {restart}",
+            state.upstream_tag,
+            &state.base[..12],
+            config.path.display(),
+            m.upstream_tag,
+            &m.commit[..12.min(m.commit.len())]
+        )));
+    }
+    let want = state.patches.iter().filter(|p| p.step.committed()).count();
+    let mut commit = repo
+        .head()
+        .and_then(|h| h.peel_to_commit())
+        .map_err(RefreshError::git(dir))?;
+    let mut commits = Vec::with_capacity(want);
+    while commits.len() < want && commit.id().to_string() != state.base {
+        if commit.parent_count() != 1 {
+            return Err(other(format!(
+                "commit {} on the branch is a merge: the series is one commit per patch on {}; {restart}",
+                &commit.id().to_string()[..12],
+                state.upstream_tag
+            )));
+        }
+        commits.push(commit.id());
+        commit = commit.parent(0).map_err(RefreshError::git(dir))?;
+    }
+    if commits.len() != want || commit.id().to_string() != state.base {
+        return Err(other(format!(
+            "HEAD is not {} plus one commit per patch ({want} expected): the branch moved to another base, or commits were added or squashed; {restart}",
+            state.upstream_tag
+        )));
+    }
+    commits.reverse();
+    Ok(commits)
+}
+
+/// Takes the digest manifest's run lock without waiting: a build reads patches_dir under it.
+fn lock(config: &Config) -> Result<crate::digest_manifest::RunLock, RefreshError> {
+    crate::digest_manifest::lock_run(&config.digest_manifest, false, &mut |_| {}).map_err(|e| {
+        match e {
+            crate::digest_manifest::DigestManifestError::Busy { path, holder } => {
+                RefreshError::Busy { path, holder }
+            }
+            other => RefreshError::Io {
+                path: config.digest_manifest.clone(),
+                message: other.to_string(),
+            },
+        }
+    })
+}
+
+/// Whether `patch`, applied plainly to the commit's parent, gives the commit's tree, and its
+/// subject and message are the commit's: then its file is kept byte for byte.
+fn reproduces(repo: &Repository, commit: Oid, patch: &PatchFile) -> bool {
+    let Ok(commit) = repo.find_commit(commit) else {
+        return false;
+    };
+    let bytes = patches::as_git_am_reads(&patch.bytes);
+    let mail = patches::parse_mail(&bytes);
+    let message = commit.message().unwrap_or_default();
+    let (subject, body) = message.split_once('\n').unwrap_or((message, ""));
+    if subject.trim() != mail.subject || body.trim() != mail.body {
+        return false;
+    }
+    let applied = (|| {
+        let parent = commit.parent(0)?.tree()?;
+        let diff = git2::Diff::from_buffer(&bytes)?;
+        let mut index = repo.apply_to_tree(&parent, &diff, None)?;
+        index.write_tree_to(repo)
+    })();
+    applied.is_ok_and(|tree| tree == commit.tree_id())
+}
+
+/// `git format-patch` of one commit, with the `From:` and `Date:` lines of `was` (the series
+/// keeps fixed ones).
+fn format_patch(dir: &Path, commit: Oid, was: &PatchFile) -> Result<Vec<u8>, RefreshError> {
+    let output = Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args([
+            "format-patch",
+            "-1",
+            "--stdout",
+            "--no-signature",
+            "--abbrev=9",
+        ])
+        .arg(commit.to_string())
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .output()
+        .map_err(|e| RefreshError::Git {
+            dir: dir.to_path_buf(),
+            message: format!(
+                "git format-patch: cannot run git ({e}); patches export needs git on PATH"
+            ),
+        })?;
+    if !output.status.success() {
+        return Err(RefreshError::Git {
+            dir: dir.to_path_buf(),
+            message: format!(
+                "git format-patch {}: {}",
+                &commit.to_string()[..12],
+                String::from_utf8_lossy(&output.stderr).trim()
+            ),
+        });
+    }
+    Ok(keep_header_lines(&output.stdout, &was.bytes))
+}
+
+/// `new` with its `From:` and `Date:` header lines replaced by those of `was`, where `was` has
+/// them.
+fn keep_header_lines(new: &[u8], was: &[u8]) -> Vec<u8> {
+    let header_of = |bytes: &[u8], key: &str| -> Option<Vec<u8>> {
+        bytes
+            .split_inclusive(|b| *b == b'\n')
+            .take_while(|l| *l != b"\n")
+            .find(|l| l.starts_with(key.as_bytes()))
+            .map(<[u8]>::to_vec)
+    };
+    let mut out = Vec::with_capacity(new.len());
+    let mut in_header = true;
+    for line in new.split_inclusive(|b| *b == b'\n') {
+        if line == b"\n" {
+            in_header = false;
+        }
+        let kept = ["From: ", "Date: "]
+            .into_iter()
+            .find(|k| in_header && line.starts_with(k.as_bytes()))
+            .and_then(|k| header_of(was, k));
+        out.extend_from_slice(kept.as_deref().unwrap_or(line));
+    }
+    out
+}
+
+/// The shared file a minor's variant varies, when `patch` is a variant and the file exists.
+fn shared_file(config: &Config, patch: &PatchFile) -> Option<PatchFile> {
+    let shared = patches::catalogue_name(&patch.name);
+    if shared == patch.name.as_str() {
+        return None;
+    }
+    let bytes = std::fs::read(config.patches_dir.join(shared.as_ref())).ok()?;
+    Some(PatchFile {
+        name: shared.into_owned(),
+        bytes,
+    })
+}
+
+/// Where the minor's patch goes: its own file, or a variant when other minors share the file,
+/// or the shared file again when its variant has become byte-identical to it.
+fn target(config: &Config, minor: Minor, patch: &PatchFile, bytes: &[u8]) -> (String, Written) {
+    let shared = patches::catalogue_name(&patch.name).into_owned();
+    if shared != patch.name
+        && std::fs::read(config.patches_dir.join(&shared)).is_ok_and(|b| b == bytes)
+    {
+        return (shared, Written::Shared);
+    }
+    if bytes == patch.bytes {
+        return (patch.name.clone(), Written::Unchanged);
+    }
+    let others = config
+        .minors
+        .iter()
+        .any(|(m, c)| *m != minor && c.patches.contains(&patch.name));
+    if others {
+        (patches::variant_name(&shared, minor), Written::Variant)
+    } else {
+        (patch.name.clone(), Written::Rewritten)
+    }
+}
+
+/// images.toml with the minor's series set to `entries`, checked; `None` when it already is.
+/// A minor whose series equals `[defaults] patches` keeps (or gets back) no list of its own.
+fn series_in_config(
+    config: &Config,
+    minor: Minor,
+    entries: &[String],
+) -> Result<Option<String>, RefreshError> {
+    let m = config.minor(minor).map_err(|e| RefreshError::Io {
+        path: config.path.clone(),
+        message: e.message,
+    })?;
+    if m.patches == entries {
+        return Ok(None);
+    }
+    let io = |message: String| RefreshError::Io {
+        path: config.path.clone(),
+        message,
+    };
+    let text = std::fs::read_to_string(&config.path).map_err(|e| io(e.to_string()))?;
+    let mut doc: DocumentMut = text
+        .parse()
+        .map_err(|e: toml_edit::TomlError| io(e.to_string()))?;
+    let defaults: Option<Vec<String>> = doc
+        .get("defaults")
+        .and_then(|d| d.get("patches"))
+        .and_then(Item::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str().map(String::from))
+                .collect()
+        });
+    let table = doc["minors"][minor.to_string().as_str()]
+        .as_table_like_mut()
+        .ok_or_else(|| io(format!("no table minors.\"{minor}\"")))?;
+    if defaults.as_deref() == Some(entries) {
+        table.remove("patches");
+    } else {
+        let mut array: Array = entries.iter().map(String::as_str).collect();
+        for v in array.iter_mut() {
+            v.decor_mut().set_prefix("\n  ");
+        }
+        array.set_trailing("\n");
+        array.set_trailing_comma(true);
+        table.insert("patches", Item::Value(Value::Array(array)));
+    }
+    let new_text = doc.to_string();
+    crate::config::parse(&config.path, &new_text).map_err(|e| {
+        io(format!(
+            "not changed: the result would be invalid: {}",
+            e.message
+        ))
+    })?;
+    Ok(Some(new_text))
+}

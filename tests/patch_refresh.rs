@@ -1,0 +1,392 @@
+//! Refreshing the series on a new upstream tree, as a release engineer does it:
+//! `patches edit` lays the series out as commits on the minor's tag (three-way where upstream
+//! moved the context, stopping with markers where it changed the patched lines), `--continue`
+//! commits a resolution, and `patches export` writes the series back: an unchanged series changes
+//! no byte, a changed patch shared with other minors becomes the minor's own variant. What
+//! `export` refuses leaves patches/ and images.toml as they were.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+use common::*;
+
+const INSTANCES: &str = "pkg/openstack/instances.go";
+
+/// The fixture with 1.34 re-pinned to `v1.34.2`: v1.34.1 plus upstream's edit of instances.go
+/// (`from` replaced by `to`), on a release branch.
+fn released(f: &Fixture, from: &str, to: &str) -> String {
+    let up = &f.upstream;
+    run(git(up).args(["checkout", "-q", "-b", "release-1.34", "v1.34.1"]));
+    let text = std::fs::read_to_string(up.join(INSTANCES)).unwrap();
+    assert!(text.contains(from), "fixture: {from:?} not in instances.go");
+    std::fs::write(up.join(INSTANCES), text.replace(from, to)).unwrap();
+    run(git(up).args(["commit", "-q", "-am", "upstream edits instances.go"]));
+    run(git(up).args(["tag", "v1.34.2"]));
+    let commit = run(git(up).args(["rev-parse", "HEAD"])).trim().to_string();
+    run(git(up).args(["checkout", "-q", "master"]));
+    let cfg = std::fs::read_to_string(&f.config).unwrap();
+    let pinned = format!(
+        "upstream_tag = \"v1.34.1\"\ncommit = \"{}\"",
+        f.commits.v1_34
+    );
+    assert!(cfg.contains(&pinned));
+    let cfg = cfg.replace(
+        &pinned,
+        &format!("upstream_tag = \"v1.34.2\"\ncommit = \"{commit}\""),
+    );
+    std::fs::write(&f.config, cfg).unwrap();
+    commit
+}
+
+fn forge(f: &Fixture, args: &[&str]) -> Output {
+    occm_forge(f.path())
+        .args(args)
+        .args(["--k8s", "1.34", "--dir"])
+        .arg(edit_dir(f))
+        .output()
+        .unwrap()
+}
+
+fn edit(f: &Fixture, extra: &[&str]) -> Output {
+    let mut args = vec!["patches", "edit", "--source"];
+    let up = f.upstream.to_str().unwrap();
+    args.push(up);
+    args.extend_from_slice(extra);
+    forge(f, &args)
+}
+
+fn export(f: &Fixture) -> Output {
+    forge(f, &["patches", "export"])
+}
+
+fn edit_dir(f: &Fixture) -> PathBuf {
+    f.path().join("edit-1.34")
+}
+
+/// Every file of patches/ and images.toml, by name, with its bytes.
+fn inputs(f: &Fixture) -> Vec<(String, Vec<u8>)> {
+    let mut out: Vec<(String, Vec<u8>)> = std::fs::read_dir(&f.patches)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .chain([f.config.clone()])
+        .map(|p| {
+            (
+                p.file_name().unwrap().to_string_lossy().into_owned(),
+                std::fs::read(&p).unwrap(),
+            )
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+fn ok(o: &Output) {
+    assert!(o.status.success(), "{}{}", stdout(o), stderr(o));
+}
+
+fn variant() -> String {
+    PATCH_FIX.replace(".patch", ".k8s-1.34.patch")
+}
+
+fn log(dir: &Path, since: &str) -> String {
+    run(git(dir).args(["log", "--format=%an <%ae> %s", &format!("{since}..HEAD")]))
+}
+
+#[test]
+fn an_unchanged_series_is_laid_out_and_exported_without_changing_a_byte() {
+    let f = fixture(&["linux/amd64"]);
+    let before = inputs(&f);
+    let o = edit(&f, &[]);
+    ok(&o);
+    let out = stdout(&o);
+    assert!(out.contains(&format!("{PATCH_FIX}  applied")), "{out}");
+    assert!(
+        out.contains("occm-forge patches export --k8s 1.34"),
+        "{out}"
+    );
+    let dir = edit_dir(&f);
+    // One commit per patch on the branch, with each patch's author and subject.
+    assert_eq!(
+        run(git(&dir).args(["rev-parse", "--abbrev-ref", "HEAD"])).trim(),
+        "occm-forge/1.34"
+    );
+    let subjects = run(git(&dir).args(["log", "--format=%s", "--reverse", "v1.34.1..HEAD"]));
+    assert_eq!(
+        subjects,
+        "openstack: add InstanceExists regression test\nopenstack: treat a missing server as InstanceNotFound\n"
+    );
+    let o = export(&f);
+    ok(&o);
+    assert!(
+        stdout(&o).contains("No patch of 1.34 changed."),
+        "{}",
+        stdout(&o)
+    );
+    assert_eq!(inputs(&f), before, "an unchanged series changed bytes");
+    // Again: still nothing.
+    ok(&export(&f));
+    assert_eq!(inputs(&f), before);
+    // An edit under way is not laid out again without --restart.
+    let o = edit(&f, &[]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("an edit of 1.34 is under way"),
+        "{}",
+        stderr(&o)
+    );
+    ok(&edit(&f, &["--restart"]));
+}
+
+#[test]
+fn a_moved_context_applies_three_way_and_exports_the_minors_own_refreshed_patch() {
+    let f = fixture(&["linux/amd64"]);
+    // The comment two lines below the fix's changed line is in the fix patch's context.
+    released(
+        &f,
+        "// InstanceExists reports whether a server named name exists.",
+        "// InstanceExists reports whether a server with that name exists.",
+    );
+    let before = inputs(&f);
+    let o = edit(&f, &[]);
+    ok(&o);
+    let out = stdout(&o);
+    assert!(
+        out.contains(&format!(
+            "{PATCH_FIX}  applied three-way ({INSTANCES}: 1 hunk merged"
+        )),
+        "{out}"
+    );
+    let o = export(&f);
+    ok(&o);
+    let out = stdout(&o);
+    assert!(
+        out.contains(&format!("patches/{PATCH_TEST}  unchanged")),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!(
+            "patches/{}  written: 1.34's own variant ({PATCH_FIX} stays for 1.33, 1.35)",
+            variant()
+        )),
+        "{out}"
+    );
+    // The shared files keep every byte; the variant is new; images.toml lists it for 1.34 only.
+    let after = inputs(&f);
+    for (name, bytes) in &before {
+        if name != "images.toml" {
+            assert_eq!(after.iter().find(|(n, _)| n == name).unwrap().1, *bytes);
+        }
+    }
+    let cfg = std::fs::read_to_string(&f.config).unwrap();
+    assert_eq!(cfg.matches(&variant()).count(), 1, "{cfg}");
+    // The refreshed patch carries the upstream line as context and the fix as its change, with
+    // the series' fixed From/Date lines, and applies to v1.34.2 as it is (no three-way).
+    let new = std::fs::read_to_string(f.patches.join(variant())).unwrap();
+    let old = std::fs::read_to_string(f.patches.join(PATCH_FIX)).unwrap();
+    assert!(new.contains(" // InstanceExists reports whether a server with that name exists.\n"));
+    assert!(new.contains("-\treturn ErrNotFound\n+\treturn InstanceNotFound\n"));
+    let header = |t: &str| {
+        t.lines()
+            .filter(|l| l.starts_with("From: ") || l.starts_with("Date: "))
+            .map(String::from)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(header(&new), header(&old));
+    ok(&edit(&f, &["--restart"]));
+    let o = edit(&f, &[]);
+    assert_eq!(o.status.code(), Some(2));
+    let o = edit(&f, &["--restart"]);
+    ok(&o);
+    assert!(
+        stdout(&o).contains(&format!("{}  applied\n", variant())),
+        "{}",
+        stdout(&o)
+    );
+    // Exporting the refreshed series again changes nothing.
+    let refreshed = inputs(&f);
+    ok(&export(&f));
+    assert_eq!(inputs(&f), refreshed);
+}
+
+#[test]
+fn a_conflict_stops_with_markers_and_continue_commits_the_resolution_as_the_patch() {
+    let f = fixture(&["linux/amd64"]);
+    // Upstream changed the very line the fix changes.
+    released(
+        &f,
+        "\treturn ErrNotFound\n}",
+        "\treturn ErrNotFound // nothing by that name\n}",
+    );
+    let before = inputs(&f);
+    let o = edit(&f, &[]);
+    assert_eq!(o.status.code(), Some(4), "{}{}", stdout(&o), stderr(&o));
+    let (out, err) = (stdout(&o), stderr(&o));
+    assert!(
+        err.contains(&format!(
+            "patch {PATCH_FIX} conflicts: {INSTANCES}, hunk 1 (@@ "
+        )),
+        "{err}"
+    );
+    assert!(
+        out.contains(&format!(
+            "{PATCH_FIX}  CONFLICT in {INSTANCES} (markers at line "
+        )),
+        "{out}"
+    );
+    assert!(
+        out.contains("occm-forge patches edit --k8s 1.34 --dir "),
+        "{out}"
+    );
+    assert!(out.contains(" --continue\n"), "{out}");
+    assert!(out.contains(&format!("git add {INSTANCES}")), "{out}");
+    let dir = edit_dir(&f);
+    let text = std::fs::read_to_string(dir.join(INSTANCES)).unwrap();
+    assert!(
+        text.contains("<<<<<<< HEAD\n\treturn ErrNotFound // nothing by that name\n"),
+        "{text}"
+    );
+    assert!(text.contains(&format!(">>>>>>> {PATCH_FIX}\n")), "{text}");
+    assert_eq!(
+        run(git(&dir).args(["status", "--porcelain"])),
+        format!("UU {INSTANCES}\n")
+    );
+    // Nothing to export yet, and --continue wants the conflict resolved.
+    let o = export(&f);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("the conflict of patch"),
+        "{}",
+        stderr(&o)
+    );
+    let o = edit(&f, &["--continue"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains(&format!(
+            "{INSTANCES}: the conflict of patch {PATCH_FIX} is not resolved"
+        )),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(inputs(&f), before);
+
+    // Resolve: upstream's comment, the patch's change.
+    let resolved = text.split("<<<<<<< HEAD\n").next().unwrap().to_string()
+        + "\treturn InstanceNotFound // nothing by that name\n"
+        + text
+            .split(&format!(">>>>>>> {PATCH_FIX}\n"))
+            .nth(1)
+            .unwrap();
+    std::fs::write(dir.join(INSTANCES), &resolved).unwrap();
+    let o = edit(&f, &["--continue"]);
+    assert_eq!(o.status.code(), Some(2), "not added yet: {}", stderr(&o));
+    assert!(stderr(&o).contains("is not resolved"), "{}", stderr(&o));
+    run(git(&dir).args(["add", INSTANCES]));
+    let o = edit(&f, &["--continue"]);
+    ok(&o);
+    assert!(
+        stdout(&o).contains(&format!("{PATCH_FIX}  resolved and committed")),
+        "{}",
+        stdout(&o)
+    );
+    // The resolution is the patch's commit, with the patch's author and subject.
+    let patch_author = std::fs::read_to_string(f.patches.join(PATCH_FIX))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("From: ").map(String::from))
+        .unwrap();
+    assert!(
+        log(&dir, "v1.34.2").starts_with(&format!(
+            "{patch_author} openstack: treat a missing server as InstanceNotFound\n"
+        )),
+        "{}",
+        log(&dir, "v1.34.2")
+    );
+    let o = export(&f);
+    ok(&o);
+    let out = stdout(&o);
+    assert!(
+        out.contains(&format!("patches/{PATCH_TEST}  unchanged")),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!("patches/{}  written", variant())),
+        "{out}"
+    );
+    let new = std::fs::read_to_string(f.patches.join(variant())).unwrap();
+    assert!(
+        new.contains("-\treturn ErrNotFound // nothing by that name\n+\treturn InstanceNotFound // nothing by that name\n"),
+        "{new}"
+    );
+}
+
+/// Runs export expecting a one-line refusal (exit 2) containing `want`, with nothing written.
+fn refused(f: &Fixture, want: &str) {
+    let before = inputs(f);
+    let o = export(f);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{}{err}", stdout(&o));
+    assert!(err.contains(want), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert_eq!(inputs(f), before, "a refused export wrote something");
+}
+
+#[test]
+fn export_refuses_what_would_lose_work_and_writes_nothing() {
+    let f = fixture(&["linux/amd64"]);
+    refused(&f, "no edit of 1.34 here");
+    ok(&edit(&f, &[]));
+    let dir = edit_dir(&f);
+    // Uncommitted changes.
+    std::fs::write(dir.join("README.md"), "edited\n").unwrap();
+    refused(
+        &f,
+        "README.md has changes that are not committed (modified, not staged)",
+    );
+    run(git(&dir).args(["checkout", "--", "README.md"]));
+    std::fs::write(dir.join("notes.txt"), "new\n").unwrap();
+    refused(
+        &f,
+        "notes.txt has changes that are not committed (untracked)",
+    );
+    std::fs::remove_file(dir.join("notes.txt")).unwrap();
+    // A patch file edited by hand since the edit read it.
+    let fix = f.patches.join(PATCH_FIX);
+    let original = std::fs::read(&fix).unwrap();
+    let mut edited = original.clone();
+    edited.extend_from_slice(b"\n");
+    std::fs::write(&fix, &edited).unwrap();
+    refused(&f, &format!("{PATCH_FIX}: edited by hand since"));
+    std::fs::write(&fix, &original).unwrap();
+    // Another run holds the digest manifest's run lock.
+    {
+        let _held = occm_forge::digest_manifest::lock_run(&f.lock, false, &mut |_| {}).unwrap();
+        refused(&f, "another occm-forge run");
+    }
+    // The branch moved: a commit squashed away, or images.toml pinning another commit.
+    let head = run(git(&dir).args(["rev-parse", "HEAD"]))
+        .trim()
+        .to_string();
+    run(git(&dir).args(["reset", "-q", "--hard", "HEAD~1"]));
+    refused(
+        &f,
+        "HEAD is not v1.34.1 plus one commit per patch (2 expected)",
+    );
+    run(git(&dir).args(["reset", "-q", "--hard", &head]));
+    released(&f, "// InstanceNotFound means", "// InstanceNotFound says");
+    refused(&f, "the edit is on v1.34.1");
+    // And the series itself changed in images.toml.
+    ok(&edit(&f, &["--restart"]));
+    let cfg = std::fs::read_to_string(&f.config).unwrap();
+    let series = format!("patches = [\"{PATCH_TEST}\", \"{PATCH_FIX}\"]");
+    let mut parts = cfg.splitn(2, "[minors.\"1.34\"]");
+    let (head_part, minor_part) = (parts.next().unwrap(), parts.next().unwrap());
+    let minor_part = minor_part.replacen(&series, &format!("patches = [\"{PATCH_TEST}\"]"), 1);
+    std::fs::write(
+        &f.config,
+        format!("{head_part}[minors.\"1.34\"]{minor_part}"),
+    )
+    .unwrap();
+    refused(&f, "the series of 1.34 changed since");
+}
