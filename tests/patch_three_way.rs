@@ -23,6 +23,15 @@ fn lines(n: usize, edit: &[(usize, &str)]) -> String {
 /// An upstream repository with `main.go` at `v1`, a patch made against `v1` that edits line 15,
 /// and a clone of upstream at `v2`, where upstream wrote `upstream_edit` into main.go.
 fn setup(dir: &Path, upstream_edit: (usize, &str)) -> (std::path::PathBuf, PatchFile) {
+    setup_adding(dir, upstream_edit, None)
+}
+
+/// [`setup`], the patch also adding `adds` (path, content).
+fn setup_adding(
+    dir: &Path,
+    upstream_edit: (usize, &str),
+    adds: Option<(&str, &str)>,
+) -> (std::path::PathBuf, PatchFile) {
     let up = dir.join("upstream");
     std::fs::create_dir_all(&up).unwrap();
     run(git(&up).args(["init", "-q", "-b", "main"]));
@@ -31,7 +40,12 @@ fn setup(dir: &Path, upstream_edit: (usize, &str)) -> (std::path::PathBuf, Patch
     run(git(&up).args(["commit", "-q", "-m", "v1"]));
     run(git(&up).args(["checkout", "-q", "-b", "downstream"]));
     std::fs::write(up.join("main.go"), lines(30, &[(15, "line 15 patched")])).unwrap();
-    run(git(&up).args(["commit", "-q", "-am", "patch line 15"]));
+    if let Some((path, text)) = adds {
+        std::fs::create_dir_all(up.join(path).parent().unwrap()).unwrap();
+        std::fs::write(up.join(path), text).unwrap();
+    }
+    run(git(&up).args(["add", "-A"]));
+    run(git(&up).args(["commit", "-q", "-m", "patch line 15"]));
     let text = run(git(&up).args(["format-patch", "-1", "--stdout"]));
     run(git(&up).args(["checkout", "-q", "main"]));
     std::fs::write(up.join("main.go"), lines(30, &[upstream_edit])).unwrap();
@@ -72,6 +86,36 @@ fn a_patch_whose_context_upstream_edited_applies_three_way() {
     assert_eq!(
         run(git(&tree).args(["log", "-1", "--format=%s"])).trim(),
         "patch line 15"
+    );
+}
+
+/// Upstream's patch 0003 adds main_test.go beside its change to main.go: the added file is
+/// taken as it is, the changed one merged.
+#[test]
+fn a_patch_that_also_adds_a_file_applies_three_way() {
+    let dir = tempfile::tempdir().unwrap();
+    let (tree, patch) = setup_adding(
+        dir.path(),
+        (13, "line 13 upstream"),
+        Some(("cmd/main_test.go", "package main\n")),
+    );
+    let applied = patches::apply_series(&tree, &[patch], 0).unwrap();
+    let PatchOutcome::AppliedThreeWay { files, .. } = &applied[0].outcome else {
+        panic!("not three-way: {:?}", applied[0].outcome);
+    };
+    assert_eq!(files.len(), 1, "only the merged file is named: {files:?}");
+    assert!(files[0].starts_with("main.go: 1 hunk merged"), "{files:?}");
+    assert_eq!(
+        std::fs::read_to_string(tree.join("cmd/main_test.go")).unwrap(),
+        "package main\n"
+    );
+    assert_eq!(run(git(&tree).args(["status", "--porcelain"])), "");
+    assert_eq!(
+        run(git(&tree).args(["show", "--stat", "--format=", "HEAD"]))
+            .lines()
+            .count(),
+        3,
+        "main.go and main_test.go committed"
     );
 }
 

@@ -38,8 +38,9 @@ pub(super) enum OnConflict<'a> {
 }
 
 /// The files of a patch and the blob each was made against: `(old path, new path, old blob
-/// id as written, abbreviated)` from its `diff --git` and `index` lines.
-fn patch_bases(bytes: &[u8]) -> Vec<(String, String, String)> {
+/// id, new blob id)` as written (abbreviated; all zeros for an added or deleted file) from its
+/// `diff --git` and `index` lines.
+fn patch_bases(bytes: &[u8]) -> Vec<(String, String, String, String)> {
     let text = String::from_utf8_lossy(bytes);
     let mut out = Vec::new();
     let mut current: Option<(String, String)> = None;
@@ -51,18 +52,19 @@ fn patch_bases(bytes: &[u8]) -> Vec<(String, String, String)> {
         } else if let Some(rest) = line.strip_prefix("index ")
             && let Some((old, new_path)) = current.take()
         {
-            let old_id = rest.split("..").next().unwrap_or_default().to_string();
-            out.push((old, new_path, old_id));
+            let ids = rest.split(' ').next().unwrap_or_default();
+            let (old_id, new_id) = ids.split_once("..").unwrap_or((ids, ""));
+            out.push((old, new_path, old_id.to_string(), new_id.to_string()));
         }
     }
     out
 }
 
-/// One file of the patch: its path, the blob the patch was made against and the file in HEAD.
+/// One file of the patch: its path and, for a file the patch changes, the blob the patch was
+/// made against and the file in HEAD (`None`: a file the patch adds, absent from HEAD).
 struct Side<'r> {
     path: String,
-    base: Blob<'r>,
-    ours: TreeEntry<'r>,
+    changed: Option<(Blob<'r>, TreeEntry<'r>)>,
 }
 
 /// The patch's files with their base blobs, and the tree "HEAD with the base blobs, patched"
@@ -80,9 +82,22 @@ fn sides<'r>(
     }
     let mut update = git2::build::TreeUpdateBuilder::new();
     let mut files = Vec::new();
-    for (old, new, id) in &bases {
-        if old != new || id.bytes().all(|b| b == b'0') {
-            return Err(format!("{new}: added, deleted or renamed"));
+    let zeros = |id: &str| id.bytes().all(|b| b == b'0');
+    for (old, new, id, new_id) in &bases {
+        if old != new || zeros(new_id) {
+            return Err(format!("{new}: deleted or renamed"));
+        }
+        if zeros(id) {
+            if head.get_path(Path::new(new)).is_ok() {
+                return Err(format!(
+                    "{new}: added by the patch, and upstream has it too"
+                ));
+            }
+            files.push(Side {
+                path: new.clone(),
+                changed: None,
+            });
+            continue;
         }
         let base = repo
             .revparse_single(id)
@@ -98,8 +113,7 @@ fn sides<'r>(
         update.upsert(new.as_str(), base.id(), git2::FileMode::Blob);
         files.push(Side {
             path: new.clone(),
-            base,
-            ours,
+            changed: Some((base, ours)),
         });
     }
     let base_tree_id = update.create_updated(repo, &head).map_err(git)?;
@@ -143,20 +157,30 @@ pub(super) fn apply(
     let mut merged = Vec::new();
     let mut notes = Vec::new();
     for side in &files {
-        let ours_blob = repo.find_blob(side.ours.id()).map_err(git)?;
-        let theirs_id = theirs
+        let theirs_entry = theirs
             .get_path(Path::new(&side.path), 0)
-            .ok_or_else(|| ThreeWayError::Unusable(format!("{}: not patched", side.path)))?
-            .id;
-        let theirs_blob = repo.find_blob(theirs_id).map_err(git)?;
-        let short = &side.base.id().to_string()[..7];
+            .ok_or_else(|| ThreeWayError::Unusable(format!("{}: not patched", side.path)))?;
+        let theirs_blob = repo.find_blob(theirs_entry.id).map_err(git)?;
+        let Some((base, ours)) = &side.changed else {
+            // A file the patch adds and upstream does not have: the patch's, as it is.
+            merged.push(Merged {
+                path: side.path.clone(),
+                content: theirs_blob.content().to_vec(),
+                stages: None,
+                mode: theirs_entry.mode,
+                line: 0,
+            });
+            continue;
+        };
+        let ours_blob = repo.find_blob(ours.id()).map_err(git)?;
+        let short = &base.id().to_string()[..7];
         let mut opts = git2::MergeFileOptions::new();
         opts.ancestor_label(format!("the patch's base (blob {short})"))
             .our_label("HEAD")
             .their_label(patch_label)
             .style_diff3(true);
         let result = git2::merge_file(
-            &input(&side.path, &side.base),
+            &input(&side.path, base),
             &input(&side.path, &ours_blob),
             &input(&side.path, &theirs_blob),
             Some(&mut opts),
@@ -171,7 +195,7 @@ pub(super) fn apply(
                 .lines()
                 .position(|l| l.starts_with("<<<<<<<"))
                 .map_or(0, |n| n + 1);
-            (Some([side.base.id(), ours_blob.id(), theirs_id]), line)
+            (Some([base.id(), ours_blob.id(), theirs_blob.id()]), line)
         };
         let hunks = diff
             .deltas()
@@ -187,7 +211,7 @@ pub(super) fn apply(
             path: side.path.clone(),
             content,
             stages,
-            mode: side.ours.filemode() as u32,
+            mode: ours.filemode() as u32,
             line,
         });
     }
@@ -225,8 +249,11 @@ fn write(repo: &Repository, merged: &[Merged]) -> Result<(), String> {
     let workdir = repo.workdir().ok_or("a bare repository")?.to_path_buf();
     let mut index = repo.index().map_err(git)?;
     for m in merged {
-        std::fs::write(workdir.join(&m.path), &m.content)
-            .map_err(|e| format!("{}: {e}", m.path))?;
+        let path = workdir.join(&m.path);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| format!("{}: {e}", m.path))?;
+        }
+        std::fs::write(&path, &m.content).map_err(|e| format!("{}: {e}", m.path))?;
         match m.stages {
             None => index.add_path(Path::new(&m.path)).map_err(git)?,
             Some(ids) => {
