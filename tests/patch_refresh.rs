@@ -12,34 +12,6 @@ use std::process::Output;
 
 use common::*;
 
-const INSTANCES: &str = "pkg/openstack/instances.go";
-
-/// The fixture with 1.34 re-pinned to `v1.34.2`: v1.34.1 plus upstream's edit of instances.go
-/// (`from` replaced by `to`), on a release branch.
-fn released(f: &Fixture, from: &str, to: &str) -> String {
-    let up = &f.upstream;
-    run(git(up).args(["checkout", "-q", "-b", "release-1.34", "v1.34.1"]));
-    let text = std::fs::read_to_string(up.join(INSTANCES)).unwrap();
-    assert!(text.contains(from), "fixture: {from:?} not in instances.go");
-    std::fs::write(up.join(INSTANCES), text.replace(from, to)).unwrap();
-    run(git(up).args(["commit", "-q", "-am", "upstream edits instances.go"]));
-    run(git(up).args(["tag", "v1.34.2"]));
-    let commit = run(git(up).args(["rev-parse", "HEAD"])).trim().to_string();
-    run(git(up).args(["checkout", "-q", "master"]));
-    let cfg = std::fs::read_to_string(&f.config).unwrap();
-    let pinned = format!(
-        "upstream_tag = \"v1.34.1\"\ncommit = \"{}\"",
-        f.commits.v1_34
-    );
-    assert!(cfg.contains(&pinned));
-    let cfg = cfg.replace(
-        &pinned,
-        &format!("upstream_tag = \"v1.34.2\"\ncommit = \"{commit}\""),
-    );
-    std::fs::write(&f.config, cfg).unwrap();
-    commit
-}
-
 fn forge(f: &Fixture, args: &[&str]) -> Output {
     occm_forge(f.path())
         .args(args)
@@ -143,8 +115,7 @@ fn an_unchanged_series_is_laid_out_and_exported_without_changing_a_byte() {
 fn a_moved_context_applies_three_way_and_exports_the_minors_own_refreshed_patch() {
     let f = fixture(&["linux/amd64"]);
     // The comment two lines below the fix's changed line is in the fix patch's context.
-    released(
-        &f,
+    f.release_1_34_2(
         "// InstanceExists reports whether a server named name exists.",
         "// InstanceExists reports whether a server with that name exists.",
     );
@@ -214,8 +185,7 @@ fn a_moved_context_applies_three_way_and_exports_the_minors_own_refreshed_patch(
 fn a_conflict_stops_with_markers_and_continue_commits_the_resolution_as_the_patch() {
     let f = fixture(&["linux/amd64"]);
     // Upstream changed the very line the fix changes.
-    released(
-        &f,
+    f.release_1_34_2(
         "\treturn ErrNotFound\n}",
         "\treturn ErrNotFound // nothing by that name\n}",
     );
@@ -374,7 +344,7 @@ fn export_refuses_what_would_lose_work_and_writes_nothing() {
         "HEAD is not v1.34.1 plus one commit per patch (2 expected)",
     );
     run(git(&dir).args(["reset", "-q", "--hard", &head]));
-    released(&f, "// InstanceNotFound means", "// InstanceNotFound says");
+    f.release_1_34_2("// InstanceNotFound means", "// InstanceNotFound says");
     refused(&f, "the edit is on v1.34.1");
     // And the series itself changed in images.toml.
     ok(&edit(&f, &["--restart"]));

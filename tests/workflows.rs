@@ -463,6 +463,10 @@ fn build_fans_out_per_minor_without_racing() {
         "pin --new-minor",
         ".go_behind == true",
         "--go current",
+        "occm-forge patches edit --k8s",
+        "occm-forge patches export --k8s",
+        "occm-forge patches prove --k8s",
+        "--accept",
     ] {
         assert!(
             watch.contains(needle),

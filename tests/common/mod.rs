@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod sigstore;
+pub mod workflow;
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -257,6 +258,9 @@ pub fn fixture(platforms: &[&str]) -> Fixture {
     f
 }
 
+/// The fixture's file the fix patch changes.
+pub const INSTANCES: &str = "pkg/openstack/instances.go";
+
 /// The two fixture patch file names, in series order.
 pub const PATCH_TEST: &str = "0001-openstack-add-InstanceExists-regression-test.patch";
 /// The fix patch.
@@ -376,6 +380,32 @@ images:
         run(git(&self.upstream).args(["rev-parse", "HEAD"]))
             .trim()
             .to_string()
+    }
+
+    /// Re-pins 1.34 to a new upstream tag `v1.34.2`: v1.34.1 plus upstream's edit of
+    /// [`INSTANCES`] (`from` replaced by `to`), on a release branch. Returns the commit.
+    pub fn release_1_34_2(&self, from: &str, to: &str) -> String {
+        let up = &self.upstream;
+        run(git(up).args(["checkout", "-q", "-b", "release-1.34", "v1.34.1"]));
+        let text = std::fs::read_to_string(up.join(INSTANCES)).unwrap();
+        assert!(text.contains(from), "fixture: {from:?} not in instances.go");
+        std::fs::write(up.join(INSTANCES), text.replace(from, to)).unwrap();
+        run(git(up).args(["commit", "-q", "-am", "upstream edits instances.go"]));
+        run(git(up).args(["tag", "v1.34.2"]));
+        let commit = run(git(up).args(["rev-parse", "HEAD"])).trim().to_string();
+        run(git(up).args(["checkout", "-q", "master"]));
+        let cfg = std::fs::read_to_string(&self.config).unwrap();
+        let pinned = format!(
+            "upstream_tag = \"v1.34.1\"\ncommit = \"{}\"",
+            self.commits.v1_34
+        );
+        assert!(cfg.contains(&pinned));
+        let cfg = cfg.replace(
+            &pinned,
+            &format!("upstream_tag = \"v1.34.2\"\ncommit = \"{commit}\""),
+        );
+        std::fs::write(&self.config, cfg).unwrap();
+        commit
     }
 
     /// The fixture's path as a string.
