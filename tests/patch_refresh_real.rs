@@ -191,7 +191,7 @@ fn real_v1_36_moved_context_applies_three_way_is_accepted_and_exports_a_refreshe
     let o = s.build_accept(cache.path());
     assert!(
         stderr(&o).contains(&format!(
-            "0003 applied three-way ({MAIN_GO}: 1 hunk merged with upstream's changes since blob ddd30e7)"
+            "0003 applied three-way ({MAIN_GO}: 2 hunks merged with upstream's changes since blob ddd30e7)"
         )),
         "{}",
         stderr(&o)
