@@ -360,3 +360,215 @@ fn export_refuses_what_would_lose_work_and_writes_nothing() {
     .unwrap();
     refused(&f, "the series of 1.34 changed since");
 }
+
+/// `occm-forge <args> --k8s <minor>` in `cwd`.
+fn forge_in(cwd: &Path, minor: &str, args: &[&str]) -> Output {
+    occm_forge(cwd)
+        .args(args)
+        .args(["--k8s", minor])
+        .output()
+        .unwrap()
+}
+
+/// A one-line refusal with exit 2 containing `want`.
+fn one_line_refusal(o: &Output, want: &str) {
+    let err = stderr(o);
+    assert_eq!(o.status.code(), Some(2), "{}{err}", stdout(o));
+    assert!(err.contains(want), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+}
+
+#[test]
+fn edit_refuses_a_dir_that_holds_other_files_or_is_a_file_and_an_unknown_minor() {
+    let f = fixture(&["linux/amd64"]);
+    let up = f.upstream.to_str().unwrap().to_string();
+    let before = inputs(&f);
+    let notes = f.path().join("notes");
+    std::fs::create_dir(&notes).unwrap();
+    std::fs::write(notes.join("todo.txt"), "keep me\n").unwrap();
+    for dir in [notes.as_path(), f.path()] {
+        let o = forge_in(
+            f.path(),
+            "1.34",
+            &[
+                "patches",
+                "edit",
+                "--source",
+                &up,
+                "--dir",
+                dir.to_str().unwrap(),
+            ],
+        );
+        one_line_refusal(&o, "no `occm-forge patches edit` under way");
+    }
+    assert_eq!(std::fs::read_dir(&notes).unwrap().count(), 1);
+    assert_eq!(
+        std::fs::read_to_string(notes.join("todo.txt")).unwrap(),
+        "keep me\n"
+    );
+    assert_eq!(inputs(&f), before);
+    let o = forge_in(
+        f.path(),
+        "1.34",
+        &["patches", "edit", "--source", &up, "--dir", "images.toml"],
+    );
+    one_line_refusal(&o, "images.toml: not a directory");
+    // A minor images.toml does not have is a configuration error, not a failure.
+    let o = forge_in(f.path(), "1.99", &["patches", "edit", "--source", &up]);
+    one_line_refusal(&o, "unknown Kubernetes minor 1.99");
+    let o = forge_in(f.path(), "1.99", &["patches", "export"]);
+    one_line_refusal(&o, "unknown Kubernetes minor 1.99");
+    assert_eq!(inputs(&f), before);
+}
+
+#[test]
+fn export_refuses_commits_out_of_order_an_empty_commit_and_a_message_that_does_not_read_back() {
+    let f = fixture(&["linux/amd64"]);
+    ok(&edit(&f, &[]));
+    let dir = edit_dir(&f);
+    let rev = |r: &str| run(git(&dir).args(["rev-parse", r])).trim().to_string();
+    let (first, second) = (rev("HEAD~1"), rev("HEAD"));
+    // The two commits swapped.
+    run(git(&dir).args(["reset", "-q", "--hard", "v1.34.1"]));
+    run(git(&dir).args(["cherry-pick", &second, &first]));
+    refused(
+        &f,
+        "the commits are not in the series' order (branch: openstack: treat",
+    );
+    // The fix's commit emptied.
+    run(git(&dir).args(["reset", "-q", "--hard", &first]));
+    run(git(&dir).args([
+        "commit",
+        "-q",
+        "--allow-empty",
+        "-m",
+        "openstack: treat a missing server as InstanceNotFound",
+    ]));
+    refused(&f, &format!("(patch {PATCH_FIX}) changes nothing"));
+    // A message with a line that ends a patch's message when read back.
+    run(git(&dir).args(["reset", "-q", "--hard", &second]));
+    run(git(&dir).args([
+        "commit",
+        "-q",
+        "--amend",
+        "-m",
+        "openstack: treat a missing server as InstanceNotFound\n\nWhy:\n---\nthe server is gone",
+    ]));
+    refused(
+        &f,
+        &format!("(patch {PATCH_FIX}) cannot be written as a patch that gives it back"),
+    );
+    // Put right, it exports.
+    run(git(&dir).args(["reset", "-q", "--hard", &second]));
+    ok(&export(&f));
+}
+
+#[test]
+fn export_keeps_the_comments_of_the_minors_series_and_exports_again_after_a_revert() {
+    let f = fixture(&["linux/amd64"]);
+    f.release_1_34_2(
+        "// InstanceExists reports whether a server named name exists.",
+        "// InstanceExists reports whether a server with that name exists.",
+    );
+    let cfg = std::fs::read_to_string(&f.config).unwrap();
+    let at = cfg.find("[minors.\"1.34\"]").unwrap();
+    let one_line = format!("patches = [\"{PATCH_TEST}\", \"{PATCH_FIX}\"]");
+    let commented = format!(
+        "patches = [\n  # the guard test first: it fails without the fix\n  \"{PATCH_TEST}\",\n  \"{PATCH_FIX}\", # issue 3114\n]"
+    );
+    let cfg = format!(
+        "{}{}",
+        &cfg[..at],
+        cfg[at..].replacen(&one_line, &commented, 1)
+    );
+    std::fs::write(&f.config, &cfg).unwrap();
+    let before = inputs(&f);
+    ok(&edit(&f, &[]));
+    ok(&export(&f));
+    let after = std::fs::read_to_string(&f.config).unwrap();
+    assert!(
+        after.contains(&format!(
+            "  # the guard test first: it fails without the fix\n  \"{PATCH_TEST}\",\n  \"{}\", # issue 3114\n]",
+            variant()
+        )),
+        "{after}"
+    );
+    // Thrown away (git checkout of images.toml and patches/), the export is written again.
+    let exported = inputs(&f);
+    std::fs::remove_file(f.patches.join(variant())).unwrap();
+    std::fs::write(&f.config, &cfg).unwrap();
+    assert_eq!(inputs(&f), before);
+    let o = export(&f);
+    ok(&o);
+    assert!(stdout(&o).contains("1.34's own variant"), "{}", stdout(&o));
+    assert_eq!(inputs(&f), exported);
+}
+
+#[test]
+fn continue_refuses_leftovers_a_git_rebase_and_a_new_pin_and_works_from_inside_the_work_tree() {
+    let f = fixture(&["linux/amd64"]);
+    f.release_1_34_2(
+        "\treturn ErrNotFound\n}",
+        "\treturn ErrNotFound // nothing by that name\n}",
+    );
+    let o = edit(&f, &[]);
+    assert_eq!(o.status.code(), Some(4), "{}{}", stdout(&o), stderr(&o));
+    let dir = edit_dir(&f);
+    let text = std::fs::read_to_string(dir.join(INSTANCES)).unwrap();
+    let ours = text.split("<<<<<<< HEAD\n").next().unwrap().to_string();
+    let rest = text
+        .split(&format!(">>>>>>> {PATCH_FIX}\n"))
+        .nth(1)
+        .unwrap();
+    std::fs::write(
+        dir.join(INSTANCES),
+        format!("{ours}\treturn InstanceNotFound // nothing by that name\n{rest}"),
+    )
+    .unwrap();
+    run(git(&dir).args(["add", INSTANCES]));
+    // A .rej left by `git apply --reject`.
+    let rej = dir.join(format!("{INSTANCES}.rej"));
+    std::fs::write(&rej, "@@ -1 +1 @@\n").unwrap();
+    let o = edit(&f, &["--continue"]);
+    one_line_refusal(
+        &o,
+        &format!("{INSTANCES}.rej has changes that are not committed (untracked): "),
+    );
+    assert!(stderr(&o).contains("rm "), "{}", stderr(&o));
+    std::fs::remove_file(&rej).unwrap();
+    // A git rebase under way.
+    std::fs::create_dir(dir.join(".git/rebase-merge")).unwrap();
+    let o = edit(&f, &["--continue"]);
+    one_line_refusal(
+        &o,
+        "a git rebase is under way: finish it (`git rebase --continue`)",
+    );
+    std::fs::remove_dir(dir.join(".git/rebase-merge")).unwrap();
+    // images.toml pins another commit since the edit.
+    let cfg = std::fs::read_to_string(&f.config).unwrap();
+    let pinned = run(git(&f.upstream).args(["rev-parse", "v1.34.2"]));
+    let moved = cfg.replace(pinned.trim(), &f.commits.v1_34);
+    std::fs::write(&f.config, &moved).unwrap();
+    let o = edit(&f, &["--continue"]);
+    one_line_refusal(&o, "--restart");
+    assert!(
+        stderr(&o).contains("the edit is on v1.34.2"),
+        "{}",
+        stderr(&o)
+    );
+    std::fs::write(&f.config, &cfg).unwrap();
+    // From inside the work tree, where there is no images.toml: the edit's own is used.
+    let o = occm_forge(&dir)
+        .args(["patches", "edit", "--k8s", "1.34", "--continue", "--dir"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    ok(&o);
+    let o = occm_forge(&dir)
+        .args(["patches", "export", "--k8s", "1.34", "--dir"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    ok(&o);
+    assert!(stdout(&o).contains("1.34's own variant"), "{}", stdout(&o));
+}

@@ -2,7 +2,7 @@
 //! `patches edit` and `patches export`: refreshing the series on a new upstream tree
 //! (`refresh`).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::{Args, Subcommand};
 use occm_forge::config::Minor;
@@ -164,12 +164,12 @@ async fn matrix(cli: &Cli, args: &MatrixArgs) -> Result<u8, Error> {
 }
 
 fn edit(cli: &Cli, args: &EditArgs) -> Result<u8, Error> {
-    let config = args.inputs.load()?;
     let cache = cli.cache_dir();
     let dir = args
         .dir
         .clone()
         .unwrap_or_else(|| refresh::default_dir(&cache, args.k8s));
+    let config = occm_forge::config::load(&config_for(&args.inputs.config, &dir))?;
     let report = refresh::edit(&EditRequest {
         config: &config,
         minor: args.k8s,
@@ -192,11 +192,11 @@ fn edit(cli: &Cli, args: &EditArgs) -> Result<u8, Error> {
 }
 
 fn export(cli: &Cli, args: &ExportArgs) -> Result<u8, Error> {
-    let config = occm_forge::config::load(&args.config)?;
     let dir = args
         .dir
         .clone()
         .unwrap_or_else(|| refresh::default_dir(&cli.cache_dir(), args.k8s));
+    let config = occm_forge::config::load(&config_for(&args.config, &dir))?;
     let report = refresh::export(&ExportRequest {
         config: &config,
         minor: args.k8s,
@@ -209,6 +209,18 @@ fn export(cli: &Cli, args: &ExportArgs) -> Result<u8, Error> {
     };
     print_stdout(&text)?;
     Ok(0)
+}
+
+/// images.toml for `patches edit`/`export`: `--config`; where that is the default and there is
+/// no images.toml here (run from inside the work tree), the one the edit in `dir` came from.
+fn config_for(given: &Path, dir: &Path) -> PathBuf {
+    if given == Path::new("images.toml")
+        && !given.exists()
+        && let Some(state) = refresh::EditState::read(dir)
+    {
+        return state.config;
+    }
+    given.to_path_buf()
 }
 
 /// The `--config` and `--dir` flags to repeat in the next steps printed, where not the defaults.

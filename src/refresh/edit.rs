@@ -40,6 +40,8 @@ pub struct EditReport {
     pub state: EditState,
     /// Why it stopped (the patch, file and hunk), when it did.
     pub stopped: Option<String>,
+    /// The stopped patch's file, when it stopped.
+    pub stopped_patch: Option<PathBuf>,
 }
 
 /// Lays the minor's series out in `req.dir` (or, with `resume`, goes on after a conflict).
@@ -67,10 +69,8 @@ pub fn edit(req: &EditRequest<'_>) -> Result<EditReport, RefreshError> {
                 .unwrap_or_default(),
         });
     }
-    let m = req.config.minor(req.minor).map_err(|e| RefreshError::Io {
-        path: req.config.path.clone(),
-        message: e.message,
-    })?;
+    check_dir(req.dir, EditState::read(req.dir).is_some())?;
+    let m = req.config.minor(req.minor)?;
     let url = req.config.fetch_url(req.source);
     let config_name = req.config.path.display().to_string();
     let tree = source::checkout(&SourceRequest {
@@ -86,7 +86,7 @@ pub fn edit(req: &EditRequest<'_>) -> Result<EditReport, RefreshError> {
     let series = patches::load_series(&req.config.patches_dir, &m.patches)?;
     let mut state = EditState {
         minor: req.minor,
-        config: req.config.path.clone(),
+        config: std::fs::canonicalize(&req.config.path).unwrap_or_else(|_| req.config.path.clone()),
         upstream_tag: m.upstream_tag.clone(),
         base: tree.commit.clone(),
         base_time: tree.commit_time,
@@ -96,11 +96,79 @@ pub fn edit(req: &EditRequest<'_>) -> Result<EditReport, RefreshError> {
                 name: p.name.clone(),
                 sha256: p.sha256(),
                 step: Step::Pending,
+                exported: None,
             })
             .collect(),
         stopped_head: None,
     };
+    state.write(req.dir)?;
     apply_from(&repo, req.dir, &mut state, &series, 0)
+}
+
+/// `dir` may be laid out: absent, an empty directory, or one holding an edit (`--restart`).
+/// Anything else would have its files replaced by upstream's.
+fn check_dir(dir: &Path, has_edit: bool) -> Result<(), RefreshError> {
+    let in_use = |why: String| {
+        Err(RefreshError::DirInUse {
+            dir: dir.to_path_buf(),
+            why,
+        })
+    };
+    match std::fs::metadata(dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => in_use(format!("cannot read it ({e})")),
+        Ok(m) if !m.is_dir() => in_use("not a directory".into()),
+        Ok(_) if has_edit => Ok(()),
+        Ok(_) => match std::fs::read_dir(dir).map(|mut e| e.next().is_none()) {
+            Ok(true) => Ok(()),
+            Ok(false) => in_use(
+                "a directory with files in it and no `occm-forge patches edit` under way (laying the series out there would replace them)"
+                    .into(),
+            ),
+            Err(e) => in_use(format!("cannot read it ({e})")),
+        },
+    }
+}
+
+/// Refuses a work tree where git is in the middle of a rebase, merge, cherry-pick, revert or am.
+pub(super) fn check_git_idle(repo: &Repository, dir: &Path) -> Result<(), RefreshError> {
+    use git2::RepositoryState as S;
+    let operation = match repo.state() {
+        S::Merge => "merge",
+        S::Revert | S::RevertSequence => "revert",
+        S::CherryPick | S::CherryPickSequence => "cherry-pick",
+        S::Rebase | S::RebaseInteractive | S::RebaseMerge => "rebase",
+        S::ApplyMailbox | S::ApplyMailboxOrRebase => "am",
+        S::Clean | S::Bisect => return Ok(()),
+    };
+    Err(RefreshError::GitBusy {
+        dir: dir.to_path_buf(),
+        operation,
+    })
+}
+
+/// Refuses an edit whose base images.toml no longer pins (a new `pin` since the edit).
+pub(super) fn check_pin(
+    config: &Config,
+    state: &EditState,
+    dir: &Path,
+) -> Result<(), RefreshError> {
+    let minor = state.minor;
+    let m = config.minor(minor)?;
+    if m.commit == state.base {
+        return Ok(());
+    }
+    Err(RefreshError::OtherBase {
+        dir: dir.to_path_buf(),
+        message: format!(
+            "the edit is on {} ({}), but {} pins {minor} to {} ({}) now: lay it out on the new tag with `occm-forge patches edit --k8s {minor} --restart`",
+            state.upstream_tag,
+            &state.base[..12],
+            config.path.display(),
+            m.upstream_tag,
+            &m.commit[..12.min(m.commit.len())]
+        ),
+    })
 }
 
 /// The base as branch `occm-forge/<minor>` (HEAD) and as tag `<upstream_tag>`, so that
@@ -139,6 +207,7 @@ fn apply_from(
     start: usize,
 ) -> Result<EditReport, RefreshError> {
     let mut stopped = None;
+    let mut stopped_patch = None;
     for (i, patch) in series.iter().enumerate().skip(start) {
         let step = match patches::apply_one(repo, patch, state.base_time, true) {
             Ok(applied) => match applied.outcome {
@@ -154,6 +223,7 @@ fn apply_from(
                 state.stopped_head = Some(head(repo, dir)?);
                 state.patches[i].step = Step::Conflict { files };
                 stopped = Some(e.to_string());
+                stopped_patch = Some(patch_path(&state.config, &patch.name));
                 break;
             }
             Err(e) => return Err(e.into()),
@@ -169,7 +239,16 @@ fn apply_from(
         branch: branch(state.minor),
         state: state.clone(),
         stopped,
+        stopped_patch,
     })
+}
+
+/// Where patch `name` of the series is: images.toml's `patches_dir`, read again (the state keeps
+/// only images.toml's path); `name` alone when it cannot be read.
+fn patch_path(config: &Path, name: &str) -> PathBuf {
+    crate::config::load(config)
+        .map(|c| c.patches_dir.join(name))
+        .unwrap_or_else(|_| PathBuf::from(name))
 }
 
 fn head(repo: &Repository, dir: &Path) -> Result<String, RefreshError> {
@@ -196,8 +275,10 @@ fn resume(req: &EditRequest<'_>) -> Result<EditReport, RefreshError> {
             minor: req.minor,
         });
     };
+    check_pin(req.config, &state, dir)?;
     let series = current_series(req.config, &state)?;
     let repo = Repository::open(dir).map_err(RefreshError::git(dir))?;
+    check_git_idle(&repo, dir)?;
     check_resolved(&repo, dir, &state, i)?;
     let head_now = head(&repo, dir)?;
     let stopped = state.stopped_head.clone().unwrap_or_default();
@@ -259,12 +340,13 @@ pub(super) fn current_series(
     config: &Config,
     state: &EditState,
 ) -> Result<Vec<PatchFile>, RefreshError> {
-    let m = config.minor(state.minor).map_err(|e| RefreshError::Io {
-        path: config.path.clone(),
-        message: e.message,
-    })?;
-    let names: Vec<&String> = state.patches.iter().map(|p| &p.name).collect();
-    if m.patches.iter().collect::<Vec<_>>() != names {
+    let m = config.minor(state.minor)?;
+    let same = m.patches.len() == state.patches.len()
+        && m.patches
+            .iter()
+            .zip(&state.patches)
+            .all(|(n, p)| p.named(n));
+    if !same {
         return Err(RefreshError::SeriesChanged {
             config: config.path.clone(),
             minor: state.minor,
@@ -283,11 +365,15 @@ pub(super) fn current_series(
     let series = patches::load_series(&config.patches_dir, &m.patches)?;
     for (file, recorded) in series.iter().zip(&state.patches) {
         let now = file.sha256();
-        if now != recorded.sha256 {
+        if !recorded.is(&file.name, &now) {
+            let was = match &recorded.exported {
+                Some(e) if e.name == file.name => &e.sha256,
+                _ => &recorded.sha256,
+            };
             return Err(RefreshError::HandEdited {
                 path: config.patches_dir.join(&file.name),
                 minor: state.minor,
-                was: recorded.sha256[..12].to_string(),
+                was: was[..12].to_string(),
                 now: now[..12].to_string(),
             });
         }
@@ -341,7 +427,8 @@ fn check_resolved(
 /// Which uncommitted changes [`first_change`] looks for.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(super) enum Changes {
-    /// Tracked files changed in the work tree and not staged (a resolution not `git add`ed).
+    /// Tracked files changed in the work tree and not staged (a resolution not `git add`ed),
+    /// and untracked files (a file the resolution adds, or `git apply --reject`'s `.rej`).
     Unstaged,
     /// Anything `git status` shows: staged, unstaged, unmerged or untracked.
     Any,
@@ -355,9 +442,8 @@ pub(super) fn first_change(
     what: Changes,
 ) -> Result<Option<(String, String)>, RefreshError> {
     let mut opts = StatusOptions::new();
-    let untracked = what == Changes::Any;
-    opts.include_untracked(untracked)
-        .recurse_untracked_dirs(untracked)
+    opts.include_untracked(true)
+        .recurse_untracked_dirs(true)
         .include_ignored(false);
     let statuses = repo
         .statuses(Some(&mut opts))
@@ -378,7 +464,7 @@ pub(super) fn first_change(
     Ok(statuses.iter().find_map(|e| {
         let s = e.status();
         let counts = match what {
-            Changes::Unstaged => s.intersects(unstaged),
+            Changes::Unstaged => s.intersects(unstaged | Status::WT_NEW),
             Changes::Any => !s.is_empty() && !s.is_ignored(),
         };
         counts.then(|| (e.path().unwrap_or_default().to_string(), describe(s).into()))

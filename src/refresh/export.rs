@@ -6,8 +6,8 @@ use std::process::Command;
 use git2::{Oid, Repository};
 use toml_edit::{Array, DocumentMut, Item, Value};
 
-use super::edit::{Changes, current_series, first_change};
-use super::{EditState, RefreshError, Step};
+use super::edit::{Changes, check_git_idle, check_pin, current_series, first_change};
+use super::{EditState, Exported, RefreshError, Step};
 use crate::config::{Config, Minor};
 use crate::patches::{self, PatchFile};
 use crate::util::write_file_atomically;
@@ -91,6 +91,7 @@ impl ExportReport {
 /// ([`RefreshError::Busy`], held until the files are written).
 pub fn export(req: &ExportRequest<'_>) -> Result<ExportReport, RefreshError> {
     let dir = req.dir;
+    req.config.minor(req.minor)?;
     let mut state = EditState::read(dir)
         .filter(|s| s.minor == req.minor)
         .ok_or_else(|| RefreshError::NoEdit {
@@ -99,8 +100,10 @@ pub fn export(req: &ExportRequest<'_>) -> Result<ExportReport, RefreshError> {
         })?;
     let repo = Repository::open(dir).map_err(RefreshError::git(dir))?;
     check_finished(&repo, dir, &state)?;
-    let commits = branch_commits(req.config, &repo, dir, &state)?;
+    check_pin(req.config, &state, dir)?;
+    let commits = branch_commits(&repo, dir, &state)?;
     let series = current_series(req.config, &state)?;
+    check_commits(&repo, dir, &state, &series, &commits)?;
     let _lock = lock(req.config)?;
     let mut files: Vec<(PathBuf, Vec<u8>)> = Vec::new();
     let mut entries = Vec::new();
@@ -118,9 +121,9 @@ pub fn export(req: &ExportRequest<'_>) -> Result<ExportReport, RefreshError> {
         }
         let commit = commits.next().expect("one commit per committed patch");
         let bytes = match shared_file(req.config, patch) {
-            _ if reproduces(&repo, commit, patch) => patch.bytes.clone(),
-            Some(shared) if reproduces(&repo, commit, &shared) => shared.bytes,
-            _ => format_patch(dir, commit, patch)?,
+            _ if reproduces(&repo, commit, patch).is_ok() => patch.bytes.clone(),
+            Some(shared) if reproduces(&repo, commit, &shared).is_ok() => shared.bytes,
+            _ => format_patch_checked(&repo, dir, commit, patch)?,
         };
         let (name, written) = target(req.config, req.minor, patch, &bytes);
         if matches!(written, Written::Rewritten | Written::Variant) {
@@ -152,8 +155,10 @@ pub fn export(req: &ExportRequest<'_>) -> Result<ExportReport, RefreshError> {
             path,
             message: e.to_string(),
         })?;
-        edited.name = name.clone();
-        edited.sha256 = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&bytes));
+        edited.exported = Some(Exported {
+            name: name.clone(),
+            sha256: hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&bytes)),
+        });
     }
     state.write(dir)?;
     Ok(ExportReport {
@@ -163,8 +168,9 @@ pub fn export(req: &ExportRequest<'_>) -> Result<ExportReport, RefreshError> {
     })
 }
 
-/// Refuses an edit stopped at a conflict or with uncommitted changes.
+/// Refuses an edit stopped at a conflict, a git operation under way, or uncommitted changes.
 fn check_finished(repo: &Repository, dir: &Path, state: &EditState) -> Result<(), RefreshError> {
+    check_git_idle(repo, dir)?;
     if let Some(i) = state.stopped_at() {
         let path = match &state.patches[i].step {
             Step::Conflict { files } if !files.is_empty() => files[0].path.clone(),
@@ -189,9 +195,8 @@ fn check_finished(repo: &Repository, dir: &Path, state: &EditState) -> Result<()
 }
 
 /// The branch's commits, oldest first: HEAD must be the edit's base plus exactly one commit per
-/// committed patch, each with one parent, and the base must still be what images.toml pins.
+/// committed patch, each with one parent.
 fn branch_commits(
-    config: &Config,
     repo: &Repository,
     dir: &Path,
     state: &EditState,
@@ -203,20 +208,6 @@ fn branch_commits(
     let minor = state.minor;
     let restart =
         format!("lay it out again with `occm-forge patches edit --k8s {minor} --restart`");
-    let m = config.minor(minor).map_err(|e| RefreshError::Io {
-        path: config.path.clone(),
-        message: e.message,
-    })?;
-    if m.commit != state.base {
-        return Err(other(format!(
-            "the edit is on {} ({}), but {} pins {minor} to {} ({}) now: {restart}",
-            state.upstream_tag,
-            &state.base[..12],
-            config.path.display(),
-            m.upstream_tag,
-            &m.commit[..12.min(m.commit.len())]
-        )));
-    }
     let want = state.patches.iter().filter(|p| p.step.committed()).count();
     let mut commit = repo
         .head()
@@ -244,6 +235,58 @@ fn branch_commits(
     Ok(commits)
 }
 
+/// Each commit is its patch's: the commits' subjects are not the series' in another order (a
+/// reworded subject is fine), and no commit is empty.
+fn check_commits(
+    repo: &Repository,
+    dir: &Path,
+    state: &EditState,
+    series: &[PatchFile],
+    commits: &[Oid],
+) -> Result<(), RefreshError> {
+    let git = RefreshError::git(dir);
+    let committed: Vec<&PatchFile> = series
+        .iter()
+        .zip(&state.patches)
+        .filter(|(_, e)| e.step.committed())
+        .map(|(p, _)| p)
+        .collect();
+    let mut ours = Vec::new();
+    let mut theirs = Vec::new();
+    for (commit, patch) in commits.iter().zip(&committed) {
+        let commit = repo.find_commit(*commit).map_err(&git)?;
+        let tree = commit.tree_id();
+        if commit.parent(0).map_err(&git)?.tree_id() == tree {
+            return Err(RefreshError::EmptyCommit {
+                dir: dir.to_path_buf(),
+                patch: patch.name.clone(),
+                commit: commit.id().to_string()[..12].to_string(),
+            });
+        }
+        let message = commit.message().unwrap_or_default();
+        ours.push(
+            message
+                .lines()
+                .next()
+                .unwrap_or_default()
+                .trim()
+                .to_string(),
+        );
+        theirs.push(patches::parse_mail(&patches::as_git_am_reads(&patch.bytes)).subject);
+    }
+    let (mut a, mut b) = (ours.clone(), theirs.clone());
+    a.sort();
+    b.sort();
+    if ours != theirs && a == b {
+        return Err(RefreshError::Reordered {
+            dir: dir.to_path_buf(),
+            branch: ours.join(" | "),
+            series: theirs.join(" | "),
+        });
+    }
+    Ok(())
+}
+
 /// Takes the digest manifest's run lock without waiting: a build reads patches_dir under it.
 fn lock(config: &Config) -> Result<crate::digest_manifest::RunLock, RefreshError> {
     crate::digest_manifest::lock_run(&config.digest_manifest, false, &mut |_| {}).map_err(|e| {
@@ -259,18 +302,28 @@ fn lock(config: &Config) -> Result<crate::digest_manifest::RunLock, RefreshError
     })
 }
 
-/// Whether `patch`, applied plainly to the commit's parent, gives the commit's tree, and its
-/// subject and message are the commit's: then its file is kept byte for byte.
-fn reproduces(repo: &Repository, commit: Oid, patch: &PatchFile) -> bool {
-    let Ok(commit) = repo.find_commit(commit) else {
-        return false;
-    };
+/// Whether `patch`, read as the build reads a patch and applied plainly to the commit's parent,
+/// gives the commit's tree, subject and message; else what differs.
+fn reproduces(repo: &Repository, commit: Oid, patch: &PatchFile) -> Result<(), String> {
+    let commit = repo
+        .find_commit(commit)
+        .map_err(|e| e.message().to_string())?;
     let bytes = patches::as_git_am_reads(&patch.bytes);
     let mail = patches::parse_mail(&bytes);
     let message = commit.message().unwrap_or_default();
     let (subject, body) = message.split_once('\n').unwrap_or((message, ""));
-    if subject.trim() != mail.subject || body.trim() != mail.body {
-        return false;
+    if subject.trim() != mail.subject {
+        return Err(format!(
+            "read back, its subject is {:?}, the commit's is {:?} (a subject must be one line)",
+            mail.subject,
+            subject.trim()
+        ));
+    }
+    if body.trim() != mail.body {
+        return Err(
+            "read back, its message is not the commit's (a message line such as `---` or `diff --git` ends the message there)"
+                .into(),
+        );
     }
     let applied = (|| {
         let parent = commit.parent(0)?.tree()?;
@@ -278,7 +331,35 @@ fn reproduces(repo: &Repository, commit: Oid, patch: &PatchFile) -> bool {
         let mut index = repo.apply_to_tree(&parent, &diff, None)?;
         index.write_tree_to(repo)
     })();
-    applied.is_ok_and(|tree| tree == commit.tree_id())
+    match applied {
+        Ok(tree) if tree == commit.tree_id() => Ok(()),
+        Ok(_) => Err("read back, its diff does not give the commit's tree".into()),
+        Err(e) => Err(format!(
+            "read back, its diff does not apply to the commit's parent ({})",
+            e.message()
+        )),
+    }
+}
+
+/// [`format_patch`], refused unless the file gives the commit back.
+fn format_patch_checked(
+    repo: &Repository,
+    dir: &Path,
+    commit: Oid,
+    was: &PatchFile,
+) -> Result<Vec<u8>, RefreshError> {
+    let bytes = format_patch(dir, commit, was)?;
+    let written = PatchFile {
+        name: was.name.clone(),
+        bytes,
+    };
+    reproduces(repo, commit, &written).map_err(|why| RefreshError::NotReproducible {
+        dir: dir.to_path_buf(),
+        patch: was.name.clone(),
+        commit: commit.to_string()[..12].to_string(),
+        why,
+    })?;
+    Ok(written.bytes)
 }
 
 /// `git format-patch` of one commit, with the `From:` and `Date:` lines of `was` (the series
@@ -385,10 +466,7 @@ fn series_in_config(
     minor: Minor,
     entries: &[String],
 ) -> Result<Option<String>, RefreshError> {
-    let m = config.minor(minor).map_err(|e| RefreshError::Io {
-        path: config.path.clone(),
-        message: e.message,
-    })?;
+    let m = config.minor(minor)?;
     if m.patches == entries {
         return Ok(None);
     }
@@ -414,6 +492,8 @@ fn series_in_config(
         .ok_or_else(|| io(format!("no table minors.\"{minor}\"")))?;
     if defaults.as_deref() == Some(entries) {
         table.remove("patches");
+    } else if let Some(array) = table.get_mut("patches").and_then(Item::as_array_mut) {
+        set_in_place(array, entries);
     } else {
         let mut array: Array = entries.iter().map(String::as_str).collect();
         for v in array.iter_mut() {
@@ -431,4 +511,26 @@ fn series_in_config(
         ))
     })?;
     Ok(Some(new_text))
+}
+
+/// `array` holding `entries`, each item changed in place so that the comments and layout around
+/// it stay; an added item is laid out as the last one was.
+fn set_in_place(array: &mut Array, entries: &[String]) {
+    for (i, entry) in entries.iter().enumerate() {
+        if i < array.len() {
+            if array.get(i).and_then(Value::as_str) != Some(entry.as_str()) {
+                array.replace(i, entry.as_str());
+            }
+        } else {
+            let decor = array.iter().last().map(|v| v.decor().clone());
+            let mut value = Value::from(entry.as_str());
+            if let Some(decor) = decor {
+                *value.decor_mut() = decor;
+            }
+            array.push_formatted(value);
+        }
+    }
+    while array.len() > entries.len() {
+        array.remove(array.len() - 1);
+    }
 }

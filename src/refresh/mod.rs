@@ -72,14 +72,44 @@ impl Step {
 /// One patch of an edit.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct EditedPatch {
-    /// File name in `patches_dir` (the minor's series entry).
+    /// File name in `patches_dir` (the minor's series entry when [`edit`] read it).
     pub name: String,
-    /// sha256 (hex) of the file when [`edit`] read it, or when [`export`] last wrote it: a file
-    /// whose bytes differ was edited by hand since.
+    /// sha256 (hex) of the file when [`edit`] read it: a file whose bytes differ from this and
+    /// from what [`export`] last wrote was edited by hand since.
     pub sha256: String,
     /// How far it has come.
     #[serde(flatten)]
     pub step: Step,
+    /// What [`export`] last wrote for it: the series entry and the file's sha256. A series
+    /// that has these (or the ones the edit read) is this edit's series.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exported: Option<Exported>,
+}
+
+/// A patch file as [`export`] wrote it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Exported {
+    /// The series entry (a variant's name when one was written).
+    pub name: String,
+    /// sha256 (hex) of the file.
+    pub sha256: String,
+}
+
+impl EditedPatch {
+    /// Whether `name` with contents `sha256` is this patch as the edit read it or as
+    /// [`export`] last wrote it.
+    pub fn is(&self, name: &str, sha256: &str) -> bool {
+        (self.name == name && self.sha256 == sha256)
+            || self
+                .exported
+                .as_ref()
+                .is_some_and(|e| e.name == name && e.sha256 == sha256)
+    }
+
+    /// Whether `name` is this patch's series entry (as read or as exported).
+    pub fn named(&self, name: &str) -> bool {
+        self.name == name || self.exported.as_ref().is_some_and(|e| e.name == name)
+    }
 }
 
 /// The state of an edit, `.git/occm-forge-edit.json` in its work tree.
@@ -201,7 +231,8 @@ pub enum RefreshError {
     },
     /// Uncommitted changes in the work tree.
     #[error(
-        "{dir}: {path} has changes that are not committed ({status}): commit them (`git commit`) or discard them (`git checkout -- {path}`) first"
+        "{dir}: {path} has changes that are not committed ({status}): {}",
+        dirty_remedy(.status, .path)
     )]
     Dirty {
         /// The work tree.
@@ -254,6 +285,67 @@ pub enum RefreshError {
         /// Who holds the lock.
         holder: String,
     },
+    /// `--dir` is not a directory, or is a directory that holds something other than an edit
+    /// (laying the series out there would replace its files).
+    #[error("{dir}: {why}: pass another --dir, or remove it")]
+    DirInUse {
+        /// The path given.
+        dir: PathBuf,
+        /// What is there.
+        why: String,
+    },
+    /// A git operation (rebase, merge, cherry-pick, am) is under way in the work tree.
+    #[error(
+        "{dir}: a git {operation} is under way: finish it (`git {operation} --continue`) or abort it (`git {operation} --abort`) first"
+    )]
+    GitBusy {
+        /// The work tree.
+        dir: PathBuf,
+        /// `rebase`, `merge`, `cherry-pick`, `revert` or `am`.
+        operation: &'static str,
+    },
+    /// A commit of the branch changes nothing: it would be an empty patch.
+    #[error(
+        "{dir}: commit {commit} (patch {patch}) changes nothing: if upstream has its change, drop the patch from the minor's series in images.toml and start again with `--restart`; else amend the commit"
+    )]
+    EmptyCommit {
+        /// The work tree.
+        dir: PathBuf,
+        /// The patch.
+        patch: String,
+        /// First 12 hex of the commit.
+        commit: String,
+    },
+    /// The commits on the branch are not in the series' order.
+    #[error(
+        "{dir}: the commits are not in the series' order (branch: {branch}; series: {series}): put them back in order (`git rebase -i`), or change the order in images.toml and start again with `--restart`"
+    )]
+    Reordered {
+        /// The work tree.
+        dir: PathBuf,
+        /// The patch subjects in branch order.
+        branch: String,
+        /// The patch subjects in series order.
+        series: String,
+    },
+    /// `git format-patch` of a commit does not give the commit back when read as the build
+    /// reads a patch (e.g. a message line that starts a diff, such as `---` or `diff --git`).
+    #[error(
+        "{dir}: commit {commit} (patch {patch}) cannot be written as a patch that gives it back: {why}; reword the commit (`git rebase -i`, reword) and export again"
+    )]
+    NotReproducible {
+        /// The work tree.
+        dir: PathBuf,
+        /// The patch.
+        patch: String,
+        /// First 12 hex of the commit.
+        commit: String,
+        /// What differs.
+        why: String,
+    },
+    /// images.toml does not have the minor, or cannot be used.
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
     /// A patch does not apply at all (not even three-way with markers).
     #[error(transparent)]
     Patch(#[from] crate::patches::PatchError),
@@ -276,6 +368,21 @@ pub enum RefreshError {
         /// The I/O error.
         message: String,
     },
+}
+
+/// What to do about an uncommitted change, by its `git status`.
+fn dirty_remedy(status: &str, path: &str) -> String {
+    match status {
+        "untracked" => format!(
+            "`git add {path}` if it belongs to the patch, else remove it (`rm {path}`, or `git clean -n` to list all such files)"
+        ),
+        "staged, not committed" => format!(
+            "fold it into the patch's commit (`git commit --amend`) or unstage and discard it (`git restore --staged --worktree {path}`)"
+        ),
+        _ => format!(
+            "commit it (`git add {path}; git commit --amend` folds it into the last patch) or discard it (`git checkout -- {path}`)"
+        ),
+    }
 }
 
 impl RefreshError {

@@ -59,7 +59,7 @@ pub fn render_edit(report: &EditReport, flags: &str) -> String {
             for f in files {
                 let _ = writeln!(
                     out,
-                    "  # resolve {}: HEAD is upstream, the part between ||||||| and ======= is what {name} was made against, the last part is the patch",
+                    "  # resolve {}: HEAD is upstream plus the earlier patches, the part between ||||||| and ======= is what {name} was made against, the last part is the patch",
                     f.path
                 );
             }
@@ -67,15 +67,20 @@ pub fn render_edit(report: &EditReport, flags: &str) -> String {
             let _ = writeln!(out, "  git add {}", paths.join(" "));
         }
         _ => {
+            let path = report
+                .stopped_patch
+                .as_ref()
+                .map(|p| p.display().to_string())
+                .unwrap_or_else(|| name.clone());
             let _ = writeln!(
                 out,
-                "  # apply {name} by hand (e.g. git apply --reject <patches_dir>/{name}, then fix the .rej hunks)\n  git add <the files>"
+                "  # apply {name} by hand (e.g. git apply --reject {path}, then fix the .rej hunks and delete the .rej files)\n  git add <the files>"
             );
         }
     }
     let _ = write!(
         out,
-        "  occm-forge patches edit --k8s {minor}{flags} --continue\nthe resolution is committed as {name} (or commit it yourself with git commit first); when every patch is committed:\n  {export}\n"
+        "  occm-forge patches edit --k8s {minor}{flags} --continue\nthe resolution is committed as {name} with the patch's author and message (or commit it yourself first: your commit's message then replaces the patch's); when every patch is committed:\n  {export}\n"
     );
     out
 }
