@@ -6,9 +6,12 @@
 //!   applies 0003 three-way and is accepted (S1–S8); `patches edit` + `export` write 1.36's own
 //!   refreshed 0003, which then applies as it is.
 //! - True conflict: upstream changes the line 0003 changes (the call of
-//!   `NewCloudControllerManagerCommand`, as a dependency bump does). `patches edit` stops there
-//!   with markers; the resolution is committed with `--continue`; `export` rewrites exactly
-//!   0003; `build --accept` of the tree with the refreshed series passes S1–S8.
+//!   `NewCloudControllerManagerCommand`, split in two lines as a dependency bump does).
+//!   `patches edit` stops there with markers; the resolution is committed with `--continue`;
+//!   0004, whose last hunk the resolution moved down by one line, applies with its context moved;
+//!   `export` rewrites 0003 with the resolution and 0004 with its hunk's new line (nothing else
+//!   in it changes), and keeps 0001 and 0002; `build --accept` of the tree with the refreshed
+//!   series applies all four as they are and passes S1–S8.
 
 mod common;
 
@@ -20,6 +23,8 @@ use common::*;
 const MAIN_GO: &str = "cmd/openstack-cloud-controller-manager/main.go";
 const PATCH_0003: &str =
     "0003-occm-route-controller-init-func-constructors-through-a-function.patch";
+const PATCH_0004: &str =
+    "0004-occm-make-a-configured-cloud-node-controller-that-fails-to-start-fatal.patch";
 const CALL: &str = "\tcommand := app.NewCloudControllerManagerCommand(ccmOptions, cloudInitializer, app.DefaultInitFuncConstructors, names.CCMControllerAliases(), fss, wait.NeverStop)\n";
 
 fn mirror() -> String {
@@ -254,11 +259,32 @@ fn real_v1_36_true_conflict_stops_is_resolved_exported_and_accepted() {
     run(git(&s.dir.path().join("edit")).args(["add", MAIN_GO]));
     let o = s.edit(cache.path(), &["--continue"]);
     assert!(o.status.success());
+    assert!(
+        stdout(&o).contains(&format!(
+            "{PATCH_0004}  applied three-way ({MAIN_GO}: context moved by 1 line)"
+        )),
+        "{}",
+        stdout(&o)
+    );
     let o = s.export(cache.path());
     assert!(o.status.success());
     let out = stdout(&o);
-    assert_eq!(out.matches("  unchanged").count(), 3, "{out}");
-    assert!(out.contains("written: 1.36's own variant"), "{out}");
+    assert_eq!(out.matches("  unchanged").count(), 2, "{out}");
+    assert_eq!(
+        out.matches("written: 1.36's own variant").count(),
+        2,
+        "{out}"
+    );
+    let variant_0004 = s
+        .patches
+        .join(PATCH_0004.replace(".patch", ".k8s-1.36.patch"));
+    assert_eq!(
+        changed_lines(&s.patches.join(PATCH_0004), &variant_0004),
+        (
+            vec!["@@ -66,15 +69,43 @@ func main() {".to_string()],
+            vec!["@@ -65,15 +68,43 @@ func main() {".to_string()]
+        )
+    );
     let (added, _) = changed_lines(&s.patches.join(PATCH_0003), &s.variant());
     assert!(
         added.contains(&"+\tcommand := app.NewCloudControllerManagerCommand(ccmOptions, cloudInitializer, controllerInitFuncConstructors(app.DefaultInitFuncConstructors), aliases, fss, wait.NeverStop)".to_string()),

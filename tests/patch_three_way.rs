@@ -130,3 +130,18 @@ fn a_patch_whose_own_line_upstream_changed_still_does_not_apply() {
     );
     assert_eq!(run(git(&tree).args(["status", "--porcelain"])), "");
 }
+
+#[test]
+fn a_patch_whose_context_only_moved_applies_and_says_by_how_many_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    // Upstream adds two lines above the hunk (lines 12 to 18): `git apply` calls that an offset;
+    // libgit2 applies a hunk only at its recorded line.
+    let (tree, patch) = setup(dir.path(), (2, "line 2\nupstream adds a line\nand another"));
+    let applied = patches::apply_series(&tree, &[patch], 0).unwrap();
+    let PatchOutcome::AppliedThreeWay { files, .. } = &applied[0].outcome else {
+        panic!("not three-way: {:?}", applied[0].outcome);
+    };
+    assert_eq!(files, &["main.go: context moved by 2 lines"]);
+    let text = std::fs::read_to_string(tree.join("main.go")).unwrap();
+    assert_eq!(text.lines().nth(16), Some("line 15 patched"), "{text}");
+}

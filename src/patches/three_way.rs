@@ -197,16 +197,22 @@ pub(super) fn apply(
                 .map_or(0, |n| n + 1);
             (Some([base.id(), ours_blob.id(), theirs_blob.id()]), line)
         };
-        let hunks = diff
+        let patch = diff
             .deltas()
             .position(|d| d.new_file().path() == Some(Path::new(&side.path)))
-            .and_then(|i| git2::Patch::from_diff(diff, i).ok().flatten())
-            .map_or(0, |p| p.num_hunks());
-        notes.push(format!(
-            "{}: {hunks} hunk{} merged with upstream's changes since blob {short}",
-            side.path,
-            if hunks == 1 { "" } else { "s" }
-        ));
+            .and_then(|i| git2::Patch::from_diff(diff, i).ok().flatten());
+        let hunks = patch.as_ref().map_or(0, |p| p.num_hunks());
+        let moved = patch
+            .as_ref()
+            .and_then(|p| moved_by(&String::from_utf8_lossy(ours_blob.content()), p));
+        notes.push(match moved {
+            Some(moved) => format!("{}: {moved}", side.path),
+            None => format!(
+                "{}: {hunks} hunk{} merged with upstream's changes since blob {short}",
+                side.path,
+                if hunks == 1 { "" } else { "s" }
+            ),
+        });
         merged.push(Merged {
             path: side.path.clone(),
             content,
@@ -287,5 +293,42 @@ fn stage_entry(path: &str, mode: u32, id: git2::Oid, stage: u16) -> IndexEntry {
         flags: (stage << 12) | path.len().min(0xfff) as u16,
         flags_extended: 0,
         path: path.as_bytes().to_vec(),
+    }
+}
+
+/// `context moved by N lines` (or `by N–M lines`) when every hunk of `patch` finds its
+/// preimage (context and removed lines) verbatim in `ours`, only at other lines than the patch
+/// says: what `git apply` reports as an offset and libgit2, which applies a hunk only at its
+/// recorded line, does not take. `None` when a hunk's lines changed (a real merge), or none moved.
+fn moved_by(ours: &str, patch: &git2::Patch<'_>) -> Option<String> {
+    let lines: Vec<&str> = ours.split_inclusive('\n').collect();
+    let mut offsets = Vec::new();
+    for h in 0..patch.num_hunks() {
+        let (hunk, count) = patch.hunk(h).ok()?;
+        let mut preimage = Vec::new();
+        for l in 0..count {
+            let line = patch.line_in_hunk(h, l).ok()?;
+            if matches!(line.origin(), ' ' | '-') {
+                preimage.push(String::from_utf8_lossy(line.content()).into_owned());
+            }
+        }
+        if preimage.is_empty() {
+            return None;
+        }
+        let want = hunk.old_start().saturating_sub(1) as i64;
+        let offset = lines
+            .windows(preimage.len())
+            .enumerate()
+            .filter(|(_, w)| w.iter().zip(&preimage).all(|(a, b)| a == b))
+            .map(|(at, _)| at as i64 - want)
+            .min_by_key(|o| o.abs())?;
+        offsets.push(offset.abs());
+    }
+    let (lo, hi) = (*offsets.iter().min()?, *offsets.iter().max()?);
+    let unit = |n: i64| if n == 1 { "line" } else { "lines" };
+    match (lo, hi) {
+        (_, 0) => None,
+        (lo, hi) if lo == hi => Some(format!("context moved by {hi} {}", unit(hi))),
+        (lo, hi) => Some(format!("context moved by {lo}–{hi} {}", unit(hi))),
     }
 }
