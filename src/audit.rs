@@ -143,7 +143,8 @@ impl Checker<'_> {
         // The referrers API (or the tag schema where there is none); a referrer pushed without
         // `subject` is listed by the tag schema alone, even where there is an API.
         if !self.referrers.contains_key(subject) {
-            let listed = self.registry.referrers(&self.repo, subject).await?;
+            let listed =
+                crate::registry::referrers::list(self.registry, &self.repo, subject).await?;
             self.referrers.insert(
                 subject.to_string(),
                 listed.into_iter().map(|d| d.digest).collect(),

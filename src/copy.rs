@@ -23,14 +23,13 @@ use bytes::Bytes;
 use crate::audit::{self, Finding};
 use crate::config::{Config, Minor};
 use crate::digest_manifest::{self, DigestManifestError, Entry};
-use crate::image::referrer::fallback_tag;
 use crate::image::spec::{self, Descriptor, Index, Manifest};
 use crate::reference::RepositoryName;
 use crate::registry::publish::ReferrersPushed;
 use crate::registry::transfer::{
     BlobSource, ManifestBytes, push_manifests, tag_last, transfer_blobs, write_referrers_index,
 };
-use crate::registry::{ErrorKind, Registry, RegistryError, if_present};
+use crate::registry::{ErrorKind, Registry, RegistryError};
 use crate::util::short;
 
 /// What [`copy_image`] did.
@@ -266,15 +265,14 @@ async fn read_referrers(
     };
     let mut seen = BTreeSet::new();
     for subject in subjects {
-        let tag = fallback_tag(subject);
-        let listed = if_present(registry.pull_manifest(from, &tag).await)?;
-        let mut descriptors: Vec<Descriptor> = match &listed {
-            Some(b) => parse::<Index>(from, "referrers index", &tag, b)?.manifests,
-            None => Vec::new(),
-        };
+        let (listed, mut descriptors) =
+            match crate::registry::referrers::read_tag_schema(registry, from, subject).await? {
+                Some((bytes, index)) => (Some(bytes), index.manifests),
+                None => (None, Vec::new()),
+            };
         // What the referrers API lists besides (cosign on a registry that has one writes no
         // tag-schema index).
-        for d in registry.referrers(from, subject).await? {
+        for d in crate::registry::referrers::list(registry, from, subject).await? {
             if !descriptors.iter().any(|l| l.digest == d.digest) {
                 descriptors.push(d);
             }

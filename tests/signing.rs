@@ -83,18 +83,6 @@ fn copy(f: &Fixture, reg: &TestRegistry, to: &str) -> Output {
         .unwrap()
 }
 
-/// `cosign generate-key-pair` into `dir` as `<prefix>.key` / `<prefix>.pub`.
-fn generate_key_pair(home: &Path, dir: &Path, prefix: &str, password: &str) {
-    let o = Command::new(cosign_bin())
-        .args(["generate-key-pair", "--output-key-prefix", prefix])
-        .current_dir(dir)
-        .env("HOME", home)
-        .env("COSIGN_PASSWORD", password)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", text(&o));
-}
-
 /// The referrers tag-schema index `sha256-<hex>` of `subject`, parsed.
 fn referrers(reg: &TestRegistry, name: &str, subject: &str) -> Value {
     let bytes = reg

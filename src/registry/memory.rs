@@ -67,6 +67,21 @@ pub struct MemoryRegistry {
     repos: Mutex<BTreeMap<String, Repository>>,
     log: Mutex<Vec<Op>>,
     hook: Mutex<Option<Hook>>,
+    api: Mutex<Option<ReferrersApi>>,
+}
+
+/// How the in-process registry answers the referrers API (distribution-spec v1.1 "Listing
+/// Referrers": every manifest in the repository whose `subject` is the digest), with the quirks
+/// registries have.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReferrersApi {
+    /// Descriptors per page (0: one page); a page links the next as `page=<n>`.
+    pub page_size: usize,
+    /// List the config's media type as every `artifactType`, as Harbor does
+    /// (goharbor/harbor#19867).
+    pub config_type_as_artifact_type: bool,
+    /// Link every page to page 1 again (a registry paging in a loop).
+    pub loop_pages: bool,
 }
 
 impl MemoryRegistry {
@@ -79,6 +94,12 @@ impl MemoryRegistry {
     /// operation runs; a failed operation changes nothing).
     pub fn fail_when(&self, hook: impl Fn(&Op) -> Option<ErrorKind> + Send + Sync + 'static) {
         *self.hook.lock().expect("hook lock") = Some(Box::new(hook));
+    }
+
+    /// Gives the registry the referrers API, answering as `api` says (`None`: it has none, and
+    /// the tag schema is read instead, as from distribution 2.8).
+    pub fn set_referrers_api(&self, api: Option<ReferrersApi>) {
+        *self.api.lock().expect("api lock") = api;
     }
 
     /// Removes the fault hook.
@@ -332,5 +353,70 @@ impl Registry for MemoryRegistry {
             .cloned()
             .unwrap_or_else(|| reference.to_string());
         Ok(r.manifests.contains_key(&digest).then_some(digest))
+    }
+
+    async fn referrers_page(
+        &self,
+        repo: &RepositoryName,
+        subject: &str,
+        next: Option<&str>,
+    ) -> Result<super::referrers::ReferrersPage, RegistryError> {
+        use super::referrers::{ReferrersPage, Source, read_tag_schema};
+        self.enter("referrers", repo, subject)?;
+        let Some(api) = *self.api.lock().expect("api lock") else {
+            let index = read_tag_schema(self, repo, subject).await?;
+            return Ok(ReferrersPage {
+                manifests: index.map(|(_, i)| i.manifests).unwrap_or_default(),
+                next: None,
+                source: Source::TagSchema,
+            });
+        };
+        let all: Vec<crate::image::spec::Descriptor> = self
+            .repository(repo)
+            .manifests
+            .iter()
+            .filter_map(|(digest, (media_type, body))| {
+                let v: Value = serde_json::from_slice(body).ok()?;
+                (v["subject"]["digest"].as_str() == Some(subject)).then(|| {
+                    let declared = v["artifactType"]
+                        .as_str()
+                        .or_else(|| v["config"]["mediaType"].as_str());
+                    let listed = if api.config_type_as_artifact_type {
+                        v["config"]["mediaType"].as_str()
+                    } else {
+                        declared
+                    };
+                    crate::image::spec::Descriptor {
+                        media_type: media_type.clone(),
+                        digest: digest.clone(),
+                        size: body.len() as u64,
+                        platform: None,
+                        artifact_type: listed.map(String::from),
+                        annotations: serde_json::from_value(v["annotations"].clone())
+                            .unwrap_or_default(),
+                        urls: Vec::new(),
+                    }
+                })
+            })
+            .collect();
+        let size = if api.page_size == 0 {
+            all.len().max(1)
+        } else {
+            api.page_size
+        };
+        let page: usize = next
+            .and_then(|n| n.strip_prefix("page="))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0);
+        let more = (page + 1) * size < all.len();
+        Ok(ReferrersPage {
+            manifests: all.into_iter().skip(page * size).take(size).collect(),
+            next: match (more, api.loop_pages) {
+                (_, true) => Some("page=1".into()),
+                (true, false) => Some(format!("page={}", page + 1)),
+                (false, false) => None,
+            },
+            source: Source::Api,
+        })
     }
 }

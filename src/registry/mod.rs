@@ -14,6 +14,7 @@ pub mod oci;
 pub mod proxy;
 pub mod publish;
 pub mod pull;
+pub mod referrers;
 pub mod retry;
 pub mod transfer;
 mod upload;
@@ -137,31 +138,29 @@ pub trait Registry: Send + Sync {
         repo: &RepositoryName,
         reference: &str,
     ) -> Result<Option<String>, RegistryError>;
-    /// The referrers of `subject` (a `sha256:` digest) in `repo`, as image-index descriptors:
-    /// `GET /v2/<name>/referrers/<digest>` (distribution-spec v1.1, "Listing Referrers"), or,
-    /// where the registry has no referrers API (a 404, as distribution 2.8), the index at the
-    /// referrers tag schema's `sha256-<hex>` tag; empty when neither lists any.
+    /// One page of the referrers of `subject` (a `sha256:` digest) in `repo`, as the registry
+    /// lists them: `GET /v2/<name>/referrers/<digest>` (distribution-spec v1.1, "Listing
+    /// Referrers"), or `next` (a previous page's [`referrers::ReferrersPage::next`]); where the
+    /// registry has no referrers API (a 404, as distribution 2.8), the index at the referrers tag
+    /// schema's `sha256-<hex>` tag ([`referrers::read_tag_schema`]); empty when neither lists any.
+    /// Read referrers through [`referrers::list`], which follows the pages and corrects the
+    /// listing.
     ///
     /// The default reads the tag schema alone (through [`Registry::pull_manifest`]).
     ///
     /// # Errors
-    /// The registry cannot be asked, or its tag-schema index is not an image index.
-    async fn referrers(
+    /// The registry cannot be asked.
+    async fn referrers_page(
         &self,
         repo: &RepositoryName,
         subject: &str,
-    ) -> Result<Vec<crate::image::spec::Descriptor>, RegistryError> {
-        let tag = crate::image::referrer::fallback_tag(subject);
-        let Some(b) = if_present(self.pull_manifest(repo, &tag).await)? else {
-            return Ok(Vec::new());
-        };
-        serde_json::from_slice::<crate::image::spec::Index>(&b)
-            .map(|i| i.manifests)
-            .map_err(|e| RegistryError {
-                registry: repo.registry.clone(),
-                operation: format!("list the referrers of {}", crate::util::short(subject)),
-                message: format!("{}:{tag} is not an image index: {e}", repo.path),
-                kind: ErrorKind::Other,
-            })
+        _next: Option<&str>,
+    ) -> Result<referrers::ReferrersPage, RegistryError> {
+        let index = referrers::read_tag_schema(self, repo, subject).await?;
+        Ok(referrers::ReferrersPage {
+            manifests: index.map(|(_, i)| i.manifests).unwrap_or_default(),
+            next: None,
+            source: referrers::Source::TagSchema,
+        })
     }
 }

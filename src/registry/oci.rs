@@ -31,9 +31,10 @@ use oci_client::client::{Certificate, CertificateEncoding};
 
 use super::auth::AuthFiles;
 use super::proxy::ProxyEnv;
+use super::referrers::{self, ReferrersPage, Source};
 use super::upload::{ChunkedUploads, UploadAuth, UploadError, Uploader, seconds};
 use super::{ErrorKind, Registry, RegistryError};
-use crate::image::spec::MANIFEST_MEDIA_TYPES;
+use crate::image::spec::{self, MANIFEST_MEDIA_TYPES};
 use crate::reference::RepositoryName;
 use crate::util::short;
 
@@ -268,21 +269,23 @@ impl OciRegistry {
         err
     }
 
-    /// The credentials for an upload into `r` (cached per repository): a bearer token fetched
-    /// through oci-client (`Client::auth`), or basic credentials when the registry asks for them.
+    /// The credentials for a request of our own into `r` (cached per repository and
+    /// operation): a bearer token fetched through oci-client (`Client::auth`) for `operation`,
+    /// or basic credentials when the registry asks for them.
     async fn upload_auth(
         &self,
         client: &Client,
         r: &Reference,
         auth: &RegistryAuth,
+        operation: RegistryOperation,
         refresh: bool,
     ) -> Result<UploadAuth, OciDistributionError> {
-        let key = format!("{}/{}", r.resolve_registry(), r.repository());
+        let key = format!("{}/{} {operation:?}", r.resolve_registry(), r.repository());
         let mut cache = self.upload_auths.lock().await;
         if !refresh && let Some(a) = cache.get(&key) {
             return Ok(a.clone());
         }
-        let a = match client.auth(r, auth, RegistryOperation::Push).await? {
+        let a = match client.auth(r, auth, operation).await? {
             Some(token) => UploadAuth::Bearer(token),
             None => match auth {
                 RegistryAuth::Basic(user, password) => {
@@ -527,7 +530,7 @@ impl Registry for OciRegistry {
         let mut refresh = false;
         loop {
             let upload_auth = self
-                .upload_auth(&client, &r, &auth, refresh)
+                .upload_auth(&client, &r, &auth, RegistryOperation::Push, refresh)
                 .await
                 .map_err(|e| self.error(repo, op(), e))?;
             let result = self
@@ -658,28 +661,84 @@ impl Registry for OciRegistry {
         }
     }
 
-    async fn referrers(
+    async fn referrers_page(
         &self,
         repo: &RepositoryName,
         subject: &str,
-    ) -> Result<Vec<crate::image::spec::Descriptor>, RegistryError> {
-        // oci-client asks the referrers API and falls back to the tag schema on a 404.
-        let (r, _, client) = self.reference(repo, subject).await?;
+        next: Option<&str>,
+    ) -> Result<ReferrersPage, RegistryError> {
+        // Our own GET: oci-client's `pull_referrers` gives neither the `Link` header nor a
+        // tolerance for Harbor's `Content-Type: application/json`.
+        let (r, auth, client) = self.reference(repo, subject).await?;
         let op = || format!("list the referrers of {}", short(subject));
-        let index = client
-            .pull_referrers(&r, None)
-            .await
-            .map_err(|e| self.error(repo, op(), e))?;
-        serde_json::to_vec(&index)
-            .ok()
-            .and_then(|b| serde_json::from_slice::<crate::image::spec::Index>(&b).ok())
-            .map(|i| i.manifests)
-            .ok_or_else(|| RegistryError {
-                registry: repo.registry.clone(),
-                operation: op(),
-                message: "the referrers index is not an image index".into(),
-                kind: ErrorKind::Other,
-            })
+        let other = |message: String| RegistryError {
+            registry: repo.registry.clone(),
+            operation: op(),
+            message,
+            kind: ErrorKind::Other,
+        };
+        let registry_url = reqwest::Url::parse(&format!(
+            "{}://{}/",
+            self.scheme(&repo.registry),
+            r.resolve_registry()
+        ))
+        .map_err(|e| other(e.to_string()))?;
+        let url = match next {
+            Some(next) => reqwest::Url::parse(next),
+            None => registry_url.join(&format!("v2/{}/referrers/{subject}", r.repository())),
+        }
+        .map_err(|e| other(e.to_string()))?;
+        let mut refresh = false;
+        let answer = loop {
+            let auth = self
+                .upload_auth(&client, &r, &auth, RegistryOperation::Pull, refresh)
+                .await
+                .map_err(|e| self.error(repo, op(), e))?;
+            match self
+                .uploader
+                .get(&registry_url, url.clone(), spec::OCI_INDEX, &auth)
+                .await
+            {
+                Ok(answer) => break answer,
+                Err(UploadError::Oci(OciDistributionError::UnauthorizedError { .. }))
+                    if !refresh && !matches!(auth, UploadAuth::Anonymous) =>
+                {
+                    refresh = true;
+                }
+                Err(UploadError::Oci(e)) => return Err(self.error(repo, op(), e)),
+                Err(UploadError::Stalled(message)) => {
+                    let err = RegistryError {
+                        kind: ErrorKind::Transient,
+                        ..other(message)
+                    };
+                    return Err(self.name_proxy(repo, err, false));
+                }
+            }
+        };
+        let Some((links, body)) = answer else {
+            // No referrers API (distribution 2.8): the tag schema.
+            let index = referrers::read_tag_schema(self, repo, subject).await?;
+            return Ok(ReferrersPage {
+                manifests: index.map(|(_, i)| i.manifests).unwrap_or_default(),
+                next: None,
+                source: Source::TagSchema,
+            });
+        };
+        let index: spec::Index = serde_json::from_slice(&body).map_err(|e| {
+            other(format!(
+                "the referrers API answered what is not an image index: {e}"
+            ))
+        })?;
+        let links: Vec<&str> = links.iter().map(String::as_str).collect();
+        let next = referrers::next_link(&url, &links).map_err(|m| RegistryError {
+            kind: ErrorKind::Refused,
+            ..other(m)
+        })?;
+        Ok(ReferrersPage {
+            manifests: index.manifests,
+            next: next.map(String::from),
+            source: Source::Api,
+        })
     }
 }
 

@@ -180,12 +180,14 @@ impl<R: Registry> Registry for Retrying<R> {
             .await
     }
 
-    async fn referrers(
+    async fn referrers_page(
         &self,
         repo: &RepositoryName,
         subject: &str,
-    ) -> Result<Vec<crate::image::spec::Descriptor>, RegistryError> {
-        self.run(|| self.inner.referrers(repo, subject)).await
+        next: Option<&str>,
+    ) -> Result<super::referrers::ReferrersPage, RegistryError> {
+        self.run(|| self.inner.referrers_page(repo, subject, next))
+            .await
     }
 }
 

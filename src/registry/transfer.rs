@@ -16,7 +16,7 @@ use std::path::Path;
 
 use bytes::Bytes;
 
-use super::{ErrorKind, Registry, RegistryError, if_present};
+use super::{ErrorKind, Registry, RegistryError};
 use crate::image::layout;
 use crate::image::referrer::{fallback_tag, merge_referrers};
 use crate::image::spec::{self, Descriptor, Index};
@@ -243,7 +243,9 @@ pub async fn write_referrers_index(
             kind: ErrorKind::Other,
         })
     };
-    let existing = if_present(registry.pull_manifest(repo, &tag).await)?;
+    let existing = super::referrers::read_tag_schema(registry, repo, subject)
+        .await?
+        .map(|(bytes, _)| bytes);
     let (media_type, body) = match (preferred, &existing) {
         (Some(p), None) if lists_all(p, referrers) => (parse(p)?.media_type, p.clone()),
         (Some(p), Some(there)) if p == there => return Ok(()),

@@ -444,6 +444,57 @@ impl Uploader {
         Ok(watch(request.send(), progress, self.idle, step).await??)
     }
 
+    /// `GET <url>` on the registry at `registry_url` with `accept`, with the credentials `auth`
+    /// (following `307`/`308`): the answer's `Link` header values and body, or `None` for a 404.
+    /// Used for the referrers API, whose `Link` header oci-client does not give.
+    ///
+    /// # Errors
+    /// No answer within the idle time, or any other non-success status (as oci-client reports
+    /// it).
+    pub(crate) async fn get(
+        &self,
+        registry_url: &Url,
+        url: Url,
+        accept: &str,
+        auth: &UploadAuth,
+    ) -> Result<Option<(Vec<String>, Bytes)>, UploadError> {
+        let target = Target { registry_url, auth };
+        let progress = Progress::new();
+        let res = self
+            .send(
+                &target,
+                Outgoing {
+                    method: Method::GET,
+                    url,
+                    headers: vec![(reqwest::header::ACCEPT, accept.to_string())],
+                    body: Bytes::new(),
+                    step: "waiting for the referrers list",
+                },
+                &progress,
+            )
+            .await?;
+        if res.status() == StatusCode::NOT_FOUND {
+            return Ok(None);
+        }
+        if !res.status().is_success() {
+            return Err(self.failure(res, &progress).await);
+        }
+        let links = res
+            .headers()
+            .get_all(reqwest::header::LINK)
+            .iter()
+            .filter_map(|v| v.to_str().ok().map(String::from))
+            .collect();
+        let body = watch(
+            res.bytes(),
+            &progress,
+            self.idle,
+            "reading the referrers list",
+        )
+        .await??;
+        Ok(Some((links, body)))
+    }
+
     /// `GET <url>` of an upload in progress: its `Location` (the old one when it names none) and
     /// the offset to continue at, from its `Range`.
     async fn upload_status(

@@ -4,6 +4,7 @@
 //! run the real `occm-forge` binary and the independent checkers (skopeo, umoci).
 #![allow(dead_code)]
 
+pub mod quirks;
 pub mod sigstore;
 pub mod workflow;
 
@@ -935,6 +936,13 @@ pub enum Fault {
     /// Forward the request without its body (`Content-Length: 0`), as a registry that ignores
     /// a `PUT` body (pulp/pulp_container#1219).
     DropBody,
+    /// Answer a referrers API request (`/referrers/` paths) from the registry's tag-schema
+    /// index, as [`quirks::ReferrersApi`] says.
+    Referrers(quirks::ReferrersApi),
+    /// Forward the request with `/manifests/sha256-<hex>` read as `/manifests/sha256:<hex>`, as
+    /// GitLab resolves a tag of that form to the manifest of that digest
+    /// (oras-project/oras-go#1396).
+    TagAsDigest,
 }
 
 /// A proxy rule: requests whose method and path match get `fault`, `times` times.
@@ -1149,6 +1157,11 @@ fn proxy_connection(
                 answer_with(&mut conn, status, answer);
                 return;
             }
+            Some(Fault::Referrers(api)) => {
+                counts.answered.fetch_add(1, SeqCst);
+                quirks::serve_referrers(&mut conn, upstream, &path, api);
+                return;
+            }
             Some(Fault::AnswerIfBody(needle, status, answer))
                 if String::from_utf8_lossy(&body).contains(needle) =>
             {
@@ -1167,6 +1180,11 @@ fn proxy_connection(
             Vec::new()
         } else {
             body
+        };
+        let head = if fault == Some(Fault::TagAsDigest) {
+            head.replacen("/manifests/sha256-", "/manifests/sha256:", 1)
+        } else {
+            head
         };
         let head: String = head
             .split("\r\n")

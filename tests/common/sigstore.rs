@@ -281,3 +281,15 @@ pub fn keyless_pki(home: &Path, identity: &str) -> tempfile::TempDir {
     );
     pki
 }
+
+/// `cosign generate-key-pair` into `dir` as `<prefix>.key` / `<prefix>.pub`.
+pub fn generate_key_pair(home: &Path, dir: &Path, prefix: &str, password: &str) {
+    let o = Command::new(cosign_bin())
+        .args(["generate-key-pair", "--output-key-prefix", prefix])
+        .current_dir(dir)
+        .env("HOME", home)
+        .env("COSIGN_PASSWORD", password)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+}

@@ -1,0 +1,215 @@
+//! Registries people run, as their users reported them, emulated by a proxy in front of a real
+//! docker-registry (tests/common/quirks.rs): a signed build pushed through the proxy must be
+//! recorded (`manifest record-signatures`), verified (`verify`) and copied (`copy`), and the real
+//! cosign must verify the copy.
+//!
+//! - Harbor lists every referrer's `artifactType` as the empty config's media type, served as
+//!   `application/json` (goharbor/harbor#19867): the signature is found by the type its
+//!   manifest declares.
+//! - A registry that pages the referrers API (`Link: <…>; rel="next"`): every page is read.
+
+mod common;
+
+use std::path::Path;
+use std::process::Output;
+
+use common::quirks::ReferrersApi;
+use common::sigstore::*;
+use common::*;
+
+const NAME: &str = "occm/openstack-cloud-controller-manager";
+
+/// A proxy that answers the referrers API as `api` says, in front of `reg`.
+fn proxy(reg: &TestRegistry, api: ReferrersApi) -> FaultProxy {
+    FaultProxy::start(
+        &reg.addr,
+        vec![FaultRule {
+            method: "GET",
+            path_contains: "/referrers/",
+            fault: Fault::Referrers(api),
+            times: usize::MAX,
+            after: 0,
+        }],
+    )
+}
+
+fn forge(f: &Fixture, registries: &[&str], args: &[&str]) -> Output {
+    let mut c = occm_forge(f.path());
+    c.args(args).env("COSIGN_PASSWORD", "correct horse");
+    for r in registries {
+        c.args(["--insecure-registry", r]);
+    }
+    c.output().unwrap()
+}
+
+/// A fixture whose 1.34 is built, pushed through `proxy` and signed with a new key; the key
+/// pair's directory and what the build said on stderr.
+fn signed_build(f: &Fixture, proxy: &FaultProxy, home: &Path) -> (tempfile::TempDir, String) {
+    f.write_config(&proxy.repo(NAME), &["linux/amd64"], "static", &[]);
+    let keys = tempfile::tempdir().unwrap();
+    generate_key_pair(home, keys.path(), "cosign", "correct horse");
+    let key = keys.path().join("cosign.key");
+    let mut c = occm_forge(f.path());
+    let o = c
+        .args(["build", "--k8s", "1.34", "--push", "--sign-key"])
+        .arg(&key)
+        .args(["--insecure-registry", &proxy.addr, "--source"])
+        .arg(&f.upstream)
+        .env("COSIGN_PASSWORD", "correct horse")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    (keys, stderr(&o))
+}
+
+/// `manifest record-signatures` with the key finds the signature among the referrers.
+fn records_the_signature(f: &Fixture, proxy: &FaultProxy, keys: &Path) {
+    let public = keys.join("cosign.pub");
+    let o = forge(
+        f,
+        &[&proxy.addr],
+        &[
+            "manifest",
+            "record-signatures",
+            "--k8s",
+            "1.34",
+            "--key",
+            public.to_str().unwrap(),
+        ],
+    );
+    assert!(o.status.success(), "record-signatures: {}", text(&o));
+}
+
+#[test]
+fn harbor_listing_the_config_type_as_artifact_type_still_gives_the_signature() {
+    let reg = TestRegistry::start();
+    let proxy = proxy(
+        &reg,
+        ReferrersApi {
+            page_size: 0,
+            harbor: true,
+        },
+    );
+    let f = fixture(&["linux/amd64"]);
+    let home = tempfile::tempdir().unwrap();
+    let (keys, _) = signed_build(&f, &proxy, home.path());
+    records_the_signature(&f, &proxy, keys.path());
+    assert!(
+        !proxy.counts.seen("/referrers/").is_empty(),
+        "the referrers API was not asked"
+    );
+    let o = forge(&f, &[&proxy.addr], &["verify", "--k8s", "1.34"]);
+    assert!(o.status.success(), "verify: {}", text(&o));
+}
+
+#[test]
+fn a_paged_referrers_api_is_read_to_its_last_page_by_record_verify_and_copy() {
+    let reg = TestRegistry::start();
+    let proxy = proxy(
+        &reg,
+        ReferrersApi {
+            page_size: 1,
+            harbor: false,
+        },
+    );
+    let f = fixture(&["linux/amd64"]);
+    let home = tempfile::tempdir().unwrap();
+    let (keys, _) = signed_build(&f, &proxy, home.path());
+    records_the_signature(&f, &proxy, keys.path());
+    assert!(
+        proxy
+            .counts
+            .seen("/referrers/")
+            .iter()
+            .any(|r| r.contains("?page=")),
+        "no second page was read: {:?}",
+        proxy.counts.seen("/referrers/")
+    );
+    let o = forge(&f, &[&proxy.addr], &["verify", "--k8s", "1.34"]);
+    assert!(o.status.success(), "verify: {}", text(&o));
+    let to = TestRegistry::start();
+    let mirror = to.repo("mirror/occm");
+    let o = forge(
+        &f,
+        &[&proxy.addr, &to.addr],
+        &["copy", "--k8s", "1.34", "--to", &mirror],
+    );
+    assert!(o.status.success(), "copy: {}", text(&o));
+    let digest = read_lock(&f.lock)["images"]["1.34"]["digest"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let public = keys.path().join("cosign.pub");
+    let o = std::process::Command::new(cosign_bin())
+        .args(["verify", "--key"])
+        .arg(&public)
+        .args([
+            "--insecure-ignore-tlog=true",
+            "--allow-insecure-registry",
+            "--allow-http-registry",
+            &format!("{mirror}@{digest}"),
+        ])
+        .env("HOME", home.path())
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "cosign verify of the copy: {}",
+        text(&o)
+    );
+}
+
+#[test]
+fn gitlab_resolving_the_tag_schema_tag_to_the_subject_is_not_read_as_a_referrers_index() {
+    let reg = TestRegistry::start();
+    let tag_as_digest = |method| FaultRule {
+        method,
+        path_contains: "/manifests/sha256-",
+        fault: Fault::TagAsDigest,
+        times: usize::MAX,
+        after: 0,
+    };
+    let proxy = FaultProxy::start(
+        &reg.addr,
+        vec![
+            tag_as_digest("GET"),
+            tag_as_digest("HEAD"),
+            FaultRule {
+                method: "GET",
+                path_contains: "/referrers/",
+                fault: Fault::Referrers(ReferrersApi {
+                    page_size: 0,
+                    harbor: false,
+                }),
+                times: usize::MAX,
+                after: 0,
+            },
+        ],
+    );
+    let f = fixture(&["linux/amd64"]);
+    let home = tempfile::tempdir().unwrap();
+    let (keys, said) = signed_build(&f, &proxy, home.path());
+    assert!(
+        said.contains(&format!("registry {} resolves the tag sha256-", proxy.addr))
+            && said.contains("to the subject sha256:"),
+        "{said}"
+    );
+    let built = read_lock(&f.lock);
+    let manifest = built["images"]["1.34"]["manifests"]["linux/amd64"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        !proxy
+            .counts
+            .seen(&format!(
+                "GET /v2/{NAME}/manifests/{}",
+                manifest.replace(':', "-")
+            ))
+            .is_empty(),
+        "the tag schema of the platform manifest was not read"
+    );
+    records_the_signature(&f, &proxy, keys.path());
+    let o = forge(&f, &[&proxy.addr], &["verify", "--k8s", "1.34"]);
+    assert!(o.status.success(), "verify: {}", text(&o));
+}
