@@ -344,6 +344,9 @@ fn git_proxy(url: &str) -> (git2::ProxyOptions<'static>, Option<Proxy>) {
 /// had credentials; other failures add the proxy and that `NO_PROXY` does not list the host.
 /// The proxy's password never appears.
 fn remote_message(e: &git2::Error, proxy: Option<&Proxy>, url: &str) -> String {
+    if e.code() == git2::ErrorCode::Owner || e.message().contains("not owned by current user") {
+        return not_owned(url);
+    }
     let Some(proxy) = proxy else {
         return e.message().to_string();
     };
@@ -372,6 +375,30 @@ fn remote_message(e: &git2::Error, proxy: Option<&Proxy>, url: &str) -> String {
     }
     format!(
         "{message} (through the {proxy}; NO_PROXY does not list {host}; add it there if it is reachable directly)"
+    )
+}
+
+/// libgit2's refusal of a repository another user owns (`safe.directory`, CVE-2022-24765;
+/// libgit2/libgit2#6663), naming the owner and the remedy git itself gives.
+fn not_owned(url: &str) -> String {
+    use std::os::unix::fs::MetadataExt;
+    let path = url.strip_prefix("file://").unwrap_or(url);
+    let uid = |p: &str| std::fs::metadata(p).map(|m| m.uid()).ok();
+    let name = |uid: u32| {
+        std::fs::read_to_string("/etc/passwd")
+            .ok()
+            .and_then(|t| {
+                t.lines().find_map(|l| {
+                    let f: Vec<&str> = l.split(':').collect();
+                    (f.get(2) == Some(&uid.to_string().as_str())).then(|| f[0].to_string())
+                })
+            })
+            .map_or(format!("uid {uid}"), |n| format!("{n} (uid {uid})"))
+    };
+    let owner = uid(path).map_or("another user".to_string(), name);
+    let me = uid("/proc/self").map_or("you".to_string(), name);
+    format!(
+        "it is owned by {owner}, not by {me}, who runs occm-forge, and git refuses such repositories unless trusted (safe.directory): if you trust it, run `git config --global --add safe.directory {path}`"
     )
 }
 

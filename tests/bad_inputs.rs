@@ -529,3 +529,81 @@ fn a_go_line_newer_than_the_pinned_go_is_one_line_before_any_go_process() {
     );
     assert!(!stderr(&o).contains("occm-forge: test"), "{}", stderr(&o));
 }
+
+/// A `--source` another user owns (a mirror shared on a build host): libgit2 refuses it as git
+/// does (safe.directory); the line names the owner and git's remedy. Needs root, as CI runs.
+#[test]
+fn a_source_owned_by_another_user_names_the_owner_and_safe_directory() {
+    let f = fixture(&["linux/amd64"]);
+    let before = f.seed_lock();
+    let chown = Command::new("chown")
+        .args(["-R", "65534:65534"])
+        .arg(&f.upstream)
+        .status()
+        .unwrap();
+    assert!(
+        chown.success(),
+        "this test makes the fixture upstream another user's and needs root (CI runs as root)"
+    );
+    let o = build(&f, "1.34", &[]);
+    let line = assert_failed(&f, &o, 3, &before);
+    let path = f.upstream.display().to_string();
+    assert!(
+        line.contains("it is owned by ")
+            && line.contains("(uid 65534), not by ")
+            && line.ends_with(&format!(
+                "if you trust it, run `git config --global --add safe.directory {path}`"
+            )),
+        "{line}"
+    );
+}
+
+/// A test that finds its testdata through `runtime.Caller` fails under `-trimpath`
+/// (gkampitakis/go-snaps#118): the failure says why, once.
+#[test]
+fn a_test_failing_on_a_module_relative_path_gets_the_trimpath_hint() {
+    let f = fixture(&["linux/amd64"]);
+    let lock = f.seed_lock();
+    f.add_patch(
+        "1.34",
+        "0003-add-a-golden-test.patch",
+        r#"From: Someone <someone@example.org>
+Subject: [PATCH] a golden-file test
+
+---
+diff --git a/pkg/openstack/golden_test.go b/pkg/openstack/golden_test.go
+new file mode 100644
+--- /dev/null
++++ b/pkg/openstack/golden_test.go
+@@ -0,0 +1,15 @@
++package openstack
++
++import (
++	"os"
++	"path/filepath"
++	"runtime"
++	"testing"
++)
++
++func TestGolden(t *testing.T) {
++	_, file, _, _ := runtime.Caller(0)
++	if _, err := os.ReadFile(filepath.Join(filepath.Dir(file), "testdata", "golden.txt")); err != nil {
++		t.Fatal(err)
++	}
++}
+diff --git a/pkg/openstack/testdata/golden.txt b/pkg/openstack/testdata/golden.txt
+new file mode 100644
+--- /dev/null
++++ b/pkg/openstack/testdata/golden.txt
+@@ -0,0 +1 @@
++golden
+"#,
+    );
+    let o = build(&f, "1.34", &[]);
+    let line = assert_failed(&f, &o, 5, &lock);
+    assert!(
+        line.ends_with("; k8s.io/cloud-provider-openstack/pkg/openstack.TestGolden: its output names k8s.io/cloud-provider-openstack/pkg/openstack/testdata/golden.txt, a module-relative path of pkg/openstack/testdata/golden.txt: occm-forge runs the tests with -trimpath (as it builds), so a test that finds its files through runtime.Caller looks for them there"),
+        "{line}"
+    );
+    assert_eq!(line.matches("-trimpath").count(), 1, "{line}");
+}

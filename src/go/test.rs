@@ -96,7 +96,12 @@ pub enum TestError {
         message: String,
     },
     /// Tests or packages failed.
-    #[error("go test: {} failed ({}); {passed} passed, {skipped} skipped", failures.len(), names(failures))]
+    #[error(
+        "go test: {} failed ({}); {passed} passed, {skipped} skipped{}",
+        failures.len(),
+        names(failures),
+        hint.as_deref().map(|h| format!("; {h}")).unwrap_or_default()
+    )]
     Failed {
         /// The failures with their output.
         failures: Vec<FailedTest>,
@@ -104,6 +109,8 @@ pub enum TestError {
         passed: usize,
         /// Skipped count.
         skipped: usize,
+        /// Why a failure may be occm-forge's `-trimpath` rather than the test ([`trimpath_hint`]).
+        hint: Option<String>,
     },
     /// Required tests did not run, or were skipped.
     #[error("go test: required test(s) did not run and pass: {}", missing.join(", "))]
@@ -217,7 +224,53 @@ pub fn run(
     required: &[String],
 ) -> Result<TestSummary, TestError> {
     let summary = run_raw(dir, toolchain, packages)?;
-    check(summary, required)
+    check(summary, required).map_err(|e| match e {
+        TestError::Failed {
+            failures,
+            passed,
+            skipped,
+            hint: None,
+        } => TestError::Failed {
+            hint: trimpath_hint(dir, &failures),
+            failures,
+            passed,
+            skipped,
+        },
+        e => e,
+    })
+}
+
+/// When a failed test's output names a module-relative path (`<module>/<dir>/<file>`, the form
+/// `-trimpath` records for `runtime.Caller` and panics) of a file that exists in the work tree
+/// `dir`: the hint that the tests run with `-trimpath`, so a test that finds its files through
+/// `runtime.Caller` (gkampitakis/go-snaps#118) looks for them at the module path.
+pub fn trimpath_hint(dir: &Path, failures: &[FailedTest]) -> Option<String> {
+    let go_mod = std::fs::read_to_string(dir.join("go.mod")).ok()?;
+    let module = go_mod
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("module "))?
+        .trim()
+        .trim_matches('"')
+        .to_string();
+    let prefix = format!("{module}/");
+    failures.iter().find_map(|f| {
+        f.output
+            .split(|c: char| c.is_whitespace() || matches!(c, '"' | '\'' | '`' | '(' | ')' | ','))
+            .filter_map(|token| token.find(&prefix).map(|at| &token[at..]))
+            .map(|path| path.trim_end_matches([':', '.']))
+            .map(|path| path.split(':').next().unwrap_or(path))
+            .find(|path| {
+                let relative = &path[prefix.len()..];
+                !relative.is_empty() && dir.join(relative).exists()
+            })
+            .map(|path| {
+                format!(
+                    "{}: its output names {path}, a module-relative path of {}: occm-forge runs the tests with -trimpath (as it builds), so a test that finds its files through runtime.Caller looks for them there",
+                    f.name,
+                    &path[prefix.len()..]
+                )
+            })
+    })
 }
 
 /// Runs `go test -json` and folds the stream without judging it (used by `patches prove`, which
@@ -286,6 +339,7 @@ pub fn check(summary: TestSummary, required: &[String]) -> Result<TestSummary, T
             failures: summary.failures,
             passed,
             skipped,
+            hint: None,
         });
     }
     let missing: Vec<String> = required
