@@ -68,6 +68,7 @@ pub struct MemoryRegistry {
     log: Mutex<Vec<Op>>,
     hook: Mutex<Option<Hook>>,
     api: Mutex<Option<ReferrersApi>>,
+    immutable_tags: std::sync::atomic::AtomicBool,
 }
 
 /// How the in-process registry answers the referrers API (distribution-spec v1.1 "Listing
@@ -100,6 +101,14 @@ impl MemoryRegistry {
     /// the tag schema is read instead, as from distribution 2.8).
     pub fn set_referrers_api(&self, api: Option<ReferrersApi>) {
         *self.api.lock().expect("api lock") = api;
+    }
+
+    /// Keeps every tag immutable once pushed, as a Harbor tag-immutability rule on `**` or ECR's
+    /// `IMMUTABLE` does: a push to an existing tag is refused (412, Harbor's message), even of
+    /// the same manifest.
+    pub fn set_immutable_tags(&self, on: bool) {
+        self.immutable_tags
+            .store(on, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// Removes the fault hook.
@@ -287,6 +296,22 @@ impl Registry for MemoryRegistry {
             ));
         }
         let current = self.repository(repo);
+        if !reference.starts_with("sha256:")
+            && current.tags.contains_key(reference)
+            && self
+                .immutable_tags
+                .load(std::sync::atomic::Ordering::SeqCst)
+        {
+            return Err(err(
+                repo,
+                "push manifest",
+                &format!(
+                    "412 Precondition Failed: The image {}:{reference} configured as immutable, cannot be updated",
+                    repo.path
+                ),
+                ErrorKind::Refused,
+            ));
+        }
         let (blobs, manifests) = references(&body);
         let missing: BTreeSet<&String> = blobs
             .iter()

@@ -378,16 +378,88 @@ mod tests {
                 .map(|a| format!("push_manifest {}", a.manifest.digest)),
         );
         assert_eq!(ops[blobs..blobs + 6], want[..], "{ops:?}");
-        // Then the three subjects' tag-schema indexes (read, written), the tag, the check.
+        // Then the three subjects' tag-schema indexes (the referrers API asked: none, so the
+        // index is read and written), the tag, the check.
         let rest = &ops[blobs + 6..];
-        assert_eq!(rest.len(), 3 * 2 + 2, "{rest:?}");
-        assert!(rest[..6].iter().all(|o| o.contains(" sha256-")), "{rest:?}");
-        assert_eq!(rest[6], "push_manifest v1.34.1-occmforge.1");
-        assert_eq!(rest[7], "manifest_digest v1.34.1-occmforge.1");
+        assert_eq!(rest.len(), 3 * 4 + 2, "{rest:?}");
+        for subject in rest[..12].chunks(4) {
+            assert!(subject[0].starts_with("referrers sha256:"), "{rest:?}");
+            assert!(
+                subject[1..].iter().all(|o| o.contains(" sha256-")),
+                "{rest:?}"
+            );
+            assert!(subject[3].starts_with("push_manifest sha256-"), "{rest:?}");
+        }
+        assert_eq!(rest[12], "push_manifest v1.34.1-occmforge.1");
+        assert_eq!(rest[13], "manifest_digest v1.34.1-occmforge.1");
 
         // A second push finds every blob and uploads nothing.
         let again = f.publish_to(&reg, ReferrersMode::Fallback).await.unwrap();
         assert_eq!((again.uploaded, again.skipped), (0, blobs));
+    }
+
+    #[tokio::test]
+    async fn a_registry_with_the_referrers_api_gets_no_tag_schema_and_nothing_is_sent_twice() {
+        let f = testing::image("v1.34.1-occmforge.1");
+        let reg = MemoryRegistry::new();
+        reg.set_referrers_api(Some(crate::registry::memory::ReferrersApi::default()));
+        reg.set_immutable_tags(true);
+        let p = f.publish_to(&reg, ReferrersMode::Fallback).await.unwrap();
+        assert_eq!(p.referrers, ReferrersPushed::Subject);
+        let tags = reg.repository(&f.repo).tags;
+        assert!(tags.keys().all(|t| !t.starts_with("sha256-")), "{tags:?}");
+
+        // Without the API, publishing the same referrers again sends no index again: the
+        // immutable tags stay as they are.
+        let reg = MemoryRegistry::new();
+        f.publish_to(&reg, ReferrersMode::Fallback).await.unwrap();
+        reg.set_immutable_tags(true);
+        let before = manifest_pushes(&reg).len();
+        let e = f
+            .publish_to(&reg, ReferrersMode::Fallback)
+            .await
+            .unwrap_err();
+        // Only the image's own tag is refused (a tag never moves, not even to itself here).
+        assert!(
+            e.to_string()
+                .contains(&format!(":{} configured as immutable", f.entry.tag)),
+            "{e}"
+        );
+        let again: Vec<String> = manifest_pushes(&reg)[before..]
+            .iter()
+            .filter(|o| o.starts_with("push_manifest sha256-"))
+            .cloned()
+            .collect();
+        assert!(again.is_empty(), "{again:?}");
+    }
+
+    #[tokio::test]
+    async fn an_immutable_tag_schema_tag_names_the_rule_to_change() {
+        let f = testing::image("v1.34.1-occmforge.1");
+        let reg = MemoryRegistry::new();
+        f.publish_to(&reg, ReferrersMode::Fallback).await.unwrap();
+        reg.set_immutable_tags(true);
+        // Another referrer of the index: its tag-schema index must change.
+        let note = crate::image::referrer::attach(
+            &f.image.layout_dir,
+            &f.image.index,
+            "application/vnd.example.note",
+            b"note",
+            0,
+        )
+        .unwrap();
+        let e = f
+            .publish_as(&reg, &f.repo, &[note], ReferrersMode::Fallback)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains(&format!(
+                "the registry keeps the tag {} immutable",
+                crate::image::referrer::fallback_tag(&f.image.index.digest)
+            )) && e.contains("exclude tags matching `sha256-*`"),
+            "{e}"
+        );
     }
 
     #[tokio::test]

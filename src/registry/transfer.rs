@@ -219,6 +219,9 @@ pub async fn tag_last(
 /// Writes `subject`'s referrers tag-schema index `sha256-<hex>` on `repo` so that it lists
 /// `referrers` (whose manifests must already be there):
 ///
+/// - when the registry has the referrers API and it lists every one of `referrers` (they carry
+///   `subject`), nothing: the tag schema is for registries without the API, and a registry with
+///   it may keep tags immutable (Harbor's tag immutability, ECR's `IMMUTABLE`);
 /// - when `repo` has none and `preferred` (another repository's index, byte for byte) lists
 ///   every one of `referrers`, `preferred` as it is (copy keeps every digest);
 /// - when `repo` already has exactly `preferred`, nothing;
@@ -226,7 +229,10 @@ pub async fn tag_last(
 ///   digest, others kept), less the entries whose manifest the registry no longer has (a
 ///   deleted referrer would make the registry refuse the index: `MANIFEST_BLOB_UNKNOWN`).
 ///
-/// Errors: the registry cannot be asked, or the index there is not an image index.
+/// Bytes equal to what the tag serves are never sent again.
+///
+/// Errors: the registry cannot be asked, or refuses the index (an immutable tag gets the rule to
+/// change named, [`immutable_tag`]).
 pub async fn write_referrers_index(
     registry: &dyn Registry,
     repo: &RepositoryName,
@@ -235,6 +241,9 @@ pub async fn write_referrers_index(
     preferred: Option<&Bytes>,
 ) -> Result<(), RegistryError> {
     let tag = fallback_tag(subject);
+    if listed_by_api(registry, repo, subject, referrers).await? {
+        return Ok(());
+    }
     let parse = |bytes: &[u8]| {
         serde_json::from_slice::<Index>(bytes).map_err(|e| RegistryError {
             registry: repo.registry.clone(),
@@ -279,7 +288,52 @@ pub async fn write_referrers_index(
     } else {
         media_type
     };
-    registry.push_manifest(repo, &tag, &media_type, body).await
+    if existing.as_ref() == Some(&body) {
+        return Ok(());
+    }
+    registry
+        .push_manifest(repo, &tag, &media_type, body)
+        .await
+        .map_err(|e| immutable_tag(e, &tag))
+}
+
+/// Whether the registry has the referrers API and it lists every one of `referrers`.
+async fn listed_by_api(
+    registry: &dyn Registry,
+    repo: &RepositoryName,
+    subject: &str,
+    referrers: &[Descriptor],
+) -> Result<bool, RegistryError> {
+    let first = registry.referrers_page(repo, subject, None).await?;
+    if first.source != super::referrers::Source::Api {
+        return Ok(false);
+    }
+    let listed = super::referrers::list(registry, repo, subject).await?;
+    Ok(referrers
+        .iter()
+        .all(|r| listed.iter().any(|l| l.digest == r.digest)))
+}
+
+/// A refused tag-schema index `tag`, said as a tag the registry keeps immutable when it reads
+/// as one (412 Precondition Failed, or a message naming immutability: Harbor's
+/// `The image … configured as immutable`, ECR's `ImageTagAlreadyExistsException`).
+pub fn immutable_tag(e: RegistryError, tag: &str) -> RegistryError {
+    let m = e.message.to_ascii_lowercase();
+    let immutable = e.kind == ErrorKind::Refused
+        && (m.contains("immutable")
+            || m.contains("412")
+            || m.contains("precondition failed")
+            || m.contains("alreadyexists"));
+    if !immutable {
+        return e;
+    }
+    RegistryError {
+        message: format!(
+            "{}; the registry keeps the tag {tag} immutable, and it has no referrers API, so the referrers tag schema must be rewritten: exclude tags matching `sha256-*` from the immutability rule (Harbor: the project's tag immutability rule; ECR: IMMUTABLE_WITH_EXCLUSION with the filter sha256-*)",
+            e.message
+        ),
+        ..e
+    }
 }
 
 /// Whether index bytes `index` list every one of `descriptors`.
