@@ -7,6 +7,8 @@
 //!   `application/json` (goharbor/harbor#19867): the signature is found by the type its
 //!   manifest declares.
 //! - A registry that pages the referrers API (`Link: <…>; rel="next"`): every page is read.
+//! - GitLab resolves the tag `sha256-<hex>` to the manifest `sha256:<hex>`: not a referrers index.
+//! - distribution v3.1.2, a second real registry (`.tools/bin/registry-v3`).
 
 mod common;
 
@@ -45,7 +47,12 @@ fn forge(f: &Fixture, registries: &[&str], args: &[&str]) -> Output {
 /// A fixture whose 1.34 is built, pushed through `proxy` and signed with a new key; the key
 /// pair's directory and what the build said on stderr.
 fn signed_build(f: &Fixture, proxy: &FaultProxy, home: &Path) -> (tempfile::TempDir, String) {
-    f.write_config(&proxy.repo(NAME), &["linux/amd64"], "static", &[]);
+    signed_build_at(f, &proxy.addr, home)
+}
+
+/// [`signed_build`] to the registry at `addr` (plain HTTP).
+fn signed_build_at(f: &Fixture, addr: &str, home: &Path) -> (tempfile::TempDir, String) {
+    f.write_config(&format!("{addr}/{NAME}"), &["linux/amd64"], "static", &[]);
     let keys = tempfile::tempdir().unwrap();
     generate_key_pair(home, keys.path(), "cosign", "correct horse");
     let key = keys.path().join("cosign.key");
@@ -53,7 +60,7 @@ fn signed_build(f: &Fixture, proxy: &FaultProxy, home: &Path) -> (tempfile::Temp
     let o = c
         .args(["build", "--k8s", "1.34", "--push", "--sign-key"])
         .arg(&key)
-        .args(["--insecure-registry", &proxy.addr, "--source"])
+        .args(["--insecure-registry", addr, "--source"])
         .arg(&f.upstream)
         .env("COSIGN_PASSWORD", "correct horse")
         .output()
@@ -64,10 +71,15 @@ fn signed_build(f: &Fixture, proxy: &FaultProxy, home: &Path) -> (tempfile::Temp
 
 /// `manifest record-signatures` with the key finds the signature among the referrers.
 fn records_the_signature(f: &Fixture, proxy: &FaultProxy, keys: &Path) {
+    records_the_signature_at(f, &proxy.addr, keys);
+}
+
+/// [`records_the_signature`] at the registry `addr`.
+fn records_the_signature_at(f: &Fixture, addr: &str, keys: &Path) {
     let public = keys.join("cosign.pub");
     let o = forge(
         f,
-        &[&proxy.addr],
+        &[addr],
         &[
             "manifest",
             "record-signatures",
@@ -139,22 +151,26 @@ fn a_paged_referrers_api_is_read_to_its_last_page_by_record_verify_and_copy() {
         .as_str()
         .unwrap()
         .to_string();
-    let public = keys.path().join("cosign.pub");
+    cosign_verifies(home.path(), keys.path(), &format!("{mirror}@{digest}"));
+}
+
+/// The real cosign verifies the signature of `reference` with the key pair in `keys`.
+fn cosign_verifies(home: &Path, keys: &Path, reference: &str) {
     let o = std::process::Command::new(cosign_bin())
         .args(["verify", "--key"])
-        .arg(&public)
+        .arg(keys.join("cosign.pub"))
         .args([
             "--insecure-ignore-tlog=true",
             "--allow-insecure-registry",
             "--allow-http-registry",
-            &format!("{mirror}@{digest}"),
+            reference,
         ])
-        .env("HOME", home.path())
+        .env("HOME", home)
         .output()
         .unwrap();
     assert!(
         o.status.success(),
-        "cosign verify of the copy: {}",
+        "cosign verify {reference}: {}",
         text(&o)
     );
 }
@@ -212,4 +228,40 @@ fn gitlab_resolving_the_tag_schema_tag_to_the_subject_is_not_read_as_a_referrers
     records_the_signature(&f, &proxy, keys.path());
     let o = forge(&f, &[&proxy.addr], &["verify", "--k8s", "1.34"]);
     assert!(o.status.success(), "verify: {}", text(&o));
+}
+
+/// distribution v3 (v3.1.2: no referrers API, the tag schema as 2.8) as a second real registry:
+/// the signed build is pushed, recorded, verified, copied to distribution 2.8 and within v3, and
+/// cosign verifies the original and both copies.
+#[test]
+fn distribution_v3_takes_the_signed_build_record_verify_and_copy() {
+    let v3 = TestRegistry::start_with(&RegistryOptions {
+        program: Some(distribution_v3()),
+        ..RegistryOptions::default()
+    });
+    let f = fixture(&["linux/amd64"]);
+    let home = tempfile::tempdir().unwrap();
+    let (keys, _) = signed_build_at(&f, &v3.addr, home.path());
+    records_the_signature_at(&f, &v3.addr, keys.path());
+    let o = forge(&f, &[&v3.addr], &["verify", "--k8s", "1.34"]);
+    assert!(o.status.success(), "verify: {}", text(&o));
+    let digest = read_lock(&f.lock)["images"]["1.34"]["digest"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    cosign_verifies(
+        home.path(),
+        keys.path(),
+        &format!("{}/{NAME}@{digest}", v3.addr),
+    );
+    let v2 = TestRegistry::start();
+    for to in [v2.repo("mirror/occm"), v3.repo("mirror/occm")] {
+        let o = forge(
+            &f,
+            &[&v3.addr, &v2.addr],
+            &["copy", "--k8s", "1.34", "--to", &to],
+        );
+        assert!(o.status.success(), "copy to {to}: {}", text(&o));
+        cosign_verifies(home.path(), keys.path(), &format!("{to}@{digest}"));
+    }
 }

@@ -517,6 +517,21 @@ pub struct RegistryOptions {
     /// distribution's read-only maintenance mode (`storage.maintenance.readonly.enabled`), as
     /// Atmosphere runs its in-cloud registry: pulls work, every write answers 405.
     pub maintenance_read_only: bool,
+    /// Another registry program taking the same configuration (distribution v3's `registry`,
+    /// [`distribution_v3`]); Debian's `docker-registry` (distribution 2.8) when `None`.
+    pub program: Option<PathBuf>,
+}
+
+/// distribution v3 (`github.com/distribution/distribution/v3` v3.1.2, `cmd/registry`, built
+/// through the Go module proxy by scripts/test into `.tools/bin/registry-v3`).
+pub fn distribution_v3() -> PathBuf {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(".tools/bin/registry-v3");
+    assert!(
+        path.is_file(),
+        "{} is missing: run scripts/test, which builds distribution v3 through the Go module proxy",
+        path.display()
+    );
+    path
 }
 
 /// A CA and a leaf certificate for 127.0.0.1 made with openssl (rustls refuses a self-signed
@@ -602,6 +617,8 @@ pub struct TestRegistry {
     cfg: PathBuf,
     plain: bool,
     _root: tempfile::TempDir,
+    /// The registry program (`docker-registry`, or another given in [`RegistryOptions`]).
+    program: PathBuf,
 }
 
 impl TestRegistry {
@@ -613,7 +630,13 @@ impl TestRegistry {
     /// Starts the registry with TLS and/or htpasswd auth (distribution 2.8 config keys
     /// `http.tls`, `auth.htpasswd`) and waits until its port accepts connections.
     pub fn start_with(opts: &RegistryOptions) -> TestRegistry {
-        require_tool("docker-registry");
+        let program = opts
+            .program
+            .clone()
+            .unwrap_or_else(|| PathBuf::from("docker-registry"));
+        if opts.program.is_none() {
+            require_tool("docker-registry");
+        }
         let root = tempfile::tempdir().unwrap();
         let port = free_port();
         let addr = format!("127.0.0.1:{port}");
@@ -658,7 +681,7 @@ impl TestRegistry {
                 .arg(&cfg);
             c
         } else {
-            let mut c = Command::new("docker-registry");
+            let mut c = Command::new(&program);
             c.arg("serve").arg(&cfg);
             c
         };
@@ -668,6 +691,7 @@ impl TestRegistry {
             .spawn()
             .expect("start docker-registry");
         let reg = TestRegistry {
+            program,
             child,
             addr,
             cfg,
@@ -689,7 +713,7 @@ impl TestRegistry {
             .append(true)
             .open(self._root.path().join("registry.log"))
             .unwrap();
-        self.child = Command::new("docker-registry")
+        self.child = Command::new(&self.program)
             .arg("serve")
             .arg(&self.cfg)
             .stdout(Stdio::null())
