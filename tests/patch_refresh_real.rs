@@ -155,6 +155,14 @@ impl Scratch {
     }
 }
 
+/// What `patches edit` printed for patch `name` (its line, after the padded name).
+fn step_of(out: &str, name: &str) -> String {
+    out.lines()
+        .find_map(|l| l.trim_start().strip_prefix(name))
+        .map(|rest| rest.trim().to_string())
+        .unwrap_or_default()
+}
+
 fn accepted(o: &Output) {
     assert!(o.status.success(), "build --accept failed: {}", stderr(o));
     assert!(
@@ -205,7 +213,11 @@ fn real_v1_36_moved_context_applies_three_way_is_accepted_and_exports_a_refreshe
 
     let o = s.edit(cache.path(), &[]);
     assert!(o.status.success());
-    assert!(stdout(&o).contains(&format!("{PATCH_0003}  applied three-way")));
+    assert!(
+        step_of(&stdout(&o), PATCH_0003).starts_with("applied three-way ("),
+        "{}",
+        stdout(&o)
+    );
     let o = s.export(cache.path());
     assert!(o.status.success());
     assert!(
@@ -259,10 +271,9 @@ fn real_v1_36_true_conflict_stops_is_resolved_exported_and_accepted() {
     run(git(&s.dir.path().join("edit")).args(["add", MAIN_GO]));
     let o = s.edit(cache.path(), &["--continue"]);
     assert!(o.status.success());
-    assert!(
-        stdout(&o).contains(&format!(
-            "{PATCH_0004}  applied three-way ({MAIN_GO}: context moved by 1 line)"
-        )),
+    assert_eq!(
+        step_of(&stdout(&o), PATCH_0004),
+        format!("applied three-way ({MAIN_GO}: context moved by 1 line)"),
         "{}",
         stdout(&o)
     );
