@@ -8,7 +8,7 @@
 //! - True conflict: upstream changes the line 0003 changes (the call of
 //!   `NewCloudControllerManagerCommand`, split in two lines as a dependency bump does).
 //!   `patches edit` stops there with markers; the resolution is committed with `--continue`;
-//!   0004, whose last hunk the resolution moved down by one line, applies with its context moved;
+//!   0004, whose last hunk the resolution moved down by one line, applies with that hunk moved;
 //!   `export` rewrites 0003 with the resolution and 0004 with its hunk's new line (nothing else
 //!   in it changes), and keeps 0001 and 0002; `build --accept` of the tree with the refreshed
 //!   series applies all four as they are and passes S1–S8.
@@ -273,7 +273,7 @@ fn real_v1_36_true_conflict_stops_is_resolved_exported_and_accepted() {
     assert!(o.status.success());
     assert_eq!(
         step_of(&stdout(&o), PATCH_0004),
-        format!("applied three-way ({MAIN_GO}: context moved by 1 line)"),
+        format!("applied three-way ({MAIN_GO}: hunk 3 moved by 1 line)"),
         "{}",
         stdout(&o)
     );

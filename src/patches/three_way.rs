@@ -296,13 +296,14 @@ fn stage_entry(path: &str, mode: u32, id: git2::Oid, stage: u16) -> IndexEntry {
     }
 }
 
-/// `context moved by N lines` (or `by N–M lines`) when every hunk of `patch` finds its
-/// preimage (context and removed lines) verbatim in `ours`, only at other lines than the patch
-/// says: what `git apply` reports as an offset and libgit2, which applies a hunk only at its
-/// recorded line, does not take. `None` when a hunk's lines changed (a real merge), or none moved.
+/// Where every hunk of `patch` finds its preimage (context and removed lines) verbatim in
+/// `ours`, only some at other lines than the patch says (what `git apply` takes as an offset and
+/// libgit2, which applies a hunk only at its recorded line, does not): `context moved by N lines`
+/// when every hunk moved, else `hunk 3 moved by N lines` naming the moved ones. `None` when a
+/// hunk's lines changed (a real merge), or none moved.
 fn moved_by(ours: &str, patch: &git2::Patch<'_>) -> Option<String> {
     let lines: Vec<&str> = ours.split_inclusive('\n').collect();
-    let mut offsets = Vec::new();
+    let mut moved = Vec::new();
     for h in 0..patch.num_hunks() {
         let (hunk, count) = patch.hunk(h).ok()?;
         let mut preimage = Vec::new();
@@ -322,13 +323,24 @@ fn moved_by(ours: &str, patch: &git2::Patch<'_>) -> Option<String> {
             .filter(|(_, w)| w.iter().zip(&preimage).all(|(a, b)| a == b))
             .map(|(at, _)| at as i64 - want)
             .min_by_key(|o| o.abs())?;
-        offsets.push(offset.abs());
+        if offset != 0 {
+            moved.push((h + 1, offset.abs()));
+        }
     }
-    let (lo, hi) = (*offsets.iter().min()?, *offsets.iter().max()?);
-    let unit = |n: i64| if n == 1 { "line" } else { "lines" };
-    match (lo, hi) {
-        (_, 0) => None,
-        (lo, hi) if lo == hi => Some(format!("context moved by {hi} {}", unit(hi))),
-        (lo, hi) => Some(format!("context moved by {lo}–{hi} {}", unit(hi))),
+    let lo = moved.iter().map(|m| m.1).min()?;
+    let hi = moved.iter().map(|m| m.1).max()?;
+    let by = match (lo, hi) {
+        (1, 1) => "1 line".to_string(),
+        (lo, hi) if lo == hi => format!("{hi} lines"),
+        (lo, hi) => format!("{lo}–{hi} lines"),
+    };
+    if moved.len() == patch.num_hunks() {
+        return Some(format!("context moved by {by}"));
     }
+    let which: Vec<String> = moved.iter().map(|m| m.0.to_string()).collect();
+    Some(format!(
+        "hunk{} {} moved by {by}",
+        if which.len() == 1 { "" } else { "s" },
+        which.join(", ")
+    ))
 }
