@@ -185,7 +185,9 @@ pub async fn push_manifests(
 }
 
 /// Pushes `index` under `tag` in `to` (the last write of a push or a copy, so that no tag points
-/// at a half-written image) and asks the registry which digest the tag serves now.
+/// at a half-written image) and asks the registry which digest the tag serves now. A tag that
+/// already serves `index` is not pushed again (a registry keeping tags immutable refuses even
+/// that).
 ///
 /// # Errors
 /// The push fails, or the tag serves another digest than `index.digest` (`serves <digest>
@@ -197,9 +199,11 @@ pub async fn tag_last(
     index: &ManifestBytes,
     done: &str,
 ) -> Result<(), RegistryError> {
-    registry
-        .push_manifest(to, tag, &index.media_type, index.bytes.clone())
-        .await?;
+    if registry.manifest_digest(to, tag).await?.as_deref() != Some(index.digest.as_str()) {
+        registry
+            .push_manifest(to, tag, &index.media_type, index.bytes.clone())
+            .await?;
+    }
     let served = registry.manifest_digest(to, tag).await?;
     if served.as_deref() != Some(index.digest.as_str()) {
         return Err(RegistryError {
