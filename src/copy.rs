@@ -529,6 +529,18 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn copying_again_to_a_registry_with_immutable_tags_moves_no_tag() {
+        let (f, reg) = published().await;
+        let to = repo("mirror.example/magnum/openstack-cloud-controller-manager");
+        copy_image(&reg, &f.entry, &to, &|_, _| {}).await.unwrap();
+        // Every tag there immutable (Harbor, ECR): the image's and the sha256-<hex> ones.
+        reg.set_immutable_tags(true);
+        let tags = reg.repository(&to).tags;
+        copy_image(&reg, &f.entry, &to, &|_, _| {}).await.unwrap();
+        assert_eq!(reg.repository(&to).tags, tags);
+    }
+
+    #[tokio::test]
     async fn on_the_same_registry_blobs_are_mounted() {
         let (f, reg) = published().await;
         let to = repo("registry.example/other/openstack-cloud-controller-manager");
