@@ -572,3 +572,30 @@ fn continue_refuses_leftovers_a_git_rebase_and_a_new_pin_and_works_from_inside_t
     ok(&o);
     assert!(stdout(&o).contains("1.34's own variant"), "{}", stdout(&o));
 }
+
+#[test]
+fn the_next_steps_repeat_the_cache_dir_given() {
+    let f = fixture(&["linux/amd64"]);
+    f.release_1_34_2(
+        "\treturn ErrNotFound\n}",
+        "\treturn ErrNotFound // nothing by that name\n}",
+    );
+    let cache = f.path().join("cache");
+    let o = occm_forge(f.path())
+        .arg("--cache-dir")
+        .arg(&cache)
+        .args(["patches", "edit", "--k8s", "1.34", "--source"])
+        .arg(&f.upstream)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(4), "{}", stderr(&o));
+    let out = stdout(&o);
+    let flag = format!("--cache-dir {}", cache.display());
+    assert!(
+        out.contains(&format!(
+            "occm-forge patches edit --k8s 1.34 {flag} --continue\n"
+        )) && out.contains(&format!("occm-forge patches export --k8s 1.34 {flag}\n")),
+        "{out}"
+    );
+    assert!(cache.join("edit/1.34/.git").exists());
+}

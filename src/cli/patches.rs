@@ -182,7 +182,14 @@ fn edit(cli: &Cli, args: &EditArgs) -> Result<u8, Error> {
     let text = if args.json {
         serde_json::to_string(&report).expect("report serialises")
     } else {
-        refresh::render_edit(&report, &flags(&args.inputs.config, args.dir.as_deref()))
+        refresh::render_edit(
+            &report,
+            &flags(
+                &args.inputs.config,
+                args.dir.as_deref(),
+                cli.cache_dir.as_deref(),
+            ),
+        )
     };
     print_stdout(&text)?;
     match &report.stopped {
@@ -223,9 +230,17 @@ fn config_for(given: &Path, dir: &Path) -> PathBuf {
     given.to_path_buf()
 }
 
-/// The `--config` and `--dir` flags to repeat in the next steps printed, where not the defaults.
-fn flags(config: &std::path::Path, dir: Option<&std::path::Path>) -> String {
+/// The `--config`, `--dir` and `--cache-dir` flags to repeat in the next steps printed, where
+/// given.
+fn flags(
+    config: &std::path::Path,
+    dir: Option<&std::path::Path>,
+    cache_dir: Option<&std::path::Path>,
+) -> String {
     let mut out = String::new();
+    if let Some(cache) = cache_dir {
+        out.push_str(&format!(" --cache-dir {}", cache.display()));
+    }
     if config != std::path::Path::new("images.toml") {
         out.push_str(&format!(" --config {}", config.display()));
     }
