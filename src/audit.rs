@@ -143,8 +143,9 @@ impl Checker<'_> {
         // The referrers API (or the tag schema where there is none); a referrer pushed without
         // `subject` is listed by the tag schema alone, even where there is an API.
         if !self.referrers.contains_key(subject) {
-            let listed =
-                crate::registry::referrers::list(self.registry, &self.repo, subject).await?;
+            let listed = crate::registry::referrers::list(self.registry, &self.repo, subject)
+                .await?
+                .manifests;
             self.referrers.insert(
                 subject.to_string(),
                 listed.into_iter().map(|d| d.digest).collect(),

@@ -265,18 +265,26 @@ async fn read_referrers(
     };
     let mut seen = BTreeSet::new();
     for subject in subjects {
-        let (listed, mut descriptors) =
-            match crate::registry::referrers::read_tag_schema(registry, from, subject).await? {
-                Some((bytes, index)) => (Some(bytes), index.manifests),
-                None => (None, Vec::new()),
-            };
-        // What the referrers API lists besides (cosign on a registry that has one writes no
-        // tag-schema index).
-        for d in crate::registry::referrers::list(registry, from, subject).await? {
-            if !descriptors.iter().any(|l| l.digest == d.digest) {
-                descriptors.push(d);
+        use crate::registry::referrers::{Source, list, read_tag_schema};
+        let listing = list(registry, from, subject).await?;
+        let (listed, mut descriptors) = match listing.source {
+            Source::TagSchema => (listing.tag_schema, listing.manifests),
+            // Where there is an API, the tag schema too (referrers pushed without `subject`),
+            // then what the API lists besides (cosign there writes no tag-schema index).
+            Source::Api => {
+                let (listed, mut descriptors) =
+                    match read_tag_schema(registry, from, subject).await? {
+                        Some((bytes, index)) => (Some(bytes), index.manifests),
+                        None => (None, Vec::new()),
+                    };
+                for d in listing.manifests {
+                    if !descriptors.iter().any(|l| l.digest == d.digest) {
+                        descriptors.push(d);
+                    }
+                }
+                (listed, descriptors)
             }
-        }
+        };
         for digest in recorded.get(subject).into_iter().flatten() {
             if !descriptors.iter().any(|d| &d.digest == digest) {
                 descriptors.push(unlisted(digest));

@@ -72,7 +72,9 @@ pub async fn find(
         .repository
         .parse()
         .map_err(|e: String| FindError::Usage(format!("recorded repository {e}")))?;
-    let listed = crate::registry::referrers::list(registry, &repo, &entry.digest).await?;
+    let listed = crate::registry::referrers::list(registry, &repo, &entry.digest)
+        .await?
+        .manifests;
     let mut finder = Finder {
         registry,
         repo: &repo,

@@ -386,15 +386,10 @@ impl Registry for MemoryRegistry {
         subject: &str,
         next: Option<&str>,
     ) -> Result<super::referrers::ReferrersPage, RegistryError> {
-        use super::referrers::{ReferrersPage, Source, read_tag_schema};
+        use super::referrers::{ReferrersPage, Source, tag_schema_page};
         self.enter("referrers", repo, subject)?;
         let Some(api) = *self.api.lock().expect("api lock") else {
-            let index = read_tag_schema(self, repo, subject).await?;
-            return Ok(ReferrersPage {
-                manifests: index.map(|(_, i)| i.manifests).unwrap_or_default(),
-                next: None,
-                source: Source::TagSchema,
-            });
+            return tag_schema_page(self, repo, subject).await;
         };
         let all: Vec<crate::image::spec::Descriptor> = self
             .repository(repo)
@@ -442,6 +437,7 @@ impl Registry for MemoryRegistry {
                 (false, false) => None,
             },
             source: Source::Api,
+            tag_schema: None,
         })
     }
 }

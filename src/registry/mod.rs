@@ -156,11 +156,6 @@ pub trait Registry: Send + Sync {
         subject: &str,
         _next: Option<&str>,
     ) -> Result<referrers::ReferrersPage, RegistryError> {
-        let index = referrers::read_tag_schema(self, repo, subject).await?;
-        Ok(referrers::ReferrersPage {
-            manifests: index.map(|(_, i)| i.manifests).unwrap_or_default(),
-            next: None,
-            source: referrers::Source::TagSchema,
-        })
+        referrers::tag_schema_page(self, repo, subject).await
     }
 }

@@ -298,6 +298,65 @@ impl OciRegistry {
         Ok(a)
     }
 
+    /// One request of our own (the [`Uploader`]'s client, for what oci-client does not do: a
+    /// resumable upload, a listing whose headers count) to `repo`'s registry: `send` gets the
+    /// registry's base URL (`scheme://host/`) and the credentials for `operation` (a token
+    /// through oci-client, cached); after a 401 with credentials it runs once more with a new
+    /// token. Errors are said as oci-client's are, `op` naming what was done; a stall is
+    /// transient and names the proxy where there is one.
+    async fn own_request<T, F, Fut>(
+        &self,
+        repo: &RepositoryName,
+        reference: &str,
+        operation: RegistryOperation,
+        op: &str,
+        send: F,
+    ) -> Result<T, RegistryError>
+    where
+        F: Fn(reqwest::Url, UploadAuth) -> Fut,
+        Fut: std::future::Future<Output = Result<T, UploadError>>,
+    {
+        let (r, auth, client) = self.reference(repo, reference).await?;
+        let registry_url = reqwest::Url::parse(&format!(
+            "{}://{}/",
+            self.scheme(&repo.registry),
+            r.resolve_registry()
+        ))
+        .map_err(|e| RegistryError {
+            registry: repo.registry.clone(),
+            operation: op.to_string(),
+            message: e.to_string(),
+            kind: ErrorKind::Other,
+        })?;
+        let mut refresh = false;
+        loop {
+            let own_auth = self
+                .upload_auth(&client, &r, &auth, operation, refresh)
+                .await
+                .map_err(|e| self.error(repo, op.to_string(), e))?;
+            let anonymous = matches!(own_auth, UploadAuth::Anonymous);
+            match send(registry_url.clone(), own_auth).await {
+                Ok(t) => return Ok(t),
+                Err(UploadError::Oci(OciDistributionError::UnauthorizedError { .. }))
+                    if !refresh && !anonymous =>
+                {
+                    // An expired token: fetch a new one once.
+                    refresh = true;
+                }
+                Err(UploadError::Oci(e)) => return Err(self.error(repo, op.to_string(), e)),
+                Err(UploadError::Stalled(message)) => {
+                    let err = RegistryError {
+                        registry: repo.registry.clone(),
+                        operation: op.to_string(),
+                        message,
+                        kind: ErrorKind::Transient,
+                    };
+                    return Err(self.name_proxy(repo, err, false));
+                }
+            }
+        }
+    }
+
     /// The credential for a registry (looked up once), the oci-client reference for `reference`
     /// and the registry's client.
     async fn reference(
@@ -513,56 +572,13 @@ impl Registry for OciRegistry {
         digest: &str,
         data: Bytes,
     ) -> Result<(), RegistryError> {
-        // Tokens: fetched through oci-client once per repository (again after a 401).
-        let (r, auth, client) = self.reference(repo, digest).await?;
-        let op = || format!("push blob {}", short(digest));
-        let registry_url = reqwest::Url::parse(&format!(
-            "{}://{}/",
-            self.scheme(&repo.registry),
-            r.resolve_registry()
-        ))
-        .map_err(|e| RegistryError {
-            registry: repo.registry.clone(),
-            operation: op(),
-            message: e.to_string(),
-            kind: ErrorKind::Other,
-        })?;
-        let mut refresh = false;
-        loop {
-            let upload_auth = self
-                .upload_auth(&client, &r, &auth, RegistryOperation::Push, refresh)
-                .await
-                .map_err(|e| self.error(repo, op(), e))?;
-            let result = self
-                .uploader
-                .push(
-                    &registry_url,
-                    r.repository(),
-                    digest,
-                    data.clone(),
-                    &upload_auth,
-                )
-                .await;
-            match result {
-                Ok(()) => return Ok(()),
-                Err(UploadError::Oci(OciDistributionError::UnauthorizedError { .. }))
-                    if !refresh && !matches!(upload_auth, UploadAuth::Anonymous) =>
-                {
-                    // An expired token: fetch a new one once.
-                    refresh = true;
-                }
-                Err(UploadError::Oci(e)) => return Err(self.error(repo, op(), e)),
-                Err(UploadError::Stalled(message)) => {
-                    let err = RegistryError {
-                        registry: repo.registry.clone(),
-                        operation: op(),
-                        message,
-                        kind: ErrorKind::Transient,
-                    };
-                    return Err(self.name_proxy(repo, err, false));
-                }
-            }
-        }
+        let op = format!("push blob {}", short(digest));
+        let uploader = &self.uploader;
+        self.own_request(repo, digest, RegistryOperation::Push, &op, |url, auth| {
+            let data = data.clone();
+            async move { uploader.push(&url, &repo.path, digest, data, &auth).await }
+        })
+        .await
     }
 
     async fn mount_blob(&self, repo: &RepositoryName, from: &RepositoryName, digest: &str) -> bool {
@@ -669,60 +685,43 @@ impl Registry for OciRegistry {
     ) -> Result<ReferrersPage, RegistryError> {
         // Our own GET: oci-client's `pull_referrers` gives neither the `Link` header nor a
         // tolerance for Harbor's `Content-Type: application/json`.
-        let (r, auth, client) = self.reference(repo, subject).await?;
-        let op = || format!("list the referrers of {}", short(subject));
+        let op = format!("list the referrers of {}", short(subject));
         let other = |message: String| RegistryError {
             registry: repo.registry.clone(),
-            operation: op(),
+            operation: op.clone(),
             message,
             kind: ErrorKind::Other,
         };
-        let registry_url = reqwest::Url::parse(&format!(
-            "{}://{}/",
-            self.scheme(&repo.registry),
-            r.resolve_registry()
-        ))
-        .map_err(|e| other(e.to_string()))?;
-        let url = match next {
-            Some(next) => reqwest::Url::parse(next),
-            None => registry_url.join(&format!("v2/{}/referrers/{subject}", r.repository())),
-        }
-        .map_err(|e| other(e.to_string()))?;
-        let mut refresh = false;
-        let answer = loop {
-            let auth = self
-                .upload_auth(&client, &r, &auth, RegistryOperation::Pull, refresh)
-                .await
-                .map_err(|e| self.error(repo, op(), e))?;
-            match self
-                .uploader
-                .get(&registry_url, url.clone(), spec::OCI_INDEX, &auth)
-                .await
-            {
-                Ok(answer) => break answer,
-                Err(UploadError::Oci(OciDistributionError::UnauthorizedError { .. }))
-                    if !refresh && !matches!(auth, UploadAuth::Anonymous) =>
-                {
-                    refresh = true;
-                }
-                Err(UploadError::Oci(e)) => return Err(self.error(repo, op(), e)),
-                Err(UploadError::Stalled(message)) => {
-                    let err = RegistryError {
-                        kind: ErrorKind::Transient,
-                        ..other(message)
+        let first = format!("v2/{}/referrers/{subject}", repo.path);
+        let uploader = &self.uploader;
+        let (url, answer) = self
+            .own_request(
+                repo,
+                subject,
+                RegistryOperation::Pull,
+                &op,
+                |registry_url, auth| {
+                    let url = match next {
+                        Some(next) => reqwest::Url::parse(next),
+                        None => registry_url.join(&first),
                     };
-                    return Err(self.name_proxy(repo, err, false));
-                }
-            }
-        };
+                    async move {
+                        let url = url.map_err(|e| {
+                            UploadError::Oci(OciDistributionError::GenericError(Some(
+                                e.to_string(),
+                            )))
+                        })?;
+                        let answer = uploader
+                            .get(&registry_url, url.clone(), spec::OCI_INDEX, &auth)
+                            .await?;
+                        Ok((url, answer))
+                    }
+                },
+            )
+            .await?;
         let Some((links, body)) = answer else {
             // No referrers API (distribution 2.8): the tag schema.
-            let index = referrers::read_tag_schema(self, repo, subject).await?;
-            return Ok(ReferrersPage {
-                manifests: index.map(|(_, i)| i.manifests).unwrap_or_default(),
-                next: None,
-                source: Source::TagSchema,
-            });
+            return referrers::tag_schema_page(self, repo, subject).await;
         };
         let index: spec::Index = serde_json::from_slice(&body).map_err(|e| {
             other(format!(
@@ -738,6 +737,7 @@ impl Registry for OciRegistry {
             manifests: index.manifests,
             next: next.map(String::from),
             source: Source::Api,
+            tag_schema: None,
         })
     }
 }

@@ -14,13 +14,12 @@
 use std::collections::BTreeSet;
 
 use bytes::Bytes;
-use sha2::{Digest, Sha256};
 
 use super::{ErrorKind, Registry, RegistryError, if_present};
 use crate::image::referrer::{EMPTY_MEDIA_TYPE, fallback_tag};
 use crate::image::spec::{self, Descriptor, Index};
 use crate::reference::RepositoryName;
-use crate::util::short;
+use crate::util::{sha256_digest, short};
 
 /// The most pages [`list`] reads for one subject; a registry that pages further is refused.
 pub const MAX_PAGES: usize = 64;
@@ -44,33 +43,96 @@ pub struct ReferrersPage {
     pub next: Option<String>,
     /// API or tag schema.
     pub source: Source,
+    /// The tag-schema index's exact bytes, on a [`Source::TagSchema`] page that has one (what a
+    /// writer merges into and compares with).
+    pub tag_schema: Option<Bytes>,
+}
+
+/// Every page of a subject's referrers, as [`list`] returns them.
+#[derive(Debug, Clone)]
+pub struct Listing {
+    /// The descriptors of every page, in order.
+    pub manifests: Vec<Descriptor>,
+    /// API or tag schema.
+    pub source: Source,
+    /// The tag-schema index's exact bytes, when the listing is the tag schema's.
+    pub tag_schema: Option<Bytes>,
+}
+
+/// The page of a registry without the referrers API: its tag-schema index
+/// ([`read_tag_schema`]), or nothing.
+///
+/// # Errors
+/// The registry cannot be asked.
+pub async fn tag_schema_page<R: Registry + ?Sized>(
+    registry: &R,
+    repo: &RepositoryName,
+    subject: &str,
+) -> Result<ReferrersPage, RegistryError> {
+    let (tag_schema, manifests) = match read_tag_schema(registry, repo, subject).await? {
+        Some((bytes, index)) => (Some(bytes), index.manifests),
+        None => (None, Vec::new()),
+    };
+    Ok(ReferrersPage {
+        manifests,
+        next: None,
+        source: Source::TagSchema,
+        tag_schema,
+    })
 }
 
 /// Every referrer of `subject` (a `sha256:` digest) in `repo`: all pages of the referrers API
 /// (at most [`MAX_PAGES`], a page never read twice), or the tag schema's index where the registry
-/// has no API. A descriptor without `artifactType`, or with the empty config's media type as
-/// its `artifactType` (Harbor), gets the one its manifest declares (its `artifactType`, else its
-/// config's `mediaType`; left as listed when the manifest is gone).
+/// has no API ([`pages`]). A descriptor without `artifactType`, or with the empty config's media
+/// type as its `artifactType` (Harbor), gets the one its manifest declares (its `artifactType`,
+/// else its config's `mediaType`; left as listed when the manifest is gone).
 ///
 /// # Errors
-/// The registry cannot be asked; a page repeats or the pages go on past [`MAX_PAGES`] (one line
-/// naming the registry and the subject).
+/// As [`pages`].
 pub async fn list(
     registry: &dyn Registry,
     repo: &RepositoryName,
     subject: &str,
-) -> Result<Vec<Descriptor>, RegistryError> {
+) -> Result<Listing, RegistryError> {
+    let mut listing = pages(registry, repo, subject).await?;
+    for d in &mut listing.manifests {
+        if d.artifact_type
+            .as_deref()
+            .is_none_or(|t| t == EMPTY_MEDIA_TYPE)
+            && let Some(t) = declared_artifact_type(registry, repo, &d.digest).await?
+        {
+            d.artifact_type = Some(t);
+        }
+    }
+    Ok(listing)
+}
+
+/// Every page of `subject`'s referrers as the registry lists them (no correction): the
+/// referrers API's pages, or the tag schema's index where there is no API.
+///
+/// # Errors
+/// The registry cannot be asked; a page repeats or the pages go on past [`MAX_PAGES`] (one line
+/// naming the registry and the subject).
+pub async fn pages(
+    registry: &dyn Registry,
+    repo: &RepositoryName,
+    subject: &str,
+) -> Result<Listing, RegistryError> {
     let refused = |message: String| RegistryError {
         registry: repo.registry.clone(),
         operation: format!("list the referrers of {}", short(subject)),
         message,
         kind: ErrorKind::Refused,
     };
-    let mut out = Vec::new();
-    let mut seen = BTreeSet::new();
     let mut page = registry.referrers_page(repo, subject, None).await?;
+    let mut out = Listing {
+        manifests: Vec::new(),
+        source: page.source,
+        tag_schema: page.tag_schema.take(),
+    };
+    let mut seen = BTreeSet::new();
     loop {
-        out.append(&mut page.manifests);
+        out.manifests.append(&mut page.manifests);
         let Some(next) = page.next.take() else { break };
         if !seen.insert(next.clone()) {
             return Err(refused(format!(
@@ -83,15 +145,6 @@ pub async fn list(
             )));
         }
         page = registry.referrers_page(repo, subject, Some(&next)).await?;
-    }
-    for d in &mut out {
-        if d.artifact_type
-            .as_deref()
-            .is_none_or(|t| t == EMPTY_MEDIA_TYPE)
-            && let Some(t) = declared_artifact_type(registry, repo, &d.digest).await?
-        {
-            d.artifact_type = Some(t);
-        }
     }
     Ok(out)
 }
@@ -129,7 +182,7 @@ pub async fn read_tag_schema<R: Registry + ?Sized>(
     let Some(bytes) = if_present(registry.pull_manifest(repo, &tag).await)? else {
         return Ok(None);
     };
-    if format!("sha256:{}", hex::encode(Sha256::digest(&bytes))) == subject {
+    if sha256_digest(&bytes) == subject {
         tracing::warn!(
             "registry {} resolves the tag {tag} to the subject {} itself (as GitLab does): its referrers tag-schema index cannot be read back there, so it is written with only this run's referrers; a registry with the referrers API keeps them all",
             repo.registry,
@@ -229,7 +282,7 @@ mod tests {
     async fn every_page_is_read_and_each_artifact_type_is_the_manifests_own() {
         let (f, reg) = four_referrers().await;
         let subject = &f.image.index.digest;
-        let tag_schema = by_digest(list(&reg, &f.repo, subject).await.unwrap());
+        let tag_schema = by_digest(list(&reg, &f.repo, subject).await.unwrap().manifests);
         assert_eq!(tag_schema.len(), 4);
         assert!(
             tag_schema
@@ -243,7 +296,7 @@ mod tests {
             loop_pages: false,
         }));
         let pages_before = reg.log().iter().filter(|o| o.kind == "referrers").count();
-        let api = by_digest(list(&reg, &f.repo, subject).await.unwrap());
+        let api = by_digest(list(&reg, &f.repo, subject).await.unwrap().manifests);
         assert_eq!(api, tag_schema);
         let pages = reg.log().iter().filter(|o| o.kind == "referrers").count() - pages_before;
         assert_eq!(pages, 4);
@@ -280,7 +333,13 @@ mod tests {
                 .unwrap()
                 .is_none()
         );
-        assert!(list(&reg, &f.repo, platform).await.unwrap().is_empty());
+        assert!(
+            list(&reg, &f.repo, platform)
+                .await
+                .unwrap()
+                .manifests
+                .is_empty()
+        );
         // Writing the referrers again replaces it with a referrers index of its own.
         let sbom = f.attachments[0].manifest.clone();
         crate::registry::transfer::write_referrers_index(
@@ -292,7 +351,7 @@ mod tests {
         )
         .await
         .unwrap();
-        let listed = list(&reg, &f.repo, platform).await.unwrap();
+        let listed = list(&reg, &f.repo, platform).await.unwrap().manifests;
         assert_eq!(listed.len(), 1);
         assert_eq!(listed[0].digest, sbom.digest);
     }

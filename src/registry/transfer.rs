@@ -245,9 +245,9 @@ pub async fn write_referrers_index(
     preferred: Option<&Bytes>,
 ) -> Result<(), RegistryError> {
     let tag = fallback_tag(subject);
-    if listed_by_api(registry, repo, subject, referrers).await? {
+    let Some(existing) = tag_schema_to_merge(registry, repo, subject, referrers).await? else {
         return Ok(());
-    }
+    };
     let parse = |bytes: &[u8]| {
         serde_json::from_slice::<Index>(bytes).map_err(|e| RegistryError {
             registry: repo.registry.clone(),
@@ -256,9 +256,6 @@ pub async fn write_referrers_index(
             kind: ErrorKind::Other,
         })
     };
-    let existing = super::referrers::read_tag_schema(registry, repo, subject)
-        .await?
-        .map(|(bytes, _)| bytes);
     let (media_type, body) = match (preferred, &existing) {
         (Some(p), None) if lists_all(p, referrers) => (parse(p)?.media_type, p.clone()),
         (Some(p), Some(there)) if p == there => return Ok(()),
@@ -301,21 +298,33 @@ pub async fn write_referrers_index(
         .map_err(|e| immutable_tag(e, &tag))
 }
 
-/// Whether the registry has the referrers API and it lists every one of `referrers`.
-async fn listed_by_api(
+/// The tag-schema index there is to merge `referrers` into (its bytes, or `Some(None)` when
+/// there is none yet), read once with the listing; `None` when nothing is to be written: the
+/// registry has the referrers API and it lists every one of `referrers`.
+async fn tag_schema_to_merge(
     registry: &dyn Registry,
     repo: &RepositoryName,
     subject: &str,
     referrers: &[Descriptor],
-) -> Result<bool, RegistryError> {
-    let first = registry.referrers_page(repo, subject, None).await?;
-    if first.source != super::referrers::Source::Api {
-        return Ok(false);
+) -> Result<Option<Option<Bytes>>, RegistryError> {
+    use super::referrers::{Source, pages, read_tag_schema};
+    let listing = pages(registry, repo, subject).await?;
+    match listing.source {
+        Source::TagSchema => Ok(Some(listing.tag_schema)),
+        Source::Api
+            if referrers
+                .iter()
+                .all(|r| listing.manifests.iter().any(|l| l.digest == r.digest)) =>
+        {
+            Ok(None)
+        }
+        // Referrers the API does not list (pushed without `subject`): the tag schema.
+        Source::Api => Ok(Some(
+            read_tag_schema(registry, repo, subject)
+                .await?
+                .map(|(bytes, _)| bytes),
+        )),
     }
-    let listed = super::referrers::list(registry, repo, subject).await?;
-    Ok(referrers
-        .iter()
-        .all(|r| listed.iter().any(|l| l.digest == r.digest)))
 }
 
 /// A refused tag-schema index `tag`, said as a tag the registry keeps immutable when it reads
