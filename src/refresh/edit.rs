@@ -55,7 +55,8 @@ pub fn edit(req: &EditRequest<'_>) -> Result<EditReport, RefreshError> {
     if req.resume {
         return resume(req);
     }
-    if let Some(state) = EditState::read(req.dir)
+    let under_way = EditState::read(req.dir);
+    if let Some(state) = &under_way
         && !req.restart
     {
         return Err(RefreshError::InProgress {
@@ -69,7 +70,7 @@ pub fn edit(req: &EditRequest<'_>) -> Result<EditReport, RefreshError> {
                 .unwrap_or_default(),
         });
     }
-    check_dir(req.dir, EditState::read(req.dir).is_some())?;
+    check_dir(req.dir, under_way.is_some())?;
     let m = req.config.minor(req.minor)?;
     let url = req.config.fetch_url(req.source);
     let config_name = req.config.path.display().to_string();
@@ -102,7 +103,14 @@ pub fn edit(req: &EditRequest<'_>) -> Result<EditReport, RefreshError> {
         stopped_head: None,
     };
     state.write(req.dir)?;
-    apply_from(&repo, req.dir, &mut state, &series, 0)
+    apply_from(
+        &repo,
+        req.dir,
+        &req.config.patches_dir,
+        &mut state,
+        &series,
+        0,
+    )
 }
 
 /// `dir` may be laid out: absent, an empty directory, or one holding an edit (`--restart`).
@@ -202,6 +210,7 @@ fn lay_out_branch(
 fn apply_from(
     repo: &Repository,
     dir: &Path,
+    patches_dir: &Path,
     state: &mut EditState,
     series: &[PatchFile],
     start: usize,
@@ -223,7 +232,7 @@ fn apply_from(
                 state.stopped_head = Some(head(repo, dir)?);
                 state.patches[i].step = Step::Conflict { files };
                 stopped = Some(e.to_string());
-                stopped_patch = Some(patch_path(&state.config, &patch.name));
+                stopped_patch = Some(patches_dir.join(&patch.name));
                 break;
             }
             Err(e) => return Err(e.into()),
@@ -241,14 +250,6 @@ fn apply_from(
         stopped,
         stopped_patch,
     })
-}
-
-/// Where patch `name` of the series is: images.toml's `patches_dir`, read again (the state keeps
-/// only images.toml's path); `name` alone when it cannot be read.
-fn patch_path(config: &Path, name: &str) -> PathBuf {
-    crate::config::load(config)
-        .map(|c| c.patches_dir.join(name))
-        .unwrap_or_else(|_| PathBuf::from(name))
 }
 
 fn head(repo: &Repository, dir: &Path) -> Result<String, RefreshError> {
@@ -331,7 +332,14 @@ fn resume(req: &EditRequest<'_>) -> Result<EditReport, RefreshError> {
         }
     }
     state.patches[i].step = Step::Resolved;
-    apply_from(&repo, dir, &mut state, &series, i + 1)
+    apply_from(
+        &repo,
+        dir,
+        &req.config.patches_dir,
+        &mut state,
+        &series,
+        i + 1,
+    )
 }
 
 /// The series as images.toml and patches_dir have it now, checked to be the one the edit laid
