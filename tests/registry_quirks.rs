@@ -21,27 +21,20 @@ use common::*;
 
 const NAME: &str = "occm/openstack-cloud-controller-manager";
 
-/// A proxy that answers the referrers API as `api` says, in front of `reg`.
-fn proxy(reg: &TestRegistry, api: ReferrersApi) -> FaultProxy {
-    FaultProxy::start(
-        &reg.addr,
-        vec![FaultRule {
-            method: "GET",
-            path_contains: "/referrers/",
-            fault: Fault::Referrers(api),
-            times: usize::MAX,
-            after: 0,
-        }],
-    )
+/// The proxy rule that answers the referrers API as `api` says.
+fn referrers_rule(api: ReferrersApi) -> FaultRule {
+    FaultRule {
+        method: "GET",
+        path_contains: "/referrers/",
+        fault: Fault::Referrers(api),
+        times: usize::MAX,
+        after: 0,
+    }
 }
 
-fn forge(f: &Fixture, registries: &[&str], args: &[&str]) -> Output {
-    let mut c = occm_forge(f.path());
-    c.args(args).env("COSIGN_PASSWORD", "correct horse");
-    for r in registries {
-        c.args(["--insecure-registry", r]);
-    }
-    c.output().unwrap()
+/// A proxy that answers the referrers API as `api` says, in front of `reg`.
+fn proxy(reg: &TestRegistry, api: ReferrersApi) -> FaultProxy {
+    FaultProxy::start(&reg.addr, vec![referrers_rule(api)])
 }
 
 /// A proxy in front of `reg` as GitLab: the tag `sha256-<hex>` read as the digest
@@ -54,133 +47,97 @@ fn gitlab(reg: &TestRegistry) -> FaultProxy {
         times: usize::MAX,
         after: 0,
     };
+    let api = ReferrersApi {
+        page_size: 0,
+        harbor: false,
+    };
     FaultProxy::start(
         &reg.addr,
         vec![
             tag_as_digest("GET"),
             tag_as_digest("HEAD"),
-            FaultRule {
-                method: "GET",
-                path_contains: "/referrers/",
-                fault: Fault::Referrers(ReferrersApi {
-                    page_size: 0,
-                    harbor: false,
-                }),
-                times: usize::MAX,
-                after: 0,
-            },
+            referrers_rule(api),
         ],
     )
 }
 
-/// A fixture whose 1.34 is built, pushed through `proxy` and signed with a new key; the key
-/// pair's directory and what the build said on stderr.
-fn signed_build(f: &Fixture, proxy: &FaultProxy, home: &Path) -> (tempfile::TempDir, String) {
-    signed_build_at(f, &proxy.addr, home)
-}
-
-/// [`signed_build`] to the registry at `addr` (plain HTTP).
-fn signed_build_at(f: &Fixture, addr: &str, home: &Path) -> (tempfile::TempDir, String) {
-    f.write_config(&format!("{addr}/{NAME}"), &["linux/amd64"], "static", &[]);
-    let keys = tempfile::tempdir().unwrap();
-    generate_key_pair(home, keys.path(), "cosign", "correct horse");
-    let key = keys.path().join("cosign.key");
+fn forge(f: &Fixture, registries: &[&str], args: &[&str]) -> Output {
     let mut c = occm_forge(f.path());
-    let o = c
-        .args(["build", "--k8s", "1.34", "--push", "--sign-key"])
-        .arg(&key)
-        .args(["--insecure-registry", addr, "--source"])
-        .arg(&f.upstream)
-        .env("COSIGN_PASSWORD", "correct horse")
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", text(&o));
-    (keys, stderr(&o))
+    c.args(args).env("COSIGN_PASSWORD", "correct horse");
+    for r in registries {
+        c.args(["--insecure-registry", r]);
+    }
+    c.output().unwrap()
 }
 
-/// `manifest record-signatures` with the key finds the signature among the referrers.
-fn records_the_signature(f: &Fixture, proxy: &FaultProxy, keys: &Path) {
-    records_the_signature_at(f, &proxy.addr, keys);
+/// A fixture's 1.34 built, pushed to `addr` (plain HTTP) and signed with a new key, then
+/// recorded with `manifest record-signatures --key` (which must find the signature among the
+/// referrers) and checked with `verify`.
+struct Signed {
+    f: Fixture,
+    home: tempfile::TempDir,
+    keys: tempfile::TempDir,
+    /// What the build said on stderr.
+    said: String,
+    /// The image index digest.
+    digest: String,
 }
 
-/// [`records_the_signature`] at the registry `addr`.
-fn records_the_signature_at(f: &Fixture, addr: &str, keys: &Path) {
-    let public = keys.join("cosign.pub");
-    let o = forge(
-        f,
-        &[addr],
-        &[
-            "manifest",
-            "record-signatures",
-            "--k8s",
-            "1.34",
-            "--key",
-            public.to_str().unwrap(),
-        ],
-    );
-    assert!(o.status.success(), "record-signatures: {}", text(&o));
-}
-
-#[test]
-fn harbor_listing_the_config_type_as_artifact_type_still_gives_the_signature() {
-    let reg = TestRegistry::start();
-    let proxy = proxy(
-        &reg,
-        ReferrersApi {
-            page_size: 0,
-            harbor: true,
-        },
-    );
+fn signed_recorded_and_verified(addr: &str) -> Signed {
     let f = fixture(&["linux/amd64"]);
+    f.write_config(&format!("{addr}/{NAME}"), &["linux/amd64"], "static", &[]);
     let home = tempfile::tempdir().unwrap();
-    let (keys, _) = signed_build(&f, &proxy, home.path());
-    records_the_signature(&f, &proxy, keys.path());
-    assert!(
-        !proxy.counts.seen("/referrers/").is_empty(),
-        "the referrers API was not asked"
-    );
-    let o = forge(&f, &[&proxy.addr], &["verify", "--k8s", "1.34"]);
-    assert!(o.status.success(), "verify: {}", text(&o));
-}
-
-#[test]
-fn a_paged_referrers_api_is_read_to_its_last_page_by_record_verify_and_copy() {
-    let reg = TestRegistry::start();
-    let proxy = proxy(
-        &reg,
-        ReferrersApi {
-            page_size: 1,
-            harbor: false,
-        },
-    );
-    let f = fixture(&["linux/amd64"]);
-    let home = tempfile::tempdir().unwrap();
-    let (keys, _) = signed_build(&f, &proxy, home.path());
-    records_the_signature(&f, &proxy, keys.path());
-    assert!(
-        proxy
-            .counts
-            .seen("/referrers/")
-            .iter()
-            .any(|r| r.contains("?page=")),
-        "no second page was read: {:?}",
-        proxy.counts.seen("/referrers/")
-    );
-    let o = forge(&f, &[&proxy.addr], &["verify", "--k8s", "1.34"]);
-    assert!(o.status.success(), "verify: {}", text(&o));
-    let to = TestRegistry::start();
-    let mirror = to.repo("mirror/occm");
+    let keys = tempfile::tempdir().unwrap();
+    generate_key_pair(home.path(), keys.path(), "cosign", "correct horse");
+    let key = keys.path().join("cosign.key");
+    let public = keys.path().join("cosign.pub");
+    let mut build = vec!["build", "--k8s", "1.34", "--push", "--sign-key"];
+    build.extend([
+        key.to_str().unwrap(),
+        "--source",
+        f.upstream.to_str().unwrap(),
+    ]);
+    let o = forge(&f, &[addr], &build);
+    assert!(o.status.success(), "build: {}", text(&o));
+    let said = stderr(&o);
+    let record = ["manifest", "record-signatures", "--k8s", "1.34", "--key"];
     let o = forge(
         &f,
-        &[&proxy.addr, &to.addr],
-        &["copy", "--k8s", "1.34", "--to", &mirror],
+        &[addr],
+        &[&record[..], &[public.to_str().unwrap()]].concat(),
     );
-    assert!(o.status.success(), "copy: {}", text(&o));
+    assert!(o.status.success(), "record-signatures: {}", text(&o));
+    let o = forge(&f, &[addr], &["verify", "--k8s", "1.34"]);
+    assert!(o.status.success(), "verify: {}", text(&o));
     let digest = read_lock(&f.lock)["images"]["1.34"]["digest"]
         .as_str()
         .unwrap()
         .to_string();
-    cosign_verifies(home.path(), keys.path(), &format!("{mirror}@{digest}"));
+    Signed {
+        f,
+        home,
+        keys,
+        said,
+        digest,
+    }
+}
+
+impl Signed {
+    /// `copy` from `from` to `to` (a repository), then cosign verifies the copy.
+    fn copied_and_verified(&self, from: &str, to: &str) {
+        let to_registry = to.split('/').next().unwrap();
+        let o = forge(
+            &self.f,
+            &[from, to_registry],
+            &["copy", "--k8s", "1.34", "--to", to],
+        );
+        assert!(o.status.success(), "copy to {to}: {}", text(&o));
+        cosign_verifies(
+            self.home.path(),
+            self.keys.path(),
+            &format!("{to}@{}", self.digest),
+        );
+    }
 }
 
 /// The real cosign verifies the signature of `reference` with the key pair in `keys`.
@@ -205,35 +162,60 @@ fn cosign_verifies(home: &Path, keys: &Path, reference: &str) {
 }
 
 #[test]
+fn harbor_listing_the_config_type_as_artifact_type_still_gives_the_signature() {
+    let reg = TestRegistry::start();
+    let api = ReferrersApi {
+        page_size: 0,
+        harbor: true,
+    };
+    let proxy = proxy(&reg, api);
+    signed_recorded_and_verified(&proxy.addr);
+    assert!(
+        !proxy.counts.seen("/referrers/").is_empty(),
+        "the referrers API was not asked"
+    );
+}
+
+#[test]
+fn a_paged_referrers_api_is_read_to_its_last_page_by_record_verify_and_copy() {
+    let reg = TestRegistry::start();
+    let api = ReferrersApi {
+        page_size: 1,
+        harbor: false,
+    };
+    let proxy = proxy(&reg, api);
+    let signed = signed_recorded_and_verified(&proxy.addr);
+    let pages = proxy.counts.seen("/referrers/");
+    assert!(
+        pages.iter().any(|r| r.contains("?page=")),
+        "no second page was read: {pages:?}"
+    );
+    let to = TestRegistry::start();
+    signed.copied_and_verified(&proxy.addr, &to.repo("mirror/occm"));
+}
+
+#[test]
 fn gitlab_resolving_the_tag_schema_tag_to_the_subject_is_not_read_as_a_referrers_index() {
     let reg = TestRegistry::start();
     let proxy = gitlab(&reg);
-    let f = fixture(&["linux/amd64"]);
-    let home = tempfile::tempdir().unwrap();
-    let (keys, said) = signed_build(&f, &proxy, home.path());
+    let signed = signed_recorded_and_verified(&proxy.addr);
+    let said = &signed.said;
     assert!(
         said.contains(&format!("registry {} resolves the tag sha256-", proxy.addr))
             && said.contains("to the subject sha256:"),
         "{said}"
     );
-    let built = read_lock(&f.lock);
-    let manifest = built["images"]["1.34"]["manifests"]["linux/amd64"]
+    let manifest = read_lock(&signed.f.lock)["images"]["1.34"]["manifests"]["linux/amd64"]
         .as_str()
         .unwrap()
-        .to_string();
+        .replace(':', "-");
     assert!(
         !proxy
             .counts
-            .seen(&format!(
-                "GET /v2/{NAME}/manifests/{}",
-                manifest.replace(':', "-")
-            ))
+            .seen(&format!("GET /v2/{NAME}/manifests/{manifest}"))
             .is_empty(),
         "the tag schema of the platform manifest was not read"
     );
-    records_the_signature(&f, &proxy, keys.path());
-    let o = forge(&f, &[&proxy.addr], &["verify", "--k8s", "1.34"]);
-    assert!(o.status.success(), "verify: {}", text(&o));
 }
 
 /// distribution v3 (v3.1.2: no referrers API, the tag schema as 2.8) as a second real registry:
@@ -245,31 +227,15 @@ fn distribution_v3_takes_the_signed_build_record_verify_and_copy() {
         program: Some(distribution_v3()),
         ..RegistryOptions::default()
     });
-    let f = fixture(&["linux/amd64"]);
-    let home = tempfile::tempdir().unwrap();
-    let (keys, _) = signed_build_at(&f, &v3.addr, home.path());
-    records_the_signature_at(&f, &v3.addr, keys.path());
-    let o = forge(&f, &[&v3.addr], &["verify", "--k8s", "1.34"]);
-    assert!(o.status.success(), "verify: {}", text(&o));
-    let digest = read_lock(&f.lock)["images"]["1.34"]["digest"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let signed = signed_recorded_and_verified(&v3.addr);
     cosign_verifies(
-        home.path(),
-        keys.path(),
-        &format!("{}/{NAME}@{digest}", v3.addr),
+        signed.home.path(),
+        signed.keys.path(),
+        &format!("{}/{NAME}@{}", v3.addr, signed.digest),
     );
     let v2 = TestRegistry::start();
-    for to in [v2.repo("mirror/occm"), v3.repo("mirror/occm")] {
-        let o = forge(
-            &f,
-            &[&v3.addr, &v2.addr],
-            &["copy", "--k8s", "1.34", "--to", &to],
-        );
-        assert!(o.status.success(), "copy to {to}: {}", text(&o));
-        cosign_verifies(home.path(), keys.path(), &format!("{to}@{digest}"));
-    }
+    signed.copied_and_verified(&v3.addr, &v2.repo("mirror/occm"));
+    signed.copied_and_verified(&v3.addr, &v3.repo("mirror/occm"));
 }
 
 /// A copy of the project's images.toml (publishing to `repository`) and patches/ in `dir`.
