@@ -66,6 +66,39 @@ fn log(dir: &Path, since: &str) -> String {
     run(git(dir).args(["log", "--format=%an <%ae> %s", &format!("{since}..HEAD")]))
 }
 
+/// Upstream v1.34.2 edits the comment two lines below the fix's changed line (in the fix
+/// patch's context).
+fn release_moving_the_context(f: &Fixture) {
+    f.release_1_34_2(
+        "// InstanceExists reports whether a server named name exists.",
+        "// InstanceExists reports whether a server with that name exists.",
+    );
+}
+
+/// Upstream v1.34.2 changes the very line the fix changes.
+fn release_changing_the_fixed_line(f: &Fixture) {
+    f.release_1_34_2(
+        "\treturn ErrNotFound\n}",
+        "\treturn ErrNotFound // nothing by that name\n}",
+    );
+}
+
+/// Resolves the fix's conflict in the work tree `dir`: upstream's comment, the patch's change,
+/// in place of the markers (not staged).
+fn resolve(dir: &Path) {
+    let text = std::fs::read_to_string(dir.join(INSTANCES)).unwrap();
+    let ours = text.split("<<<<<<< HEAD\n").next().unwrap();
+    let rest = text
+        .split(&format!(">>>>>>> {PATCH_FIX}\n"))
+        .nth(1)
+        .unwrap();
+    std::fs::write(
+        dir.join(INSTANCES),
+        format!("{ours}\treturn InstanceNotFound // nothing by that name\n{rest}"),
+    )
+    .unwrap();
+}
+
 #[test]
 fn an_unchanged_series_is_laid_out_and_exported_without_changing_a_byte() {
     let f = fixture(&["linux/amd64"]);
@@ -114,11 +147,7 @@ fn an_unchanged_series_is_laid_out_and_exported_without_changing_a_byte() {
 #[test]
 fn a_moved_context_applies_three_way_and_exports_the_minors_own_refreshed_patch() {
     let f = fixture(&["linux/amd64"]);
-    // The comment two lines below the fix's changed line is in the fix patch's context.
-    f.release_1_34_2(
-        "// InstanceExists reports whether a server named name exists.",
-        "// InstanceExists reports whether a server with that name exists.",
-    );
+    release_moving_the_context(&f);
     let before = inputs(&f);
     let o = edit(&f, &[]);
     ok(&o);
@@ -184,11 +213,7 @@ fn a_moved_context_applies_three_way_and_exports_the_minors_own_refreshed_patch(
 #[test]
 fn a_conflict_stops_with_markers_and_continue_commits_the_resolution_as_the_patch() {
     let f = fixture(&["linux/amd64"]);
-    // Upstream changed the very line the fix changes.
-    f.release_1_34_2(
-        "\treturn ErrNotFound\n}",
-        "\treturn ErrNotFound // nothing by that name\n}",
-    );
+    release_changing_the_fixed_line(&f);
     let before = inputs(&f);
     let o = edit(&f, &[]);
     assert_eq!(o.status.code(), Some(4), "{}{}", stdout(&o), stderr(&o));
@@ -241,14 +266,7 @@ fn a_conflict_stops_with_markers_and_continue_commits_the_resolution_as_the_patc
     );
     assert_eq!(inputs(&f), before);
 
-    // Resolve: upstream's comment, the patch's change.
-    let resolved = text.split("<<<<<<< HEAD\n").next().unwrap().to_string()
-        + "\treturn InstanceNotFound // nothing by that name\n"
-        + text
-            .split(&format!(">>>>>>> {PATCH_FIX}\n"))
-            .nth(1)
-            .unwrap();
-    std::fs::write(dir.join(INSTANCES), &resolved).unwrap();
+    resolve(&dir);
     let o = edit(&f, &["--continue"]);
     assert_eq!(o.status.code(), Some(2), "not added yet: {}", stderr(&o));
     assert!(stderr(&o).contains("is not resolved"), "{}", stderr(&o));
@@ -466,10 +484,7 @@ fn export_refuses_commits_out_of_order_an_empty_commit_and_a_message_that_does_n
 #[test]
 fn export_keeps_the_comments_of_the_minors_series_and_exports_again_after_a_revert() {
     let f = fixture(&["linux/amd64"]);
-    f.release_1_34_2(
-        "// InstanceExists reports whether a server named name exists.",
-        "// InstanceExists reports whether a server with that name exists.",
-    );
+    release_moving_the_context(&f);
     let cfg = std::fs::read_to_string(&f.config).unwrap();
     let at = cfg.find("[minors.\"1.34\"]").unwrap();
     let one_line = format!("patches = [\"{PATCH_TEST}\", \"{PATCH_FIX}\"]");
@@ -507,24 +522,11 @@ fn export_keeps_the_comments_of_the_minors_series_and_exports_again_after_a_reve
 #[test]
 fn continue_refuses_leftovers_a_git_rebase_and_a_new_pin_and_works_from_inside_the_work_tree() {
     let f = fixture(&["linux/amd64"]);
-    f.release_1_34_2(
-        "\treturn ErrNotFound\n}",
-        "\treturn ErrNotFound // nothing by that name\n}",
-    );
+    release_changing_the_fixed_line(&f);
     let o = edit(&f, &[]);
     assert_eq!(o.status.code(), Some(4), "{}{}", stdout(&o), stderr(&o));
     let dir = edit_dir(&f);
-    let text = std::fs::read_to_string(dir.join(INSTANCES)).unwrap();
-    let ours = text.split("<<<<<<< HEAD\n").next().unwrap().to_string();
-    let rest = text
-        .split(&format!(">>>>>>> {PATCH_FIX}\n"))
-        .nth(1)
-        .unwrap();
-    std::fs::write(
-        dir.join(INSTANCES),
-        format!("{ours}\treturn InstanceNotFound // nothing by that name\n{rest}"),
-    )
-    .unwrap();
+    resolve(&dir);
     run(git(&dir).args(["add", INSTANCES]));
     // A .rej left by `git apply --reject`.
     let rej = dir.join(format!("{INSTANCES}.rej"));
@@ -576,10 +578,7 @@ fn continue_refuses_leftovers_a_git_rebase_and_a_new_pin_and_works_from_inside_t
 #[test]
 fn the_next_steps_repeat_the_cache_dir_given() {
     let f = fixture(&["linux/amd64"]);
-    f.release_1_34_2(
-        "\treturn ErrNotFound\n}",
-        "\treturn ErrNotFound // nothing by that name\n}",
-    );
+    release_changing_the_fixed_line(&f);
     let cache = f.path().join("cache");
     let o = occm_forge(f.path())
         .arg("--cache-dir")
