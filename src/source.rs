@@ -396,7 +396,9 @@ fn not_owned(url: &str) -> String {
             .map_or(format!("uid {uid}"), |n| format!("{n} (uid {uid})"))
     };
     let owner = uid(path).map_or("another user".to_string(), name);
-    let me = uid("/proc/self").map_or("you".to_string(), name);
+    // libgit2 compares the owner with the effective uid.
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let me = name(unsafe { libc::geteuid() });
     format!(
         "it is owned by {owner}, not by {me}, who runs occm-forge, and git refuses such repositories unless trusted (safe.directory): if you trust it, run `git config --global --add safe.directory {path}`"
     )
