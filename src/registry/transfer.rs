@@ -328,15 +328,15 @@ async fn tag_schema_to_merge(
 }
 
 /// A refused tag-schema index `tag`, said as a tag the registry keeps immutable when it reads
-/// as one (412 Precondition Failed, or a message naming immutability: Harbor's
-/// `The image … configured as immutable`, ECR's `ImageTagAlreadyExistsException`).
+/// as one: a message naming immutability or the precondition (Harbor's 412 `PRECONDITION` …
+/// `configured as immutable`), or ECR's `ImageTagAlreadyExistsException`.
 pub fn immutable_tag(e: RegistryError, tag: &str) -> RegistryError {
     let m = e.message.to_ascii_lowercase();
+    // Not the bare status: a digest in the message may hold "412".
     let immutable = e.kind == ErrorKind::Refused
-        && (m.contains("immutable")
-            || m.contains("412")
-            || m.contains("precondition failed")
-            || m.contains("alreadyexists"));
+        && ["immutable", "precondition", "alreadyexists"]
+            .iter()
+            .any(|w| m.contains(w));
     if !immutable {
         return e;
     }
@@ -361,6 +361,26 @@ fn lists_all(index: &[u8], descriptors: &[Descriptor]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_an_immutability_refusal_is_said_as_one() {
+        let refused = |message: &str| RegistryError {
+            registry: "r.example".into(),
+            operation: "push manifest".into(),
+            message: message.into(),
+            kind: ErrorKind::Refused,
+        };
+        let harbor = immutable_tag(
+            refused("PRECONDITION: the image occm:sha256-ab configured as immutable"),
+            "sha256-ab",
+        );
+        assert!(harbor.message.contains("exclude tags matching `sha256-*`"));
+        let other = refused("MANIFEST_INVALID: sha256:4120aa… is not allowed here");
+        assert_eq!(
+            immutable_tag(other.clone(), "sha256-ab").message,
+            other.message
+        );
+    }
     use crate::registry::memory::MemoryRegistry;
 
     fn repo() -> RepositoryName {
