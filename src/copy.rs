@@ -27,7 +27,8 @@ use crate::image::spec::{self, Descriptor, Index, Manifest};
 use crate::reference::RepositoryName;
 use crate::registry::publish::ReferrersPushed;
 use crate::registry::transfer::{
-    BlobSource, ManifestBytes, push_manifests, tag_last, transfer_blobs, write_referrers_index,
+    BlobSource, ManifestBytes, Planned, push_manifests, read_tag_schemas, tag_last, transfer_blobs,
+    write_referrers_index,
 };
 use crate::registry::{ErrorKind, Registry, RegistryError};
 use crate::util::short;
@@ -100,6 +101,16 @@ pub async fn copy_image(
         .chain(&referrers.blobs)
         .cloned()
         .collect();
+    let planned: Vec<Planned> = referrers
+        .fallbacks
+        .iter()
+        .map(|f| Planned {
+            subject: &f.subject,
+            forms: vec![f.descriptors.clone()],
+            preferred: f.listed.as_ref(),
+        })
+        .collect();
+    let read = read_tag_schemas(registry, to, &planned).await?;
     let moved = transfer_blobs(
         registry,
         to,
@@ -126,6 +137,7 @@ pub async fn copy_image(
             &fallback.subject,
             &fallback.descriptors,
             fallback.listed.as_ref(),
+            Some(&read),
         )
         .await?;
     }
@@ -546,6 +558,46 @@ mod tests {
         let tags = reg.repository(&to).tags;
         copy_image(&reg, &f.entry, &to, &|_, _| {}).await.unwrap();
         assert_eq!(reg.repository(&to).tags, tags);
+    }
+
+    #[tokio::test]
+    async fn an_immutable_referrers_index_that_must_change_is_refused_before_any_push() {
+        let (f, reg) = published().await;
+        let to = repo("mirror.example/magnum/openstack-cloud-controller-manager");
+        // The target already lists another referrer of the image under sha256-<hex>, and keeps
+        // every tag immutable: the copy must rewrite that index.
+        let other = testing::image("v9.9.9-other.1");
+        other
+            .publish_as(&reg, &to, &[], publish::ReferrersMode::Fallback)
+            .await
+            .unwrap();
+        crate::registry::transfer::write_referrers_index(
+            &reg,
+            &to,
+            &f.entry.digest,
+            std::slice::from_ref(&other.image.index),
+            None,
+            None,
+        )
+        .await
+        .unwrap();
+        reg.set_immutable_tags(true);
+        let before = reg.repository(&to);
+        let e = copy_image(&reg, &f.entry, &to, &|_, _| {})
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("can be rewritten, before any push")
+                && e.contains("exclude tags matching `sha256-*`"),
+            "{e}"
+        );
+        let after = reg.repository(&to);
+        assert_eq!(
+            (after.blobs.len(), after.manifests.len()),
+            (before.blobs.len(), before.manifests.len()),
+            "something was pushed before the refusal"
+        );
     }
 
     #[tokio::test]

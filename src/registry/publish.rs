@@ -19,7 +19,8 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
 use super::transfer::{
-    BlobSource, ManifestBytes, push_manifests, tag_last, transfer_blobs, write_referrers_index,
+    BlobSource, ManifestBytes, Planned, TagSchemas, push_manifests, read_tag_schemas, tag_last,
+    transfer_blobs, write_referrers_index,
 };
 use super::{ErrorKind, Registry, RegistryError};
 use crate::reference::RepositoryName;
@@ -134,6 +135,12 @@ pub async fn publish(
             .iter()
             .flat_map(|a| [a.config.clone(), a.document.clone()]),
     );
+    let read = read_tag_schemas(
+        registry,
+        repo,
+        &planned(repo, &image.layout_dir, attachments)?,
+    )
+    .await?;
     let counts = transfer_blobs(
         registry,
         repo,
@@ -152,7 +159,8 @@ pub async fn publish(
     let index = from_layout(repo, &image.layout_dir, &image.index)?;
     manifests.push(index.clone());
     push_manifests(registry, repo, &manifests).await?;
-    let referrers = push_referrers(registry, repo, &image.layout_dir, attachments, mode).await?;
+    let referrers =
+        push_referrers(registry, repo, &image.layout_dir, attachments, mode, &read).await?;
     tag_last(registry, repo, &image.tag, &index, "pushed").await?;
     Ok(Published {
         reference: format!("{repo}:{}@{}", image.tag, image.index.digest),
@@ -168,6 +176,30 @@ pub async fn publish(
         attachments: referrers.pushed,
         refused: referrers.refused,
     })
+}
+
+/// Each subject of `attachments` with its referrers in both forms they may be pushed in (with
+/// `subject`, and without it), for [`read_tag_schemas`].
+fn planned<'a>(
+    repo: &RepositoryName,
+    layout_dir: &std::path::Path,
+    attachments: &'a [Attachment],
+) -> Result<Vec<Planned<'a>>, RegistryError> {
+    let mut by_subject: BTreeMap<&str, [Vec<Descriptor>; 2]> = BTreeMap::new();
+    for a in attachments {
+        let plain = without_subject(repo, layout_dir, a)?.0.manifest;
+        let [with, without] = by_subject.entry(&a.subject.digest).or_default();
+        with.push(a.manifest.clone());
+        without.push(plain);
+    }
+    Ok(by_subject
+        .into_iter()
+        .map(|(subject, forms)| Planned {
+            subject,
+            forms: forms.into(),
+            preferred: None,
+        })
+        .collect())
 }
 
 /// Manifest `d` from the layout, its exact bytes.
@@ -221,6 +253,7 @@ async fn push_referrers(
     layout_dir: &std::path::Path,
     attachments: &[Attachment],
     mode: ReferrersMode,
+    read: &TagSchemas,
 ) -> Result<PushedReferrers, RegistryError> {
     let mut out = PushedReferrers {
         form: ReferrersPushed::Subject,
@@ -276,7 +309,7 @@ async fn push_referrers(
         out.pushed
             .push(push_without_subject(registry, repo, layout_dir, a).await?);
     }
-    write_tag_schema(registry, repo, &out.pushed).await?;
+    write_tag_schema(registry, repo, &out.pushed, read).await?;
     Ok(out)
 }
 
@@ -305,6 +338,7 @@ async fn write_tag_schema(
     registry: &dyn Registry,
     repo: &RepositoryName,
     pushed: &[Attachment],
+    read: &TagSchemas,
 ) -> Result<(), RegistryError> {
     let mut by_subject: BTreeMap<&str, Vec<Descriptor>> = BTreeMap::new();
     for a in pushed {
@@ -314,7 +348,7 @@ async fn write_tag_schema(
             .push(a.manifest.clone());
     }
     for (subject, referrers) in by_subject {
-        write_referrers_index(registry, repo, subject, &referrers, None).await?;
+        write_referrers_index(registry, repo, subject, &referrers, None, Some(read)).await?;
     }
     Ok(())
 }
@@ -358,7 +392,18 @@ mod tests {
         let published = f.publish_to(&reg, ReferrersMode::Fallback).await.unwrap();
         assert_eq!(published.digest, f.image.index.digest);
         assert_eq!(published.referrers, ReferrersPushed::Subject);
-        let ops = manifest_pushes(&reg);
+        let all = manifest_pushes(&reg);
+        // First, before anything is pushed, each of the three subjects' referrers (the referrers
+        // API asked: none, so the tag schema, read once; nothing there to rewrite).
+        let mut subjects = Vec::new();
+        for read in all[..6].chunks(2) {
+            let hex = read[0]
+                .strip_prefix("referrers sha256:")
+                .expect("referrers asked");
+            assert_eq!(read[1], format!("pull_manifest sha256-{hex}"), "{all:?}");
+            subjects.push(hex.to_string());
+        }
+        let ops = &all[6..];
         // The image's blobs, and the referrers' (one empty config shared, three documents).
         let blobs = f.image.blobs().len() + 4;
         assert!(
@@ -378,26 +423,23 @@ mod tests {
                 .map(|a| format!("push_manifest {}", a.manifest.digest)),
         );
         assert_eq!(ops[blobs..blobs + 6], want[..], "{ops:?}");
-        // Then the three subjects' tag-schema indexes (the referrers API asked: none, so the
-        // index, read once, is written), the tag (not there yet), the check.
+        // Then the three subjects' tag-schema indexes (from what was read first, not asked
+        // again), the tag (not there yet), the check.
         let rest = &ops[blobs + 6..];
-        assert_eq!(rest.len(), 3 * 3 + 3, "{rest:?}");
-        for subject in rest[..9].chunks(3) {
-            let hex = subject[0]
-                .strip_prefix("referrers sha256:")
-                .expect("referrers asked");
-            assert_eq!(
-                subject[1..],
-                [
-                    format!("pull_manifest sha256-{hex}"),
-                    format!("push_manifest sha256-{hex}")
-                ],
-                "{rest:?}"
-            );
-        }
-        assert_eq!(rest[9], "manifest_digest v1.34.1-occmforge.1");
-        assert_eq!(rest[10], "push_manifest v1.34.1-occmforge.1");
-        assert_eq!(rest[11], "manifest_digest v1.34.1-occmforge.1");
+        let indexes: Vec<String> = subjects
+            .iter()
+            .map(|hex| format!("push_manifest sha256-{hex}"))
+            .collect();
+        assert_eq!(rest[..3], indexes[..], "{rest:?}");
+        assert_eq!(
+            rest[3..],
+            [
+                "manifest_digest v1.34.1-occmforge.1",
+                "push_manifest v1.34.1-occmforge.1",
+                "manifest_digest v1.34.1-occmforge.1"
+            ],
+            "{rest:?}"
+        );
 
         // A second push finds every blob and uploads nothing.
         let again = f.publish_to(&reg, ReferrersMode::Fallback).await.unwrap();
@@ -446,16 +488,29 @@ mod tests {
         )
         .unwrap();
         let e = f
-            .publish_as(&reg, &f.repo, &[note], ReferrersMode::Fallback)
+            .publish_as(
+                &reg,
+                &f.repo,
+                std::slice::from_ref(&note),
+                ReferrersMode::Fallback,
+            )
             .await
             .unwrap_err()
             .to_string();
+        let tag = crate::image::referrer::fallback_tag(&f.image.index.digest);
         assert!(
             e.contains(&format!(
-                "the registry keeps the tag {} immutable",
-                crate::image::referrer::fallback_tag(&f.image.index.digest)
-            )) && e.contains("exclude tags matching `sha256-*`"),
+                "check that {tag} can be rewritten, before any push"
+            )) && e.contains(&format!("the registry keeps the tag {tag} immutable"))
+                && e.contains("exclude tags matching `sha256-*`"),
             "{e}"
+        );
+        // Said before the note was pushed: neither its document nor its manifest is there.
+        let there = reg.repository(&f.repo);
+        assert!(
+            !there.manifests.contains_key(&note.manifest.digest)
+                && !there.blobs.contains_key(&note.document.digest),
+            "the note was pushed before the refusal"
         );
     }
 

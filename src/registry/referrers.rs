@@ -348,6 +348,7 @@ mod tests {
             platform,
             std::slice::from_ref(&sbom),
             None,
+            None,
         )
         .await
         .unwrap();

@@ -6,12 +6,14 @@
 //!   from another repository"), else read and uploaded;
 //! - [`push_manifests`]: manifests by digest, byte for byte, in the order given (the platform
 //!   manifests before the index that names them, referrers after their subject);
+//! - [`read_tag_schemas`]: before anything is pushed, the subjects' tag-schema indexes, and a
+//!   check that a registry keeping tags immutable lets the ones that must change be rewritten;
 //! - [`write_referrers_index`]: a subject's referrers tag-schema index `sha256-<hex>`
 //!   (distribution-spec "Referrers Tag Schema", for registries without the referrers API such as
 //!   distribution 2.8), merged with what is there and keeping other tools' referrers (cosign's);
 //! - [`tag_last`]: the index under its tag, the last write, and a check that the tag serves it.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use bytes::Bytes;
@@ -233,7 +235,8 @@ pub async fn tag_last(
 ///   digest, others kept), less the entries whose manifest the registry no longer has (a
 ///   deleted referrer would make the registry refuse the index: `MANIFEST_BLOB_UNKNOWN`).
 ///
-/// Bytes equal to what the tag serves are never sent again.
+/// Bytes equal to what the tag serves are never sent again. `read` holds what
+/// [`read_tag_schemas`] read before the pushes (used instead of asking again).
 ///
 /// Errors: the registry cannot be asked, or refuses the index (an immutable tag gets the rule to
 /// change named, [`immutable_tag`]).
@@ -243,10 +246,15 @@ pub async fn write_referrers_index(
     subject: &str,
     referrers: &[Descriptor],
     preferred: Option<&Bytes>,
+    read: Option<&TagSchemas>,
 ) -> Result<(), RegistryError> {
     let tag = fallback_tag(subject);
-    let Some(existing) = tag_schema_to_merge(registry, repo, subject, referrers).await? else {
-        return Ok(());
+    let existing = match read.and_then(|r| r.get(subject)) {
+        Some(known) => known.clone(),
+        None => match tag_schema_to_merge(registry, repo, subject, referrers).await? {
+            Some(existing) => existing,
+            None => return Ok(()),
+        },
     };
     let parse = |bytes: &[u8]| {
         serde_json::from_slice::<Index>(bytes).map_err(|e| RegistryError {
@@ -296,6 +304,67 @@ pub async fn write_referrers_index(
         .push_manifest(repo, &tag, &media_type, body)
         .await
         .map_err(|e| immutable_tag(e, &tag))
+}
+
+/// A subject whose referrers are about to be pushed, as [`read_tag_schemas`] checks it.
+#[derive(Debug, Clone)]
+pub struct Planned<'a> {
+    /// The subject's digest.
+    pub subject: &'a str,
+    /// The referrers as they may be listed, each form complete (publish: with `subject`, or
+    /// pushed without it); an index listing every descriptor of one form needs no rewrite.
+    pub forms: Vec<Vec<Descriptor>>,
+    /// Another repository's index that will be written as it is (copy), if any.
+    pub preferred: Option<&'a Bytes>,
+}
+
+/// Per subject, the tag-schema index bytes [`read_tag_schemas`] read (`None`: no index yet),
+/// for the subjects whose registry has no referrers API.
+pub type TagSchemas = BTreeMap<String, Option<Bytes>>;
+
+/// Before anything is pushed: reads each `planned` subject's referrers (one listing, as
+/// [`write_referrers_index`] would), and where the registry has no referrers API and the
+/// `sha256-<hex>` index there must change, puts that index's own bytes back under its tag. A
+/// registry keeping tags immutable refuses any push to an existing tag (Harbor's immutable
+/// middleware, `handlePush`), so its refusal, and the rule to change, come before any blob or
+/// bundle is pushed instead of after; elsewhere the put changes nothing (same bytes, same
+/// digest). A registry that only refuses a different digest still refuses at the write.
+///
+/// Errors: the registry cannot be asked, or refuses the put ([`immutable_tag`]).
+pub async fn read_tag_schemas(
+    registry: &dyn Registry,
+    repo: &RepositoryName,
+    planned: &[Planned<'_>],
+) -> Result<TagSchemas, RegistryError> {
+    use super::referrers::{Source, pages};
+    let mut read = TagSchemas::new();
+    for p in planned {
+        let listing = pages(registry, repo, p.subject).await?;
+        if listing.source == Source::Api {
+            continue;
+        }
+        if let Some(there) = &listing.tag_schema
+            && p.preferred != Some(there)
+            && !p.forms.iter().any(|f| lists_all(there, f))
+        {
+            let tag = fallback_tag(p.subject);
+            let media_type = serde_json::from_slice::<Index>(there)
+                .ok()
+                .map(|i| i.media_type)
+                .filter(|m| !m.is_empty())
+                .unwrap_or_else(|| spec::OCI_INDEX.to_string());
+            registry
+                .push_manifest(repo, &tag, &media_type, there.clone())
+                .await
+                .map_err(|e| immutable_tag(e, &tag))
+                .map_err(|e| RegistryError {
+                    operation: format!("check that {tag} can be rewritten, before any push"),
+                    ..e
+                })?;
+        }
+        read.insert(p.subject.to_string(), listing.tag_schema);
+    }
+    Ok(read)
 }
 
 /// The tag-schema index there is to merge `referrers` into (its bytes, or `Some(None)` when
@@ -423,13 +492,21 @@ mod tests {
             &subject,
             &[cosign.clone(), deleted.clone()],
             None,
+            None,
         )
         .await
         .unwrap();
         reg.delete_manifest(&repo(), &deleted.digest);
-        write_referrers_index(&reg, &repo(), &subject, std::slice::from_ref(&ours), None)
-            .await
-            .unwrap();
+        write_referrers_index(
+            &reg,
+            &repo(),
+            &subject,
+            std::slice::from_ref(&ours),
+            None,
+            None,
+        )
+        .await
+        .unwrap();
         let mut want = vec![cosign.digest, ours.digest];
         want.sort();
         assert_eq!(listed(&reg, &subject).await, want);
@@ -457,6 +534,7 @@ mod tests {
             &subject,
             &[a.clone(), b.clone()],
             Some(&source),
+            None,
         )
         .await
         .unwrap();
