@@ -330,7 +330,8 @@ pub type TagSchemas = BTreeMap<String, Option<Bytes>>;
 /// bundle is pushed instead of after; elsewhere the put changes nothing (same bytes, same
 /// digest). A registry that only refuses a different digest still refuses at the write.
 ///
-/// Errors: the registry cannot be asked, or refuses the put ([`immutable_tag`]).
+/// Errors: the registry cannot be asked, or refuses the put as an immutable tag
+/// ([`immutable_tag`]); any other refusal of the put is left to the write.
 pub async fn read_tag_schemas(
     registry: &dyn Registry,
     repo: &RepositoryName,
@@ -353,14 +354,21 @@ pub async fn read_tag_schemas(
                 .map(|i| i.media_type)
                 .filter(|m| !m.is_empty())
                 .unwrap_or_else(|| spec::OCI_INDEX.to_string());
-            registry
+            match registry
                 .push_manifest(repo, &tag, &media_type, there.clone())
                 .await
-                .map_err(|e| immutable_tag(e, &tag))
-                .map_err(|e| RegistryError {
-                    operation: format!("check that {tag} can be rewritten, before any push"),
-                    ..e
-                })?;
+            {
+                Err(e) if is_immutable(&e) => {
+                    return Err(RegistryError {
+                        operation: format!("check that {tag} can be rewritten, before any push"),
+                        ..immutable_tag(e, &tag)
+                    });
+                }
+                // Anything else (the index lists a referrer since deleted: 400
+                // MANIFEST_BLOB_UNKNOWN) is for the write to mend or say.
+                Err(e) => tracing::debug!("{repo}: putting {tag} back as it is: {e}"),
+                Ok(()) => {}
+            }
         }
         read.insert(p.subject.to_string(), listing.tag_schema);
     }
@@ -400,13 +408,7 @@ async fn tag_schema_to_merge(
 /// as one: a message naming immutability or the precondition (Harbor's 412 `PRECONDITION` …
 /// `configured as immutable`), or ECR's `ImageTagAlreadyExistsException`.
 pub fn immutable_tag(e: RegistryError, tag: &str) -> RegistryError {
-    let m = e.message.to_ascii_lowercase();
-    // Not the bare status: a digest in the message may hold "412".
-    let immutable = e.kind == ErrorKind::Refused
-        && ["immutable", "precondition", "alreadyexists"]
-            .iter()
-            .any(|w| m.contains(w));
-    if !immutable {
+    if !is_immutable(&e) {
         return e;
     }
     RegistryError {
@@ -416,6 +418,16 @@ pub fn immutable_tag(e: RegistryError, tag: &str) -> RegistryError {
         ),
         ..e
     }
+}
+
+/// Whether a refused push reads as a tag the registry keeps immutable (see [`immutable_tag`]).
+fn is_immutable(e: &RegistryError) -> bool {
+    let m = e.message.to_ascii_lowercase();
+    // Not the bare status: a digest in the message may hold "412".
+    e.kind == ErrorKind::Refused
+        && ["immutable", "precondition", "alreadyexists"]
+            .iter()
+            .any(|w| m.contains(w))
 }
 
 /// Whether index bytes `index` list every one of `descriptors`.
