@@ -7,7 +7,7 @@ use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use clap::Parser;
-use occm_forge::{Error, interrupt};
+use occm_forge_core::{Error, interrupt};
 
 fn main() -> ExitCode {
     let cli = cli::Cli::parse();
@@ -21,7 +21,7 @@ fn main() -> ExitCode {
         tracing_subscriber::EnvFilter::try_from_env("OCCM_FORGE_LOG").unwrap_or_else(|_| {
             tracing_subscriber::EnvFilter::new(format!(
                 // kube-rs logs every failed request itself; occm-forge says it once, with the cause.
-                "warn,kube_client=off,occm_forge={level}"
+                "warn,kube_client=off,occm_forge={level},occm_forge_core={level},occm_forge_accept={level}"
             ))
         });
     tracing_subscriber::fmt()

@@ -7,7 +7,7 @@ mod common;
 use std::process::Command;
 
 use common::*;
-use occm_forge::accept::sim::cloud::{self, CloudState, Server, SimulatedCloud};
+use occm_forge_accept::sim::cloud::{self, CloudState, Server, SimulatedCloud};
 use serde_json::{Value, json};
 
 fn client() -> reqwest::Client {
@@ -264,7 +264,7 @@ fn accept_refuses_an_image_without_a_binary_for_this_host() {
     let (f, out) = fixture_layout(&[other]);
     let o = accept_cmd(&f, &out);
     assert_eq!(o.status.code(), Some(12), "{}", stderr(&o));
-    let host = occm_forge::accept::binary::host_platform().unwrap();
+    let host = occm_forge_accept::binary::host_platform().unwrap();
     assert_eq!(
         error_line(&o),
         format!(
@@ -312,7 +312,7 @@ fn build_accept_that_fails_pushes_and_records_nothing() {
         err.contains("1.34 needs a build: images.lock.yaml records 1.34 without acceptance, and --accept asks for it"),
         "{err}"
     );
-    let host = occm_forge::accept::binary::host_platform().unwrap();
+    let host = occm_forge_accept::binary::host_platform().unwrap();
     assert_eq!(
         error_line(&o),
         format!(
@@ -422,7 +422,7 @@ async fn start_stand_in(
     script: &str,
     timeout_secs: u64,
 ) -> (String, std::path::PathBuf, tempfile::TempDir) {
-    use occm_forge::accept::sim::control_plane::{Binaries, ControlPlane};
+    use occm_forge_accept::sim::control_plane::{Binaries, ControlPlane};
     let dir = tempfile::tempdir().unwrap();
     let stand_in = dir.path().join("etcd");
     executable(&stand_in, script);
@@ -477,9 +477,9 @@ async fn a_control_plane_part_that_exits_is_named_with_its_last_log_line() {
 
 /// The control plane of v1.34.1, built through the Go module proxy into `cache` (the gated
 /// cache: [`gated_cache`]).
-fn real_control_plane(cache: &std::path::Path) -> occm_forge::accept::sim::control_plane::Binaries {
-    use occm_forge::accept::sim::control_plane::{self, Versions};
-    let toolchain = occm_forge::go::Toolchain::new("1.25.1", cache);
+fn real_control_plane(cache: &std::path::Path) -> occm_forge_accept::sim::control_plane::Binaries {
+    use occm_forge_accept::sim::control_plane::{self, Versions};
+    let toolchain = occm_forge_core::go::Toolchain::new("1.25.1", cache);
     control_plane::build(
         &Versions {
             kubernetes: "v1.34.1".into(),
@@ -494,7 +494,7 @@ fn real_control_plane(cache: &std::path::Path) -> occm_forge::accept::sim::contr
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "needs the Go module proxy to build etcd and kube-apiserver v1.34.1 (run with OCCM_FORGE_UPSTREAM_MIRROR set and -- --ignored)"]
 async fn real_control_plane_faults_a_port_in_use_and_an_apiserver_never_ready() {
-    use occm_forge::accept::sim::control_plane::{Binaries, ControlPlane, Ports};
+    use occm_forge_accept::sim::control_plane::{Binaries, ControlPlane, Ports};
     let cache = gated_cache();
     let bins = tokio::task::block_in_place(|| real_control_plane(cache.path()));
     let dir = tempfile::tempdir().unwrap();
@@ -548,8 +548,8 @@ async fn real_control_plane_faults_a_port_in_use_and_an_apiserver_never_ready() 
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "needs the Go module proxy to build etcd and kube-apiserver v1.34.1 (run with OCCM_FORGE_UPSTREAM_MIRROR set and -- --ignored)"]
 async fn an_occm_that_crashes_fails_the_scenario_and_nothing_is_left_running() {
-    use occm_forge::accept::{self, AcceptRequest, Scenario, Verdict};
-    use occm_forge::image;
+    use occm_forge_accept::{self as accept, AcceptRequest, Scenario, Verdict};
+    use occm_forge_core::image;
     let gated = gated_cache();
     let cache = gated.path();
     let control_plane = tokio::task::block_in_place(|| real_control_plane(cache));
@@ -583,14 +583,13 @@ async fn an_occm_that_crashes_fails_the_scenario_and_nothing_is_left_running() {
         )
     })
     .unwrap();
-    let versions = occm_forge::accept::sim::control_plane::Versions {
+    let versions = occm_forge_accept::sim::control_plane::Versions {
         kubernetes: "v1.34.1".into(),
         etcd: "v3.6.5".into(),
     };
-    let manifests = occm_forge::accept::sim::magnum::occm_manifests("r.example/occm:v0.0.0");
-    let chart =
-        occm_forge::accept::sim::chart::Chart::new("chart 2.35.0".into(), manifests.clone())
-            .unwrap();
+    let manifests = occm_forge_core::mcapi::objects::occm_manifests("r.example/occm:v0.0.0");
+    let chart = occm_forge_accept::sim::chart::Chart::new("chart 2.35.0".into(), manifests.clone())
+        .unwrap();
     let report = accept::accept(
         &AcceptRequest {
             minor: "1.34".parse().unwrap(),
@@ -610,7 +609,7 @@ async fn an_occm_that_crashes_fails_the_scenario_and_nothing_is_left_running() {
             driver: &manifests,
             upstream_fixed: &[],
         },
-        &occm_forge::stage::Silent,
+        &occm_forge_core::stage::Silent,
     )
     .await
     .unwrap();

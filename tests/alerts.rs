@@ -461,7 +461,7 @@ fn build_kube_state_metrics(cache: &Path) -> PathBuf {
         format!("module occm-forge.invalid/test/ksm\n\ngo 1.23.0\n\nrequire k8s.io/kube-state-metrics/v2 {KSM_VERSION}\n"),
     )
     .unwrap();
-    let toolchain = occm_forge::go::Toolchain::new("1.25.1", cache);
+    let toolchain = occm_forge_core::go::Toolchain::new("1.25.1", cache);
     let run = |mut c: Command| {
         let o = c.output().unwrap();
         assert!(
@@ -501,7 +501,7 @@ fn free_port() -> u16 {
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "needs the Go module proxy to build kube-state-metrics, etcd, kube-apiserver v1.34.1 and Cluster API v1.13.2 (run with -- --ignored; OCCM_FORGE_GATED_CACHE reuses a cache)"]
 async fn real_kube_state_metrics_with_the_shipped_config_makes_the_series_the_alerts_fire_on() {
-    use occm_forge::accept::sim::{capi, control_plane};
+    use occm_forge_accept::sim::{capi, control_plane};
     use serde_json::json;
     let tmp_cache = tempfile::tempdir().unwrap();
     let cache = std::env::var_os("OCCM_FORGE_GATED_CACHE")
@@ -509,7 +509,7 @@ async fn real_kube_state_metrics_with_the_shipped_config_makes_the_series_the_al
         .map(PathBuf::from)
         .unwrap_or_else(|| tmp_cache.path().to_path_buf());
     let (ksm, bins, manager) = tokio::task::block_in_place(|| {
-        let toolchain = occm_forge::go::Toolchain::new("1.25.1", &cache);
+        let toolchain = occm_forge_core::go::Toolchain::new("1.25.1", &cache);
         (
             build_kube_state_metrics(&cache),
             control_plane::build(
@@ -521,7 +521,7 @@ async fn real_kube_state_metrics_with_the_shipped_config_makes_the_series_the_al
                 &cache,
             )
             .unwrap(),
-            capi::build(&occm_forge::config::ClusterApi::default(), &cache).unwrap(),
+            capi::build(&occm_forge_core::config::ClusterApi::default(), &cache).unwrap(),
         )
     });
     let dir = tempfile::tempdir().unwrap();
@@ -532,7 +532,7 @@ async fn real_kube_state_metrics_with_the_shipped_config_makes_the_series_the_al
     )
     .await
     .unwrap();
-    let kube = occm_forge::kubernetes::Kube::with_token(
+    let kube = occm_forge_core::kubernetes::Kube::with_token(
         &cp.url,
         &cp.ca_pem,
         &cp.token,

@@ -17,10 +17,10 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use management::*;
-use occm_forge::accept::sim::capi::Management;
-use occm_forge::accept::sim::magnum;
-use occm_forge::accept::sim::provider;
-use occm_forge::kubernetes::Kube;
+use occm_forge_accept::sim::capi::Management;
+use occm_forge_accept::sim::provider;
+use occm_forge_core::kubernetes::Kube;
+use occm_forge_core::mcapi::objects as magnum;
 use serde_json::{Value, json};
 
 #[tokio::test(flavor = "multi_thread")]
@@ -223,7 +223,7 @@ async fn exercise(m: &Management, dir: &Path) {
     let secret_path = format!("/api/v1/namespaces/{NS}/secrets/{}", current.secret);
     loop {
         let secret = kube.get(&secret_path).await.unwrap().unwrap();
-        let hash = occm_forge::render::crs_secret::secret_hash(&secret.to_string()).unwrap();
+        let hash = occm_forge_core::render::crs_secret::secret_hash(&secret.to_string()).unwrap();
         if hash == pinned_hash {
             break;
         }
@@ -314,7 +314,7 @@ async fn exercise(m: &Management, dir: &Path) {
         .await
         .unwrap();
     let secret = format!("/api/v1/namespaces/{NS}/secrets/{}", current.secret);
-    let refusals: Vec<(&str, Result<(), occm_forge::kubernetes::KubeError>)> = vec![
+    let refusals: Vec<(&str, Result<(), occm_forge_core::kubernetes::KubeError>)> = vec![
         ("list Secrets in kube-system", sa.list("/api/v1/namespaces/kube-system/secrets").await.map(drop)),
         ("create a Secret", sa.post(&format!("/api/v1/namespaces/{NS}/secrets"), json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "x"}})).await.map(drop)),
         ("patch the Secret", sa.merge_patch(&secret, json!({"metadata": {"labels": {"x": "y"}}})).await.map(drop)),
@@ -552,8 +552,8 @@ async fn the_field(m: &Management, dir: &Path) {
     };
     let pinned = || async {
         let s = kube.get(&secret_path).await.unwrap().unwrap().to_string();
-        occm_forge::render::crs_secret::occm_image(&s).unwrap() == ours("1.34")
-            && occm_forge::render::crs_secret::occm_rbac(&s)
+        occm_forge_core::render::crs_secret::occm_image(&s).unwrap() == ours("1.34")
+            && occm_forge_core::render::crs_secret::occm_rbac(&s)
                 .unwrap()
                 .node_delete
     };

@@ -8,15 +8,15 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use occm_forge::config::{self, Minor, Platform};
-use occm_forge::describe;
-use occm_forge::digest_manifest;
-use occm_forge::go::build::{BuildInfo, Module};
-use occm_forge::image::base::{self, BaseLayer, LayerData, PlatformBase, ResolvedBase};
-use occm_forge::image::layer;
-use occm_forge::image::spec::{Descriptor, Family};
-use occm_forge::image::{self, ImageRequest};
-use occm_forge::registry::publish::ReferrersPushed;
+use occm_forge_core::config::{self, Minor, Platform};
+use occm_forge_core::describe;
+use occm_forge_core::digest_manifest;
+use occm_forge_core::go::build::{BuildInfo, Module};
+use occm_forge_core::image::base::{self, BaseLayer, LayerData, PlatformBase, ResolvedBase};
+use occm_forge_core::image::layer;
+use occm_forge_core::image::spec::{Descriptor, Family};
+use occm_forge_core::image::{self, ImageRequest};
+use occm_forge_core::registry::publish::ReferrersPushed;
 
 const EPOCH: i64 = 1_760_539_416;
 const TAG: &str = "v1.34.1-occmforge.1";
@@ -113,7 +113,7 @@ fn assemble(base: &ResolvedBase, dir: &Path) -> (String, BTreeMap<String, String
     let layout = dir.join("layout");
     let bins = fake_binaries(dir);
     let built = image::assemble(&ImageRequest {
-        program: &occm_forge::image::OCCM,
+        program: &occm_forge_core::image::OCCM,
         binaries: &bins,
         base,
         tag: TAG,
@@ -258,7 +258,7 @@ fn provenance_bytes() {
         },
     ];
     let platforms = vec!["linux/amd64".to_string(), "linux/arm64".to_string()];
-    let ldflags = occm_forge::go::build::ldflags(TAG);
+    let ldflags = occm_forge_core::go::build::ldflags(TAG);
     let base_digest = format!("sha256:{}", "5".repeat(64));
     let mut input = describe::ProvenanceInput {
         repository: REPOSITORY,
@@ -273,7 +273,7 @@ fn provenance_bytes() {
         platforms: &platforms,
         manifests: &manifests,
         go_version: "1.25.1",
-        go_env: &occm_forge::go::platforms_env(&self::platforms()),
+        go_env: &occm_forge_core::go::platforms_env(&self::platforms()),
         ldflags: &ldflags,
         go_overrides: &BTreeMap::new(),
         base: ("static", None),

@@ -35,9 +35,9 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use management::*;
-use occm_forge::accept::sim::capi::Management;
-use occm_forge::accept::sim::provider;
-use occm_forge::kubernetes::Kube;
+use occm_forge_accept::sim::capi::Management;
+use occm_forge_accept::sim::provider;
+use occm_forge_core::kubernetes::Kube;
 use serde_json::{Value, json};
 
 /// The environment variable naming the Python interpreter with the full install.
@@ -357,7 +357,7 @@ async fn after_the_upgrades(m: &Management, dir: &Path, pinned: &Upgraded, dropp
         .await
         .unwrap()
         .unwrap();
-    let hash = occm_forge::render::crs_secret::secret_hash(&secret.to_string()).unwrap();
+    let hash = occm_forge_core::render::crs_secret::secret_hash(&secret.to_string()).unwrap();
     reached(
         kube,
         &c,
@@ -436,7 +436,7 @@ async fn watch_and_replay(
         let replayed = replay(kube, u).await;
         let secret = loop {
             let s = kube.get(&path).await.unwrap().unwrap();
-            let image = occm_forge::render::crs_secret::occm_image(&s.to_string()).unwrap();
+            let image = occm_forge_core::render::crs_secret::occm_image(&s.to_string()).unwrap();
             if s["metadata"]["resourceVersion"] != replayed && image == ours("1.35") {
                 break s;
             }
@@ -448,7 +448,7 @@ async fn watch_and_replay(
             );
             tokio::time::sleep(Duration::from_millis(100)).await;
         };
-        let hash = occm_forge::render::crs_secret::secret_hash(&secret.to_string()).unwrap();
+        let hash = occm_forge_core::render::crs_secret::secret_hash(&secret.to_string()).unwrap();
         reached(kube, c, &ours("1.35"), Some(&hash), Duration::from_secs(30)).await;
         eprintln!(
             "upgrade's PUT ({}) → ours again on the workload DaemonSet: {:.1} s",

@@ -23,10 +23,10 @@ use std::process::Command;
 use std::time::Duration;
 
 use common::*;
-use occm_forge::config::{Config, Minor};
-use occm_forge::digest_manifest::Entry;
-use occm_forge::plan::{BuildPlan, Overrides};
-use occm_forge::render::{EntryFormat, RenderOptions, render_with};
+use occm_forge_core::config::{Config, Minor};
+use occm_forge_core::digest_manifest::Entry;
+use occm_forge_core::plan::{BuildPlan, Overrides};
+use occm_forge_core::render::{EntryFormat, RenderOptions, render_with};
 use serde_json::{Value, json};
 
 const OCCM: &str = "openstack-cloud-controller-manager";
@@ -137,7 +137,7 @@ impl MinorTags {
 }
 
 fn tracked_tags() -> Vec<MinorTags> {
-    let config = occm_forge::config::load(&repo_root().join("images.toml")).unwrap();
+    let config = occm_forge_core::config::load(&repo_root().join("images.toml")).unwrap();
     let tags: Vec<MinorTags> = config
         .minors
         .iter()

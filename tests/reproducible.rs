@@ -9,8 +9,8 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 use common::*;
-use occm_forge::accept::binary::extract_from_layout;
-use occm_forge::config::Platform;
+use occm_forge_accept::binary::extract_from_layout;
+use occm_forge_core::config::Platform;
 
 fn forge(f: &Fixture, args: &[&str]) -> Command {
     let mut c = occm_forge(f.path());

@@ -1,12 +1,12 @@
 //! `occm-forge accept`: the image's binary and the unpatched control against a real
-//! kube-apiserver and the simulated OpenStack (the `accept` module).
+//! kube-apiserver and the simulated OpenStack (crates/accept).
 
 use std::path::PathBuf;
 
 use clap::Args;
-use occm_forge::Error;
-use occm_forge::accept::{self, MinorRequest, RunOptions, Scenario};
-use occm_forge::progress::Terminal;
+use occm_forge_accept::{self as accept, MinorRequest, RunOptions, Scenario};
+use occm_forge_core::Error;
+use occm_forge_core::progress::Terminal;
 
 use super::output::print_stdout;
 use super::{Cli, Inputs, MinorSelection};
@@ -79,7 +79,7 @@ pub async fn run(cli: &Cli, args: &AcceptArgs) -> Result<u8, Error> {
     if let Some(path) = &args.output {
         accept::report::recorded_reports(path)?;
     }
-    let tools = occm_forge::mcapi::Tools {
+    let tools = occm_forge_core::mcapi::Tools {
         python: args.mcapi_python.clone(),
         helm: args.helm.clone(),
     };
@@ -124,8 +124,8 @@ pub async fn run(cli: &Cli, args: &AcceptArgs) -> Result<u8, Error> {
 /// the reports as JSON); exit 12 when a minor cannot be prepared here (NOT VERIFIED).
 async fn prepare(
     args: &AcceptArgs,
-    config: &occm_forge::config::Config,
-    minors: &[occm_forge::config::Minor],
+    config: &occm_forge_core::config::Config,
+    minors: &[occm_forge_core::config::Minor],
     cache: &std::path::Path,
     quiet: bool,
 ) -> Result<u8, Error> {

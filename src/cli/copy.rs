@@ -3,11 +3,11 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use occm_forge::config::{self, Minor};
-use occm_forge::copy::{self, CopyError, CopyRequest};
-use occm_forge::progress::Terminal;
-use occm_forge::stage::{Reporter as _, StageReport};
-use occm_forge::{Error, plan, render, report};
+use occm_forge_core::config::Minor;
+use occm_forge_core::copy::{self, CopyError, CopyRequest};
+use occm_forge_core::progress::Terminal;
+use occm_forge_core::stage::{Reporter as _, StageReport};
+use occm_forge_core::{Error, plan, render, report};
 
 use super::output::print_stdout;
 use super::{Cli, RegistryArgs};
@@ -38,7 +38,7 @@ pub struct CopyArgs {
 }
 
 pub async fn run(cli: &Cli, args: &CopyArgs) -> Result<u8, Error> {
-    let config = config::load(&args.config)?;
+    let config = super::load_config(&args.config)?;
     let registry = plan::registry(&config, &args.registry.overrides())?;
     let to = match (&args.to, &args.prefix) {
         (Some(to), _) => to.clone(),

@@ -3,9 +3,9 @@
 use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
-use occm_forge::config::Minor;
-use occm_forge::digest_manifest::{self, Signer};
-use occm_forge::{Error, config, plan, report, sign, signatures};
+use occm_forge_core::config::Minor;
+use occm_forge_core::digest_manifest::{self, Signer};
+use occm_forge_core::{Error, plan, report, sign, signatures};
 
 use super::output::{note, print_stdout, warn};
 use super::{Cli, RegistryArgs};
@@ -100,7 +100,7 @@ pub async fn run(cli: &Cli, cmd: &ManifestCommand) -> Result<u8, Error> {
         (None, Some(identity), Some(issuer)) => Signer::Certificate { identity, issuer },
         _ => unreachable!("clap requires --key or both certificate flags"),
     };
-    let config = config::load(&args.config)?;
+    let config = super::load_config(&args.config)?;
     let registry = plan::registry(&config, &args.registry.overrides())?;
     let path = &config.digest_manifest;
     let _lock = lock(path, args.no_wait)?;
@@ -203,7 +203,7 @@ fn lock(path: &std::path::Path, no_wait: bool) -> Result<digest_manifest::RunLoc
 }
 
 fn merge(cli: &Cli, args: &MergeArgs) -> Result<u8, Error> {
-    let config = config::load(&args.config)?;
+    let config = super::load_config(&args.config)?;
     let path = &config.digest_manifest;
     let _lock = lock(path, args.no_wait)?;
     let merged = digest_manifest::merge(path, &args.fragments)?;

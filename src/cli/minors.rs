@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use occm_forge::{Error, config};
+use occm_forge_core::Error;
 
 use super::output::print_stdout;
 
@@ -19,7 +19,7 @@ pub struct MinorsArgs {
 }
 
 pub fn run(args: &MinorsArgs) -> Result<u8, Error> {
-    let config = config::load(&args.config)?;
+    let config = super::load_config(&args.config)?;
     let today = time::OffsetDateTime::now_utc().date();
     let list: Vec<String> = config
         .minors

@@ -5,12 +5,12 @@
 use std::path::{Path, PathBuf};
 
 use clap::{Args, Subcommand};
-use occm_forge::config::Minor;
-use occm_forge::progress::Terminal;
-use occm_forge::redgreen::{self, ProofRequest};
-use occm_forge::refresh::{self, EditRequest, ExportRequest};
-use occm_forge::util::write_file_atomically;
-use occm_forge::{Error, report};
+use occm_forge_core::config::Minor;
+use occm_forge_core::progress::Terminal;
+use occm_forge_core::redgreen::{self, ProofRequest};
+use occm_forge_core::refresh::{self, EditRequest, ExportRequest};
+use occm_forge_core::util::write_file_atomically;
+use occm_forge_core::{Error, report};
 
 use super::output::print_stdout;
 use super::{Cli, Inputs};
@@ -169,7 +169,7 @@ fn edit(cli: &Cli, args: &EditArgs) -> Result<u8, Error> {
         .dir
         .clone()
         .unwrap_or_else(|| refresh::default_dir(&cache, args.k8s));
-    let config = occm_forge::config::load(&config_for(&args.inputs.config, &dir))?;
+    let config = super::load_config(&config_for(&args.inputs.config, &dir))?;
     let report = refresh::edit(&EditRequest {
         config: &config,
         minor: args.k8s,
@@ -203,7 +203,7 @@ fn export(cli: &Cli, args: &ExportArgs) -> Result<u8, Error> {
         .dir
         .clone()
         .unwrap_or_else(|| refresh::default_dir(&cli.cache_dir(), args.k8s));
-    let config = occm_forge::config::load(&config_for(&args.config, &dir))?;
+    let config = super::load_config(&config_for(&args.config, &dir))?;
     let report = refresh::export(&ExportRequest {
         config: &config,
         minor: args.k8s,

@@ -3,10 +3,10 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use occm_forge::config::{self, Minor};
-use occm_forge::render::crs_secret as crs;
-use occm_forge::render::{Format, RenderOptions};
-use occm_forge::{Error, digest_manifest, render};
+use occm_forge_core::config::Minor;
+use occm_forge_core::render::crs_secret as crs;
+use occm_forge_core::render::{Format, RenderOptions};
+use occm_forge_core::{Error, digest_manifest, render};
 
 use super::output::{note, print_stdout};
 
@@ -113,7 +113,7 @@ pub fn run(args: &RenderArgs, quiet: bool) -> Result<u8, Error> {
         Format::CrsSecret => return run_crs_secret(args, &opts, quiet),
         Format::Entries(format) => format,
     };
-    let config = config::load(&args.config)?;
+    let config = super::load_config(&args.config)?;
     let manifest = digest_manifest::read(&config.digest_manifest)?;
     let entries = render::select(&manifest, &config.digest_manifest, args.k8s)?;
     let out = render::render_with(format, &entries, &opts)?;
@@ -133,7 +133,7 @@ fn run_crs_secret(args: &RenderArgs, opts: &RenderOptions, quiet: bool) -> Resul
     let image = match (&args.image, args.k8s) {
         (Some(image), _) => image.clone(),
         (None, Some(minor)) => {
-            let config = config::load(&args.config)?;
+            let config = super::load_config(&args.config)?;
             let manifest = digest_manifest::read(&config.digest_manifest)?;
             let Some((built, entry)) = render::skew::serving(&manifest, minor) else {
                 return Err(Error::Usage(format!(

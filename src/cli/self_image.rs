@@ -4,11 +4,11 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use occm_forge::config::Platform;
-use occm_forge::reference::RepositoryName;
-use occm_forge::registry::publish::{self, ReferrersMode};
-use occm_forge::self_image::{self, SelfImageRequest};
-use occm_forge::{Error, plan};
+use occm_forge_core::config::Platform;
+use occm_forge_core::reference::RepositoryName;
+use occm_forge_core::registry::publish::{self, ReferrersMode};
+use occm_forge_core::self_image::{self, SelfImageRequest};
+use occm_forge_core::{Error, plan};
 
 use super::RegistryArgs;
 use super::output::{note, print_stdout};
@@ -51,13 +51,13 @@ pub async fn run(args: &SelfImageArgs, quiet: bool) -> Result<u8, Error> {
     };
     let platform = match &args.platform {
         Some(p) => p.clone(),
-        None => occm_forge::accept::binary::host_platform()?,
+        None => occm_forge_accept::binary::host_platform()?,
     };
     let tag = args
         .tag
         .clone()
         .unwrap_or_else(|| env!("CARGO_PKG_VERSION").to_string());
-    if !occm_forge::util::is_valid_tag(&tag) {
+    if !occm_forge_core::util::is_valid_tag(&tag) {
         return Err(Error::Usage(format!(
             "--tag {tag}: not an OCI tag ([A-Za-z0-9_][A-Za-z0-9._-]{{0,127}})"
         )));
@@ -101,21 +101,21 @@ pub async fn run(args: &SelfImageArgs, quiet: bool) -> Result<u8, Error> {
     let registry = plan::registry_with(&[], &[], &args.registry.overrides())?;
     // Tags never move: a tag that serves another image is refused (a rerun of the same bytes is
     // fine).
-    use occm_forge::registry::Registry as _;
+    use occm_forge_core::registry::Registry as _;
     if let Some(served) = registry
         .manifest_digest(&repo, &tag)
         .await
         .map_err(Error::Publish)?
         .filter(|d| *d != built.index.digest)
     {
-        return Err(Error::Publish(occm_forge::registry::RegistryError {
+        return Err(Error::Publish(occm_forge_core::registry::RegistryError {
             registry: repo.registry.clone(),
             operation: format!("push {}:{tag}", repo.path),
             message: format!(
                 "the tag already serves {served}, another image than this one's {}; tags never move: give another --tag",
                 built.index.digest
             ),
-            kind: occm_forge::registry::ErrorKind::Other,
+            kind: occm_forge_core::registry::ErrorKind::Other,
         }));
     }
     let published = publish::publish(

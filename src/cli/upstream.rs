@@ -1,7 +1,7 @@
 //! `occm-forge upstream check`.
 
 use clap::{Args, Subcommand};
-use occm_forge::{Error, go, report, source, upstream};
+use occm_forge_core::{Error, go, report, source, upstream};
 
 use super::output::{note, print_stdout, warn};
 use super::{Cli, Inputs};

@@ -1,10 +1,10 @@
 //! `occm-forge verify`: the registry against the digest manifest (the `audit` module).
 
 use clap::Args;
-use occm_forge::audit::{self, AuditRequest};
-use occm_forge::config::Minor;
-use occm_forge::progress::Terminal;
-use occm_forge::{Error, plan, report};
+use occm_forge_core::audit::{self, AuditRequest};
+use occm_forge_core::config::Minor;
+use occm_forge_core::progress::Terminal;
+use occm_forge_core::{Error, plan, report};
 
 use super::output::{note, print_stdout};
 use super::{Cli, Inputs, RegistryArgs};

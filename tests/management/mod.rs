@@ -12,12 +12,12 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use crate::common::*;
-use occm_forge::accept::sim::capi::{self, Management};
-use occm_forge::accept::sim::magnum;
-use occm_forge::accept::sim::provider::{self, Provider};
-use occm_forge::config::ClusterApi;
-use occm_forge::digest_manifest::DigestManifest;
-use occm_forge::kubernetes::Kube;
+use occm_forge_accept::sim::capi::{self, Management};
+use occm_forge_accept::sim::provider::{self, Provider};
+use occm_forge_core::config::ClusterApi;
+use occm_forge_core::digest_manifest::DigestManifest;
+use occm_forge_core::kubernetes::Kube;
+use occm_forge_core::mcapi::objects as magnum;
 use serde_json::{Value, json};
 
 pub const NS: &str = "magnum-system";
@@ -53,11 +53,11 @@ pub fn write_manifest(path: &Path) {
 pub fn real_parts(
     cache: &Path,
 ) -> (
-    occm_forge::accept::sim::control_plane::Binaries,
+    occm_forge_accept::sim::control_plane::Binaries,
     capi::Manager,
 ) {
-    use occm_forge::accept::sim::control_plane::{self, Versions};
-    let toolchain = occm_forge::go::Toolchain::new("1.25.1", cache);
+    use occm_forge_accept::sim::control_plane::{self, Versions};
+    let toolchain = occm_forge_core::go::Toolchain::new("1.25.1", cache);
     let bins = control_plane::build(
         &Versions {
             kubernetes: "v1.34.1".into(),
@@ -97,7 +97,7 @@ pub fn keys_of(c: &TestCluster) -> BTreeMap<String, String> {
     let mut keys = magnum::secret_keys_in(c.workload_ns, &c.image, "[Global]\n");
     if !c.node_delete {
         let occm = keys
-            .get_mut(occm_forge::render::crs_secret::SECRET_KEY)
+            .get_mut(occm_forge_core::render::crs_secret::SECRET_KEY)
             .unwrap();
         *occm = occm.replace(NODES_2_35, NODES_2_36_2);
     }
@@ -172,7 +172,7 @@ pub async fn seen(kube: &Kube, cluster: &str, secret: &str, ns: &str) -> (String
         ds.as_ref().and_then(magnum::occm_image).unwrap_or_default(),
         binding
             .as_ref()
-            .and_then(|b| occm_forge::clusters::read::binding_hash(b, secret, secret))
+            .and_then(|b| occm_forge_core::clusters::read::binding_hash(b, secret, secret))
             .unwrap_or_default(),
     )
 }
@@ -314,7 +314,7 @@ pub async fn set_up(m: &Management, dir: &Path, clusters: &[&TestCluster]) -> Ac
     let kubeconfig = dir.join("occm-forge.kubeconfig");
     std::fs::write(
         &kubeconfig,
-        occm_forge::kubernetes::kubeconfig(&cp.url, &cp.ca_pem, &token),
+        occm_forge_core::kubernetes::kubeconfig(&cp.url, &cp.ca_pem, &token),
     )
     .unwrap();
     let lock = dir.join("images.lock.yaml");

@@ -1,0 +1,155 @@
+//! occm-forge's own Go helper modules: the small modules under `<cache>/accept/` that build the
+//! parts of the simulated environment (etcd and kube-apiserver, Cluster API's manager) from the
+//! Go module proxy. Their go.mod is written and their go.sum resolved by occm-forge under
+//! `-mod=mod` ([`Toolchain::helper_command`]), never under upstream's `-mod=readonly` rule, and a
+//! failure names the helper module, never the patch series.
+
+use std::path::Path;
+use std::process::Command;
+
+use crate::AcceptError;
+use occm_forge_core::go::Toolchain;
+
+/// Takes `<dir>/.lock` (`flock`, released by the kernel when the process dies), creating `dir`.
+pub(crate) fn lock_entry(dir: &Path) -> Result<std::fs::File, AcceptError> {
+    let io = |e: std::io::Error| AcceptError::Io(format!("{}: {e}", dir.display()));
+    std::fs::create_dir_all(dir).map_err(io)?;
+    let f = std::fs::File::create(dir.join(".lock")).map_err(io)?;
+    f.lock().map_err(io)?;
+    Ok(f)
+}
+
+/// Runs a `go` command (stopped on SIGINT/SIGTERM), its failure to start named for `part`.
+pub(crate) fn run_go(cmd: &mut Command, part: &str) -> Result<std::process::Output, AcceptError> {
+    occm_forge_core::interrupt::output(cmd).map_err(|e| AcceptError::Build {
+        part: part.into(),
+        message: format!("cannot run go: {e}"),
+    })
+}
+
+/// What a failed `go` command in the helper module `module` means: the modules the proxy
+/// refuses ([`AcceptError::NotVerified`]), else [`AcceptError::Build`] with Go's cause; an
+/// incomplete go.mod/go.sum names the helper module as occm-forge's own.
+pub(crate) fn helper_failure(part: &str, module: &Path, stderr: &str) -> AcceptError {
+    use occm_forge_core::go::ModuleOwner;
+    let summary = occm_forge_core::go::summarize_stderr_of(stderr, 6, ModuleOwner::Helper);
+    if let Some(modules) = summary.strip_prefix("module downloads failed: ") {
+        return AcceptError::NotVerified(format!(
+            "the Go module proxy refuses {modules}, needed to build {part}"
+        ));
+    }
+    // `go mod download -json` puts the cause in the JSON: "k8s.io/kubernetes@v1.31.11: reading https://…: 403 Forbidden".
+    if let Some((module, rest)) = stderr.split_once(": reading ") {
+        let status = rest.rsplit(": ").next().unwrap_or("").trim();
+        return AcceptError::NotVerified(format!(
+            "the Go module proxy refuses {} ({status}), needed to build {part}",
+            module.trim()
+        ));
+    }
+    let message = if occm_forge_core::go::module_graph_line(stderr).is_some() {
+        // Go says the module graph is incomplete: the helper is ours to resolve, not upstream's.
+        format!(
+            "{summary}: the go.sum of occm-forge's helper module {} did not cover it after resolving (a bug in occm-forge; remove that directory to resolve it again)",
+            module.display()
+        )
+    } else if summary.trim().is_empty() {
+        format!(
+            "go failed in occm-forge's helper module {} without a message on stderr",
+            module.display()
+        )
+    } else {
+        summary
+    };
+    AcceptError::Build {
+        part: part.into(),
+        message,
+    }
+}
+
+/// `go build -trimpath -buildvcs=false -ldflags <ldflags> -o <dest> <package>` in the helper
+/// module `module`, written under a temporary name and renamed, so `dest` is complete or absent;
+/// nothing to do when `dest` exists.
+///
+/// Errors: [`helper_failure`]'s.
+pub(crate) fn go_build(
+    toolchain: &Toolchain,
+    module: &Path,
+    part: &str,
+    package: &str,
+    ldflags: &str,
+    dest: &Path,
+) -> Result<(), AcceptError> {
+    if dest.is_file() {
+        return Ok(());
+    }
+    let tmp = dest.with_extension(format!("tmp{}", std::process::id()));
+    let mut cmd = toolchain.command(module);
+    cmd.args([
+        "build",
+        "-trimpath",
+        "-buildvcs=false",
+        "-ldflags",
+        ldflags,
+        "-o",
+    ])
+    .arg(&tmp)
+    .arg(package);
+    tracing::info!("building {part} ({package}) with go{}", toolchain.version);
+    let out = run_go(&mut cmd, part)?;
+    if !out.status.success() {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(helper_failure(
+            part,
+            module,
+            &String::from_utf8_lossy(&out.stderr),
+        ));
+    }
+    std::fs::rename(&tmp, dest).map_err(|e| AcceptError::Io(format!("{}: {e}", dest.display())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refused_module_is_not_verified() {
+        let e = helper_failure(
+            "kube-apiserver",
+            Path::new("/cache/accept/v1.31.11/module"),
+            "k8s.io/kubernetes@v1.31.11: reading https://proxy.golang.org/k8s.io/kubernetes/@v/v1.31.11.zip: 403 Forbidden",
+        );
+        assert_eq!(
+            e.to_string(),
+            "NOT VERIFIED: the Go module proxy refuses k8s.io/kubernetes@v1.31.11 (403 Forbidden), needed to build kube-apiserver"
+        );
+    }
+
+    #[test]
+    fn a_silent_go_failure_still_says_where() {
+        let e = helper_failure(
+            "cluster-api",
+            Path::new("/cache/accept/cluster-api-v1.13.2/module"),
+            "",
+        );
+        assert_eq!(
+            e.to_string(),
+            "building cluster-api: go failed in occm-forge's helper module /cache/accept/cluster-api-v1.13.2/module without a message on stderr"
+        );
+    }
+
+    #[test]
+    fn an_incomplete_helper_go_sum_names_the_helper_never_the_patch_series() {
+        let e = helper_failure(
+            "kube-apiserver",
+            Path::new("/cache/accept/v1.34.1/module"),
+            "go: k8s.io/kubernetes/cmd/kube-apiserver: missing go.sum entry for module providing package k8s.io/kubernetes/cmd/kube-apiserver; to add:\n\tgo mod download k8s.io/kubernetes\n",
+        )
+        .to_string();
+        assert!(
+            e.starts_with("building kube-apiserver: go: k8s.io/kubernetes/cmd/kube-apiserver: missing go.sum entry")
+                && e.contains("occm-forge's helper module /cache/accept/v1.34.1/module")
+                && !e.contains("patch series"),
+            "{e}"
+        );
+    }
+}
