@@ -548,7 +548,7 @@ async fn real_control_plane_faults_a_port_in_use_and_an_apiserver_never_ready() 
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "needs the Go module proxy to build etcd and kube-apiserver v1.34.1 (run with OCCM_FORGE_UPSTREAM_MIRROR set and -- --ignored)"]
 async fn an_occm_that_crashes_fails_the_scenario_and_nothing_is_left_running() {
-    use occm_forge_accept::{self as accept, AcceptRequest, Scenario, Verdict};
+    use occm_forge_accept::{self as accept, AcceptRequest, Verdict};
     use occm_forge_core::image;
     let gated = gated_cache();
     let cache = gated.path();
@@ -603,7 +603,7 @@ async fn an_occm_that_crashes_fails_the_scenario_and_nothing_is_left_running() {
             control_plane: &control_plane,
             cluster_api: None,
             work_dir: &work,
-            scenarios: &[Scenario::S1],
+            scenarios: &[occm_forge_accept::scenarios::s1::SCENARIO],
             keep_logs: false,
             chart: &chart,
             driver: &manifests,

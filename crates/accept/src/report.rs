@@ -71,7 +71,7 @@ impl ScenarioRow {
             }
             (Some(o), _) if !o.passed => "FAILED: ours fails".into(),
             (Some(_), Some(c)) if !c.passed && !expected && c.bug_shown => {
-                "the fix: upstream fails, ours passes".into()
+                self.scenario.fix_shows().into()
             }
             (Some(_), Some(c)) if !c.passed && !expected => {
                 "ours passes; upstream fails without showing the bug (inconclusive)".into()
@@ -419,6 +419,14 @@ pub fn render_markdown(reports: &[AcceptReport]) -> String {
     out
 }
 
+/// One line per scenario, from the scenario itself: what a pass of ours means.
+fn pass_means() -> String {
+    Scenario::ALL
+        .iter()
+        .map(|s| format!("- {s}: {}\n", s.pass_means()))
+        .collect()
+}
+
 /// The reports as a document (docs/acceptance.md), stamped with when they were produced.
 /// `reports_file` is the file name of the reports beside it ([`reports_path`]).
 pub fn document(reports: &[AcceptReport], generated_at: i64, reports_file: &str) -> String {
@@ -461,9 +469,11 @@ It does not prove how long a real kubelet, CAPO and Nova take: the stand-ins ans
 - S7 pass: a fault that lasts is not cured by the fix, only made loud: the patched OCCM exits at every start with patch 0004's message, so its Pod crash-loops where an operator and their alerts see it, while the unpatched OCCM runs on silently and the Machines are remediated without a word of why. It does not prove the cloud comes back.\n\
 - S6 pass: `render --format crs-secret` output written back with a full PUT reaches the workload cluster's OCCM DaemonSet through Cluster API's own ClusterResourceSet controller (strategy Reconcile) within 30 s, with the ClusterResourceSetBinding hash crs-secret prints; `--image` reverts it the same way; a driver-style upgrade (the Secret rendered again from the labels) puts upstream's image back, the state an operator must detect and repair; a legacy Secret named by the cluster UUID under strategy ApplyOnce is refused by crs-secret, and a hand edit of it never reaches the workload. \
 The Secret is the one magnum-cluster-api's own code renders for the cluster's labels (its driver upgrade is that rendering again). It does not prove the rollout of the DaemonSet's Pods (no kubelet or kube-controller-manager runs).\n\n\
+What a pass of ours means, per scenario:\n\n{}\n\
 {}\n## Timings\n\n{}",
         occm_forge_core::util::rfc3339(generated_at),
         reports_file,
+        pass_means(),
         render_markdown(reports),
         if timings.is_empty() {
             "none\n".to_string()
@@ -578,8 +588,8 @@ mod tests {
         );
         r.rows = vec![
             ScenarioRow {
-                scenario: Scenario::S1,
-                title: Scenario::S1.title(),
+                scenario: crate::scenarios::s1::SCENARIO,
+                title: crate::scenarios::s1::SCENARIO.title(),
                 ours: run(
                     true,
                     5.2,
@@ -592,8 +602,8 @@ mod tests {
                 ),
             },
             ScenarioRow {
-                scenario: Scenario::S3,
-                title: Scenario::S3.title(),
+                scenario: crate::scenarios::s3::SCENARIO,
+                title: crate::scenarios::s3::SCENARIO.title(),
                 ours: run(
                     true,
                     1.5,
@@ -638,7 +648,7 @@ mod tests {
         );
         assert_eq!(all[0].verdict, Verdict::Failed);
         assert_eq!(all[1].verdict, Verdict::Accepted);
-        assert_eq!(all[1].rows[0].title, Scenario::S1.title());
+        assert_eq!(all[1].rows[0].title, crate::scenarios::s1::SCENARIO.title());
         // No path of the machine that ran it is recorded.
         let json = std::fs::read_to_string(reports_path(&doc)).unwrap();
         assert!(!json.contains("\"/cache/"), "{json}");
@@ -684,7 +694,7 @@ mod tests {
         );
         // Where upstream has the fix (the series does not carry it), a control that passes S1
         // is expected.
-        r.upstream_fixed = vec![Scenario::S1];
+        r.upstream_fixed = vec![crate::scenarios::s1::SCENARIO];
         r.decide();
         assert_eq!(r.verdict, Verdict::Accepted, "{:?}", r.reason);
         assert_eq!(
@@ -697,8 +707,8 @@ mod tests {
         // A control that fails S5 without the remediation loop does not show it either.
         r.rows[0].control.as_mut().unwrap().passed = false;
         r.rows.push(ScenarioRow {
-            scenario: Scenario::S5,
-            title: Scenario::S5.title(),
+            scenario: crate::scenarios::s5::SCENARIO,
+            title: crate::scenarios::s5::SCENARIO.title(),
             ours: run(true, 28.0, "Machine workers-a Running"),
             control: Some(RunResult {
                 bug_shown: false,
@@ -728,6 +738,12 @@ mod tests {
         r.decide();
         assert_eq!(r.verdict, Verdict::Accepted);
         assert_eq!(r.rows[2].shows(), "the fix: upstream fails, ours passes");
+        // S7's pass is a loud failure, not a cure, and its row says so.
+        r.rows[2].scenario = crate::scenarios::s7::SCENARIO;
+        assert_eq!(
+            r.rows[2].shows(),
+            "the fix makes the failure loud, not cured: upstream stays silent, ours crash-loops with its message"
+        );
         r.rows.pop();
         r.rows[1].ours.as_mut().unwrap().passed = false;
         r.decide();

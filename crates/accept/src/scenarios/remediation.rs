@@ -286,10 +286,18 @@ pub fn crash_loop_verdict(o: &Observed) -> RunResult {
     } else {
         "no Machine got a nodeRef"
     };
-    let remediations = match o.remediations.len() {
+    let mut remediations = match o.remediations.len() {
         0 => "no remediation".to_string(),
         n => format!("{n} remediation{}", if n == 1 { "" } else { "s" }),
     };
+    // The fault never ends: past the startup timeout the Machine is remediated on either side.
+    let timeout = Fault::Permanent.node_startup_timeout();
+    if o.watched >= timeout.as_secs_f64() {
+        remediations.push_str(&format!(
+            " (the fault outlasted nodeStartupTimeout, {} s: the failure is loud, not cured)",
+            timeout.as_secs()
+        ));
+    }
     if loud {
         let last = o.exits.last().map(|e| e.at).unwrap_or_default();
         let line = shorten(
@@ -944,7 +952,27 @@ mod tests {
         assert!(!r.passed && r.bug_shown, "{r:?}");
         assert_eq!(
             r.evidence,
-            "OCCM kept running 80 s without a word of the fault (log: `Skipping \"cloud-node-controller\"`); no Machine got a nodeRef; 1 remediation"
+            "OCCM kept running 80 s without a word of the fault (log: `Skipping \"cloud-node-controller\"`); no Machine got a nodeRef; 1 remediation (the fault outlasted nodeStartupTimeout, 60 s: the failure is loud, not cured)"
+        );
+        // Ours past the startup timeout: passing, and saying the Machine was remediated anyway.
+        let late = Observed {
+            exits: vec![
+                exit(),
+                Exit { at: 30.0, ..exit() },
+                Exit { at: 66.6, ..exit() },
+            ],
+            remediations: vec![remediation("workers-a", 61.0)],
+            watched: 66.6,
+            ..Observed::default()
+        };
+        let r = crash_loop_verdict(&late);
+        assert!(r.passed, "{r:?}");
+        assert!(
+            r.evidence.ends_with(
+                "1 remediation (the fault outlasted nodeStartupTimeout, 60 s: the failure is loud, not cured)"
+            ),
+            "{}",
+            r.evidence
         );
         // Two exits are no loop, and not silence either.
         let two = Observed {

@@ -1,0 +1,26 @@
+//! S5: Cluster API's remediation loop: with the first Keystone token lacking compute, a worker
+//! Machine of a MachineSet under a MachineHealthCheck reaches Running with a nodeRef and
+//! NodeHealthy before `nodeStartupTimeout`, with no remediation (see [`remediation`]).
+
+use super::*;
+use super::remediation::{self, Fault};
+
+/// S5 as data.
+pub const SCENARIO: Scenario = Scenario(&Spec {
+    name: "S5",
+    title: "Cluster API: first token without compute → worker Machine gets its nodeRef, no remediation",
+    pass_means: "the bug report's symptom is gone: the worker Machine gets its nodeRef before nodeStartupTimeout, with no remediation",
+    fix_shows: FIX_SHOWS,
+    sides: BOTH,
+    side_by_side: true,
+    needs_cluster_api: true,
+    control_expected_to_pass: false,
+    stage_names: ["S5 ours", "S5 control"],
+    compute_in_catalog: true,
+    servers: no_servers,
+    run: |c, reps| Box::pin(run(c, reps)),
+});
+
+async fn run(c: &Ctx<'_>, _: &mut Vec<Replica>) -> Result<RunResult, AcceptError> {
+    remediation::run(c.capi()?, c.binary, c.dir, Fault::FirstToken).await
+}
