@@ -430,6 +430,7 @@ async fn start_stand_in(
         kube_apiserver: stand_in.clone(),
         etcd: stand_in,
         cached: true,
+        envtest: vec![],
     };
     let cp = dir.path().join("cp");
     let e = ControlPlane::start(&bins, &cp, std::time::Duration::from_secs(timeout_secs))

@@ -820,11 +820,17 @@ async fn prepare_parts(
             let b = tokio::task::block_in_place(|| {
                 control_plane::build(&versions, toolchain, cache_dir)
             })?;
+            let from = if b.envtest.is_empty() {
+                cached(b.cached).to_string()
+            } else {
+                format!(
+                    " ({} from envtest, version checked)",
+                    b.envtest.join(" and ")
+                )
+            };
             let detail = format!(
-                "kube-apiserver {}, etcd {}{}",
-                versions.kubernetes,
-                versions.etcd,
-                cached(b.cached)
+                "kube-apiserver {}, etcd {}{from}",
+                versions.kubernetes, versions.etcd
             );
             Ok::<_, AcceptError>(Done::new(b, detail))
         })

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+use super::envtest;
 use super::helper::{go_build, helper_failure, lock_entry, run_go};
 use super::process::{Process, free_port, last_error, wait_ready};
 use crate::AcceptError;
@@ -115,12 +116,15 @@ pub struct Binaries {
     pub kube_apiserver: PathBuf,
     /// `<cache>/accept/<kubernetes>/etcd-<etcd>`.
     pub etcd: PathBuf,
-    /// Whether both came from the cache.
+    /// Whether both came from the cache or envtest (nothing was built).
     pub cached: bool,
+    /// Which came from envtest's binaries ([`envtest::find`]): `kube-apiserver`, `etcd`.
+    pub envtest: Vec<&'static str>,
 }
 
-/// Builds (or finds in `<cache>/accept/<kubernetes>/`) kube-apiserver and etcd for `versions`
-/// with `toolchain`. The binaries are written under temporary names and renamed, so a cache
+/// Builds (or finds in `<cache>/accept/<kubernetes>/`, or among envtest's binaries:
+/// [`envtest::find`], each only when its own `--version` is the one `versions` asks for)
+/// kube-apiserver and etcd for `versions` with `toolchain`. The binaries are written under temporary names and renamed, so a cache
 /// entry is complete or absent; `<cache>/accept/<kubernetes>/.lock` (`flock`) keeps two runs
 /// from building one entry at once.
 ///
@@ -140,14 +144,29 @@ pub fn build(
     cache_dir: &Path,
 ) -> Result<Binaries, AcceptError> {
     let dir = cache_dir.join("accept").join(&versions.kubernetes);
-    let apiserver = dir.join("kube-apiserver");
-    let etcd = dir.join(format!("etcd-{}", versions.etcd));
+    let found = envtest::find(versions, &envtest::Sources::from_env());
+    let apiserver = found
+        .kube_apiserver
+        .clone()
+        .unwrap_or_else(|| dir.join("kube-apiserver"));
+    let etcd = found
+        .etcd
+        .clone()
+        .unwrap_or_else(|| dir.join(format!("etcd-{}", versions.etcd)));
+    let mut from_envtest = Vec::new();
+    if found.kube_apiserver.is_some() {
+        from_envtest.push("kube-apiserver");
+    }
+    if found.etcd.is_some() {
+        from_envtest.push("etcd");
+    }
     let done = || apiserver.is_file() && etcd.is_file();
     if done() {
         return Ok(Binaries {
             kube_apiserver: apiserver,
             etcd,
             cached: true,
+            envtest: from_envtest,
         });
     }
     let _lock = lock_entry(&dir)?;
@@ -157,6 +176,7 @@ pub fn build(
             kube_apiserver: apiserver,
             etcd,
             cached: true,
+            envtest: from_envtest,
         });
     }
     let module = dir.join("module");
@@ -188,6 +208,7 @@ pub fn build(
         kube_apiserver: apiserver,
         etcd,
         cached: false,
+        envtest: from_envtest,
     })
 }
 
