@@ -7,7 +7,8 @@ use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use clap::Parser;
-use occm_forge_core::{Error, interrupt};
+use occm_forge_core::Error;
+use occm_forge_core::base::interrupt;
 
 fn main() -> ExitCode {
     let cli = cli::Cli::parse();

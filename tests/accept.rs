@@ -480,7 +480,7 @@ async fn a_control_plane_part_that_exits_is_named_with_its_last_log_line() {
 /// cache: [`gated_cache`]).
 fn real_control_plane(cache: &std::path::Path) -> occm_forge_accept::sim::control_plane::Binaries {
     use occm_forge_accept::sim::control_plane::{self, Versions};
-    let toolchain = occm_forge_core::go::Toolchain::new("1.25.1", cache);
+    let toolchain = occm_forge_core::build::go::Toolchain::new("1.25.1", cache);
     control_plane::build(
         &Versions {
             kubernetes: "v1.34.1".into(),
@@ -588,7 +588,8 @@ async fn an_occm_that_crashes_fails_the_scenario_and_nothing_is_left_running() {
         kubernetes: "v1.34.1".into(),
         etcd: "v3.6.5".into(),
     };
-    let manifests = occm_forge_core::mcapi::objects::occm_manifests("r.example/occm:v0.0.0");
+    let manifests =
+        occm_forge_core::consumers::mcapi::objects::occm_manifests("r.example/occm:v0.0.0");
     let chart = occm_forge_accept::sim::chart::Chart::new("chart 2.35.0".into(), manifests.clone())
         .unwrap();
     let report = accept::accept(
@@ -610,7 +611,7 @@ async fn an_occm_that_crashes_fails_the_scenario_and_nothing_is_left_running() {
             driver: &manifests,
             upstream_fixed: &[],
         },
-        &occm_forge_core::stage::Silent,
+        &occm_forge_core::build::stage::Silent,
     )
     .await
     .unwrap();

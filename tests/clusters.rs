@@ -19,8 +19,8 @@ use common::*;
 use management::*;
 use occm_forge_accept::sim::capi::Management;
 use occm_forge_accept::sim::provider;
+use occm_forge_core::consumers::mcapi::objects as magnum;
 use occm_forge_core::kubernetes::Kube;
-use occm_forge_core::mcapi::objects as magnum;
 use serde_json::{Value, json};
 
 #[tokio::test(flavor = "multi_thread")]
@@ -223,7 +223,8 @@ async fn exercise(m: &Management, dir: &Path) {
     let secret_path = format!("/api/v1/namespaces/{NS}/secrets/{}", current.secret);
     loop {
         let secret = kube.get(&secret_path).await.unwrap().unwrap();
-        let hash = occm_forge_core::render::crs_secret::secret_hash(&secret.to_string()).unwrap();
+        let hash = occm_forge_core::consumers::render::crs_secret::secret_hash(&secret.to_string())
+            .unwrap();
         if hash == pinned_hash {
             break;
         }
@@ -552,8 +553,8 @@ async fn the_field(m: &Management, dir: &Path) {
     };
     let pinned = || async {
         let s = kube.get(&secret_path).await.unwrap().unwrap().to_string();
-        occm_forge_core::render::crs_secret::occm_image(&s).unwrap() == ours("1.34")
-            && occm_forge_core::render::crs_secret::occm_rbac(&s)
+        occm_forge_core::consumers::render::crs_secret::occm_image(&s).unwrap() == ours("1.34")
+            && occm_forge_core::consumers::render::crs_secret::occm_rbac(&s)
                 .unwrap()
                 .node_delete
     };

@@ -13,7 +13,7 @@ use std::process::{Command, Output, Stdio};
 
 use base64::Engine as _;
 use common::*;
-use occm_forge_core::mcapi::{self, MagnumCluster};
+use occm_forge_core::consumers::mcapi::{self, MagnumCluster};
 use serde::Deserialize;
 use serde_norway::Value;
 
@@ -398,7 +398,7 @@ fn labels_the_real_code_renders_into_invalid_references_are_refused() {
         for rendered in [&at, &image] {
             assert!(
                 rendered
-                    .parse::<occm_forge_core::reference::ImageRef>()
+                    .parse::<occm_forge_core::base::reference::ImageRef>()
                     .is_err(),
                 "{rendered}"
             );
@@ -635,9 +635,9 @@ fn the_simulations_chart_rendering_is_the_real_one() {
     // renders, document for document.
     let uuid = "3f5e6a7b-1c2d-4e5f-8a9b-0c1d2e3f4a5b";
     let real = mcapi_manifests(&MagnumCluster::new(uuid, "kube-abc12", "v1.34.1"));
-    let ours = occm_forge_core::mcapi::objects::occm_manifests(UPSTREAM_IMAGE);
+    let ours = occm_forge_core::consumers::mcapi::objects::occm_manifests(UPSTREAM_IMAGE);
     assert_eq!(documents(&ours), documents(&real));
-    let rbac = occm_forge_core::mcapi::rbac::occm_rbac(&real).unwrap();
+    let rbac = occm_forge_core::consumers::mcapi::rbac::occm_rbac(&real).unwrap();
     assert_eq!(
         rbac.describe(),
         "ServiceAccount kube-system/cloud-controller-manager, ClusterRole system:cloud-controller-manager can delete nodes"
@@ -685,7 +685,7 @@ fn crs_secret_restores_delete_on_nodes_in_one_line_and_reverts_it() {
     assert_eq!(added.len(), 2, "the verb and the image line: {added:?}");
     assert_eq!(added[0], "  - delete");
     assert!(
-        occm_forge_core::mcapi::rbac::occm_rbac(&key)
+        occm_forge_core::consumers::mcapi::rbac::occm_rbac(&key)
             .unwrap()
             .node_delete
     );

@@ -723,7 +723,7 @@ fn copy_to_a_read_only_registry_is_named_in_one_line() {
 /// threshold goes in one `PUT`. The registry then serves both blobs with their digests.
 #[tokio::test(flavor = "multi_thread")]
 async fn large_blobs_go_in_chunks_and_a_416_resumes_from_the_upload_status() {
-    use occm_forge_core::reference::RepositoryName;
+    use occm_forge_core::base::reference::RepositoryName;
     use occm_forge_core::registry::Registry;
     use occm_forge_core::registry::oci::{OciRegistry, OciRegistryConfig};
     use std::sync::atomic::Ordering::SeqCst;

@@ -357,7 +357,8 @@ async fn after_the_upgrades(m: &Management, dir: &Path, pinned: &Upgraded, dropp
         .await
         .unwrap()
         .unwrap();
-    let hash = occm_forge_core::render::crs_secret::secret_hash(&secret.to_string()).unwrap();
+    let hash =
+        occm_forge_core::consumers::render::crs_secret::secret_hash(&secret.to_string()).unwrap();
     reached(
         kube,
         &c,
@@ -436,7 +437,8 @@ async fn watch_and_replay(
         let replayed = replay(kube, u).await;
         let secret = loop {
             let s = kube.get(&path).await.unwrap().unwrap();
-            let image = occm_forge_core::render::crs_secret::occm_image(&s.to_string()).unwrap();
+            let image =
+                occm_forge_core::consumers::render::crs_secret::occm_image(&s.to_string()).unwrap();
             if s["metadata"]["resourceVersion"] != replayed && image == ours("1.35") {
                 break s;
             }
@@ -448,7 +450,8 @@ async fn watch_and_replay(
             );
             tokio::time::sleep(Duration::from_millis(100)).await;
         };
-        let hash = occm_forge_core::render::crs_secret::secret_hash(&secret.to_string()).unwrap();
+        let hash = occm_forge_core::consumers::render::crs_secret::secret_hash(&secret.to_string())
+            .unwrap();
         reached(kube, c, &ours("1.35"), Some(&hash), Duration::from_secs(30)).await;
         eprintln!(
             "upgrade's PUT ({}) → ours again on the workload DaemonSet: {:.1} s",

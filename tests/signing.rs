@@ -207,7 +207,7 @@ fn a_signed_build_verifies_with_cosign_and_verify_and_copy_keep_the_signature() 
     assert_eq!(signature["public_key"].as_str(), Some(public_pem.as_str()));
     assert_eq!(
         signature["key"].as_str().unwrap(),
-        occm_forge_core::sign::public_key_fingerprint(&public_pem).unwrap()
+        occm_forge_core::signing::public_key_fingerprint(&public_pem).unwrap()
     );
     let sig_digest = signature["digest"].as_str().unwrap().to_string();
     let attestations: Vec<String> = signature["attestations"]
@@ -344,7 +344,7 @@ fn a_signed_build_verifies_with_cosign_and_verify_and_copy_keep_the_signature() 
     // A digest manifest that names another key: the image's signature is foreign to it.
     generate_key_pair(home.path(), keys.path(), "other", "");
     let other = std::fs::read_to_string(keys.path().join("other.pub")).unwrap();
-    let other_key = occm_forge_core::sign::public_key_fingerprint(&other).unwrap();
+    let other_key = occm_forge_core::signing::public_key_fingerprint(&other).unwrap();
     let original_lock = std::fs::read_to_string(&f.lock).unwrap();
     let mut edited: serde_norway::Value = serde_norway::from_str(&original_lock).unwrap();
     edited["images"]["1.34"]["signature"]["public_key"] = other.clone().into();

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use clap::Args;
 use occm_forge_accept::{self as accept, MinorRequest, RunOptions, Scenario};
 use occm_forge_core::Error;
-use occm_forge_core::progress::Terminal;
+use occm_forge_core::base::progress::Terminal;
 
 use super::output::print_stdout;
 use super::{Cli, Inputs, MinorSelection};
@@ -79,7 +79,7 @@ pub async fn run(cli: &Cli, args: &AcceptArgs) -> Result<u8, Error> {
     if let Some(path) = &args.output {
         accept::report::recorded_reports(path)?;
     }
-    let tools = occm_forge_core::mcapi::Tools {
+    let tools = occm_forge_core::consumers::mcapi::Tools {
         python: args.mcapi_python.clone(),
         helm: args.helm.clone(),
     };

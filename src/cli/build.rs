@@ -4,12 +4,13 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use clap::Args;
+use occm_forge_core::Error;
+use occm_forge_core::base::progress::Terminal;
+use occm_forge_core::build::pipeline::{self, BuildOutcome, MinorResult};
+use occm_forge_core::build::plan::{self, BuildPlan, Environment, Overrides};
+use occm_forge_core::commands::report;
 use occm_forge_core::config::Config;
-use occm_forge_core::pipeline::{self, BuildOutcome, MinorResult};
-use occm_forge_core::plan::{self, BuildPlan, Environment, Overrides};
-use occm_forge_core::progress::Terminal;
 use occm_forge_core::registry::publish::ReferrersMode;
-use occm_forge_core::{Error, report};
 
 use super::output::{note, print_error_of, print_stdout};
 use super::{Cli, Inputs, MinorSelection, RegistryArgs};
@@ -113,7 +114,7 @@ impl BuildArgs {
                 .as_deref()
                 .map(|path| {
                     let password = std::env::var_os("COSIGN_PASSWORD");
-                    occm_forge_core::sign::SigningKey::load(
+                    occm_forge_core::signing::SigningKey::load(
                         path,
                         password.as_ref().map(|p| p.as_encoded_bytes()),
                     )
@@ -168,7 +169,7 @@ pub async fn run(cli: &Cli, args: &BuildArgs) -> Result<u8, Error> {
         .unwrap_or_else(|| config.digest_manifest.clone());
     let quiet = cli.quiet;
     // A signal stops the minor in progress; what the others did is still printed.
-    let _handling = occm_forge_core::interrupt::handle_here();
+    let _handling = occm_forge_core::base::interrupt::handle_here();
     let results = pipeline::build_many(
         plans,
         &record_to,
@@ -274,7 +275,7 @@ fn check_timings_path(path: &Path, config: &Config, o: &Overrides) -> Result<(),
 fn write_timings(args: &BuildArgs, value: &serde_json::Value) -> Result<(), Error> {
     if let Some(path) = &args.timings {
         let json = serde_json::to_vec_pretty(value).expect("timings serialise");
-        occm_forge_core::util::write_file_atomically(path, &json)
+        occm_forge_core::base::util::write_file_atomically(path, &json)
             .map_err(|e| Error::Io(format!("--timings {}: {e}", path.display())))?;
     }
     Ok(())

@@ -5,11 +5,12 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Args;
-use occm_forge_core::clusters::assess::{AssessOptions, table};
-use occm_forge_core::clusters::fix::{self, FixOptions, Fixed, WatchOptions};
-use occm_forge_core::clusters::{NAMESPACE, Row};
+use occm_forge_core::Error;
+use occm_forge_core::build::digest_manifest;
+use occm_forge_core::consumers::clusters::assess::{AssessOptions, table};
+use occm_forge_core::consumers::clusters::fix::{self, FixOptions, Fixed, WatchOptions};
+use occm_forge_core::consumers::clusters::{NAMESPACE, Row};
 use occm_forge_core::kubernetes::Kube;
-use occm_forge_core::{Error, digest_manifest};
 
 use super::output::{note, print_stdout, warn as occm_forge_warn};
 
@@ -87,7 +88,7 @@ pub async fn run(args: &ClustersArgs, quiet: bool) -> Result<u8, Error> {
     let manifest = digest_manifest::read_existing(&manifest_path)?;
     let kube = Kube::from_kubeconfig(args.kubeconfig.as_deref(), args.context.as_deref())
         .await
-        .map_err(occm_forge_core::clusters::ClustersError::from)?;
+        .map_err(occm_forge_core::consumers::clusters::ClustersError::from)?;
     let assess_opts = AssessOptions {
         prefix: args.prefix.clone(),
         allow_skew: args.allow_skew,
@@ -209,16 +210,16 @@ async fn watch(
     };
     // SIGTERM (a Pod stopping) ends the watch cleanly: whatever a pass was doing is started
     // again by the next occm-forge (a rewrite carries the resourceVersion it read).
-    let _handling = occm_forge_core::interrupt::handle_here();
+    let _handling = occm_forge_core::base::interrupt::handle_here();
     tokio::select! {
         r = fix::watch(kube, &opts, &mut on_fixed, report) => r?,
-        _ = occm_forge_core::interrupt::interrupted() => {}
+        _ = occm_forge_core::base::interrupt::interrupted() => {}
     }
     note(
         quiet,
         &format!(
             "stopped by signal {}",
-            occm_forge_core::interrupt::signal().unwrap_or(0)
+            occm_forge_core::base::interrupt::signal().unwrap_or(0)
         ),
     );
     Ok(0)

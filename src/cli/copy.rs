@@ -3,11 +3,14 @@
 use std::path::PathBuf;
 
 use clap::Args;
+use occm_forge_core::Error;
+use occm_forge_core::base::progress::Terminal;
+use occm_forge_core::build::plan;
+use occm_forge_core::build::stage::{Reporter as _, StageReport};
+use occm_forge_core::commands::copy::{self, CopyError, CopyRequest};
+use occm_forge_core::commands::report;
 use occm_forge_core::config::Minor;
-use occm_forge_core::copy::{self, CopyError, CopyRequest};
-use occm_forge_core::progress::Terminal;
-use occm_forge_core::stage::{Reporter as _, StageReport};
-use occm_forge_core::{Error, plan, render, report};
+use occm_forge_core::consumers::render;
 
 use super::output::print_stdout;
 use super::{Cli, RegistryArgs};

@@ -3,9 +3,13 @@
 use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
+use occm_forge_core::Error;
+use occm_forge_core::build::digest_manifest::{self, Signer};
+use occm_forge_core::build::plan;
+use occm_forge_core::commands::report;
 use occm_forge_core::config::Minor;
-use occm_forge_core::digest_manifest::{self, Signer};
-use occm_forge_core::{Error, plan, report, sign, signatures};
+use occm_forge_core::signing;
+use occm_forge_core::signing::signatures;
 
 use super::output::{note, print_stdout, warn};
 use super::{Cli, RegistryArgs};
@@ -82,7 +86,7 @@ pub async fn run(cli: &Cli, cmd: &ManifestCommand) -> Result<u8, Error> {
         Some(path) => {
             let pem = std::fs::read_to_string(path)
                 .map_err(|e| Error::Usage(format!("--key {}: {e}", path.display())))?;
-            let fingerprint = sign::public_key_fingerprint(&pem)
+            let fingerprint = signing::public_key_fingerprint(&pem)
                 .map_err(|e| Error::Usage(format!("--key {}: {e}", path.display())))?;
             Some((fingerprint, pem))
         }

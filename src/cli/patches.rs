@@ -1,16 +1,17 @@
-//! `occm-forge patches prove` and `patches matrix`: the red/green proof (`redgreen`);
+//! `occm-forge patches prove` and `patches matrix`: the red/green proof (`commands::prove`);
 //! `patches edit` and `patches export`: refreshing the series on a new upstream tree
 //! (`refresh`).
 
 use std::path::{Path, PathBuf};
 
 use clap::{Args, Subcommand};
+use occm_forge_core::Error;
+use occm_forge_core::base::progress::Terminal;
+use occm_forge_core::base::util::write_file_atomically;
+use occm_forge_core::commands::prove::{self, ProofRequest};
+use occm_forge_core::commands::refresh::{self, EditRequest, ExportRequest};
+use occm_forge_core::commands::report;
 use occm_forge_core::config::Minor;
-use occm_forge_core::progress::Terminal;
-use occm_forge_core::redgreen::{self, ProofRequest};
-use occm_forge_core::refresh::{self, EditRequest, ExportRequest};
-use occm_forge_core::util::write_file_atomically;
-use occm_forge_core::{Error, report};
 
 use super::output::print_stdout;
 use super::{Cli, Inputs};
@@ -111,11 +112,11 @@ async fn verify(cli: &Cli, args: &VerifyArgs) -> Result<u8, Error> {
         source: args.inputs.source.as_deref(),
         cache_dir: &cache,
     };
-    let report = redgreen::prove(&req, &Terminal::new(cli.quiet, "")).await?;
+    let report = prove::prove(&req, &Terminal::new(cli.quiet, "")).await?;
     let text = if args.json {
         serde_json::to_string(&report).expect("report serialises")
     } else {
-        redgreen::render_markdown(std::slice::from_ref(&report))
+        prove::render_markdown(std::slice::from_ref(&report))
     };
     print_stdout(&text)?;
     if report.ok() {
@@ -137,7 +138,7 @@ async fn matrix(cli: &Cli, args: &MatrixArgs) -> Result<u8, Error> {
         args.k8s.clone()
     };
     let reporter = Terminal::new(cli.quiet, "");
-    let reports = redgreen::matrix(
+    let reports = prove::matrix(
         &config,
         &minors,
         args.inputs.source.as_deref(),
@@ -147,10 +148,10 @@ async fn matrix(cli: &Cli, args: &MatrixArgs) -> Result<u8, Error> {
     .await?;
     if let Some(path) = &args.output {
         let now = time::OffsetDateTime::now_utc().unix_timestamp();
-        write_file_atomically(path, redgreen::matrix_document(&reports, now).as_bytes())
+        write_file_atomically(path, prove::matrix_document(&reports, now).as_bytes())
             .map_err(|e| Error::Io(format!("{}: {e}", path.display())))?;
     }
-    print_stdout(&redgreen::render_markdown(&reports))?;
+    print_stdout(&prove::render_markdown(&reports))?;
     let bad: Vec<Minor> = reports
         .iter()
         .filter(|r| !r.ok())

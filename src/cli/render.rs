@@ -3,10 +3,12 @@
 use std::path::PathBuf;
 
 use clap::Args;
+use occm_forge_core::Error;
+use occm_forge_core::build::digest_manifest;
 use occm_forge_core::config::Minor;
-use occm_forge_core::render::crs_secret as crs;
-use occm_forge_core::render::{Format, RenderOptions};
-use occm_forge_core::{Error, digest_manifest, render};
+use occm_forge_core::consumers::render;
+use occm_forge_core::consumers::render::crs_secret as crs;
+use occm_forge_core::consumers::render::{Format, RenderOptions};
 
 use super::output::{note, print_stdout};
 

@@ -4,11 +4,12 @@
 use std::path::PathBuf;
 
 use clap::Args;
+use occm_forge_core::Error;
+use occm_forge_core::base::reference::RepositoryName;
+use occm_forge_core::build::plan;
+use occm_forge_core::commands::self_image::{self, SelfImageRequest};
 use occm_forge_core::config::Platform;
-use occm_forge_core::reference::RepositoryName;
 use occm_forge_core::registry::publish::{self, ReferrersMode};
-use occm_forge_core::self_image::{self, SelfImageRequest};
-use occm_forge_core::{Error, plan};
 
 use super::RegistryArgs;
 use super::output::{note, print_stdout};
@@ -57,7 +58,7 @@ pub async fn run(args: &SelfImageArgs, quiet: bool) -> Result<u8, Error> {
         .tag
         .clone()
         .unwrap_or_else(|| env!("CARGO_PKG_VERSION").to_string());
-    if !occm_forge_core::util::is_valid_tag(&tag) {
+    if !occm_forge_core::base::util::is_valid_tag(&tag) {
         return Err(Error::Usage(format!(
             "--tag {tag}: not an OCI tag ([A-Za-z0-9_][A-Za-z0-9._-]{{0,127}})"
         )));

@@ -1,10 +1,12 @@
 //! `occm-forge verify`: the registry against the digest manifest (the `audit` module).
 
 use clap::Args;
-use occm_forge_core::audit::{self, AuditRequest};
+use occm_forge_core::Error;
+use occm_forge_core::base::progress::Terminal;
+use occm_forge_core::build::plan;
+use occm_forge_core::commands::report;
+use occm_forge_core::commands::verify::{self, AuditRequest};
 use occm_forge_core::config::Minor;
-use occm_forge_core::progress::Terminal;
-use occm_forge_core::{Error, plan, report};
 
 use super::output::{note, print_stdout};
 use super::{Cli, Inputs, RegistryArgs};
@@ -35,7 +37,7 @@ pub async fn run(cli: &Cli, args: &AuditArgs) -> Result<u8, Error> {
         cache_dir: &cache_dir,
     };
     let quiet = cli.quiet;
-    let findings = audit::audit(&req, &registry, &|line| note(quiet, &line), &|minor| {
+    let findings = verify::audit(&req, &registry, &|line| note(quiet, &line), &|minor| {
         Box::new(Terminal::new(quiet, format!("rebuild {minor}: ")))
     })
     .await?;

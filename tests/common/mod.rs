@@ -1382,8 +1382,12 @@ pub fn non_loopback_ip() -> String {
 }
 
 /// A digest-manifest entry of `repository:tag@digest`, as `render` reads it.
-pub fn entry(repository: &str, tag: &str, digest: &str) -> occm_forge_core::digest_manifest::Entry {
-    occm_forge_core::digest_manifest::Entry {
+pub fn entry(
+    repository: &str,
+    tag: &str,
+    digest: &str,
+) -> occm_forge_core::build::digest_manifest::Entry {
+    occm_forge_core::build::digest_manifest::Entry {
         image: format!("{repository}:{tag}@{digest}"),
         repository: repository.to_string(),
         tag: tag.to_string(),
@@ -1418,27 +1422,27 @@ pub const MCAPI_VERSION: &str = "0.38.2";
 
 /// The tools scripts/test installs for magnum-cluster-api's real renderer: the virtualenv
 /// `.tools/mcapi` (the wheel, no dependencies) and `.tools/bin/helm`.
-pub fn mcapi_tools() -> occm_forge_core::mcapi::Tools {
+pub fn mcapi_tools() -> occm_forge_core::consumers::mcapi::Tools {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    occm_forge_core::mcapi::Tools {
+    occm_forge_core::consumers::mcapi::Tools {
         python: Some(root.join(".tools/mcapi/bin/python")),
         helm: Some(root.join(".tools/bin/helm")),
     }
 }
 
 /// magnum-cluster-api's real renderer, as scripts/test installs it.
-pub fn mcapi() -> occm_forge_core::mcapi::Renderer {
-    occm_forge_core::mcapi::Renderer::find(&mcapi_tools(), MCAPI_VERSION).unwrap_or_else(|e| {
+pub fn mcapi() -> occm_forge_core::consumers::mcapi::Renderer {
+    occm_forge_core::consumers::mcapi::Renderer::find(&mcapi_tools(), MCAPI_VERSION).unwrap_or_else(|e| {
         panic!("{e} (scripts/test installs magnum-cluster-api into .tools/mcapi and helm into .tools/bin)")
     })
 }
 
 /// The OCCM manifests (`cloud-controller-manager.yaml`) magnum-cluster-api's real code renders
 /// for `cluster`.
-pub fn mcapi_manifests(cluster: &occm_forge_core::mcapi::MagnumCluster) -> String {
+pub fn mcapi_manifests(cluster: &occm_forge_core::consumers::mcapi::MagnumCluster) -> String {
     let mut data = mcapi().render(std::slice::from_ref(cluster)).unwrap();
     data.remove(0)
-        .remove(occm_forge_core::render::crs_secret::SECRET_KEY)
+        .remove(occm_forge_core::consumers::render::crs_secret::SECRET_KEY)
         .expect("the renderer gives cloud-controller-manager.yaml")
 }
 

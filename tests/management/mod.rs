@@ -14,10 +14,10 @@ use std::time::{Duration, Instant};
 use crate::common::*;
 use occm_forge_accept::sim::capi::{self, Management};
 use occm_forge_accept::sim::provider::{self, Provider};
+use occm_forge_core::build::digest_manifest::DigestManifest;
 use occm_forge_core::config::ClusterApi;
-use occm_forge_core::digest_manifest::DigestManifest;
+use occm_forge_core::consumers::mcapi::objects as magnum;
 use occm_forge_core::kubernetes::Kube;
-use occm_forge_core::mcapi::objects as magnum;
 use serde_json::{Value, json};
 
 pub const NS: &str = "magnum-system";
@@ -57,7 +57,7 @@ pub fn real_parts(
     capi::Manager,
 ) {
     use occm_forge_accept::sim::control_plane::{self, Versions};
-    let toolchain = occm_forge_core::go::Toolchain::new("1.25.1", cache);
+    let toolchain = occm_forge_core::build::go::Toolchain::new("1.25.1", cache);
     let bins = control_plane::build(
         &Versions {
             kubernetes: "v1.34.1".into(),
@@ -97,7 +97,7 @@ pub fn keys_of(c: &TestCluster) -> BTreeMap<String, String> {
     let mut keys = magnum::secret_keys_in(c.workload_ns, &c.image, "[Global]\n");
     if !c.node_delete {
         let occm = keys
-            .get_mut(occm_forge_core::render::crs_secret::SECRET_KEY)
+            .get_mut(occm_forge_core::consumers::render::crs_secret::SECRET_KEY)
             .unwrap();
         *occm = occm.replace(NODES_2_35, NODES_2_36_2);
     }
@@ -172,7 +172,9 @@ pub async fn seen(kube: &Kube, cluster: &str, secret: &str, ns: &str) -> (String
         ds.as_ref().and_then(magnum::occm_image).unwrap_or_default(),
         binding
             .as_ref()
-            .and_then(|b| occm_forge_core::clusters::read::binding_hash(b, secret, secret))
+            .and_then(|b| {
+                occm_forge_core::consumers::clusters::read::binding_hash(b, secret, secret)
+            })
             .unwrap_or_default(),
     )
 }

@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use super::AcceptError;
+use occm_forge_core::build::go::Toolchain;
 use occm_forge_core::config::Platform;
-use occm_forge_core::go::Toolchain;
 use occm_forge_core::image::elf::check_elf;
 pub use occm_forge_core::image::elf::host_platform;
 use occm_forge_core::image::layout;
@@ -46,7 +46,7 @@ fn verified_blob(layout_dir: &Path, digest: &str) -> Result<Vec<u8>, AcceptError
             format!("blob {digest}: {e}"),
         )
     })?;
-    if occm_forge_core::util::sha256_digest(&bytes) != digest {
+    if occm_forge_core::base::util::sha256_digest(&bytes) != digest {
         return Err(input(
             format!("layout {}", layout_dir.display()),
             format!("blob {digest} does not match its digest"),
@@ -202,7 +202,7 @@ fn binary_in_layer(
             .map(std::io::BufReader::new)
             .map_err(|e| input(part, format!("blob {}: {e}", layer.digest)))
     };
-    if occm_forge_core::util::sha256_of_reader(open()?).map_err(|e| bad(e.to_string()))?
+    if occm_forge_core::base::util::sha256_of_reader(open()?).map_err(|e| bad(e.to_string()))?
         != layer.digest
     {
         return Err(input(
@@ -308,7 +308,7 @@ pub fn build_control(req: &ControlRequest<'_>) -> Result<Control, occm_forge_cor
         String::new()
     } else {
         let text = serde_json::to_vec(req.go_overrides).expect("overrides serialise");
-        let digest = occm_forge_core::util::sha256_digest(&text);
+        let digest = occm_forge_core::base::util::sha256_digest(&text);
         format!(
             "-overrides{}",
             &digest["sha256:".len().."sha256:".len() + 12]
@@ -334,33 +334,41 @@ pub fn build_control(req: &ControlRequest<'_>) -> Result<Control, occm_forge_cor
             cached: true,
         });
     }
-    let scratch = occm_forge_core::util::scratch_dir(req.cache_dir, "accept-control-")
+    let scratch = occm_forge_core::base::util::scratch_dir(req.cache_dir, "accept-control-")
         .map_err(occm_forge_core::Error::Io)?;
-    let tree = occm_forge_core::source::checkout(&occm_forge_core::source::SourceRequest {
-        url: req.source,
-        tag: req.upstream_tag,
-        pinned_commit: req.commit,
-        config: req.config,
-        cache_dir: req.cache_dir,
-        tree_dir: &scratch.path().join("src"),
-    })?;
+    let tree =
+        occm_forge_core::build::source::checkout(&occm_forge_core::build::source::SourceRequest {
+            url: req.source,
+            tag: req.upstream_tag,
+            pinned_commit: req.commit,
+            config: req.config,
+            cache_dir: req.cache_dir,
+            tree_dir: &scratch.path().join("src"),
+        })?;
     if !req.go_overrides.is_empty() {
-        occm_forge_core::go::overrides::check(
+        occm_forge_core::build::go::overrides::check(
             req.toolchain,
             &tree.path,
             req.upstream_tag,
             req.go_overrides,
         )?;
-        occm_forge_core::go::overrides::apply(req.toolchain, &tree.path, req.go_overrides, &[])?;
+        occm_forge_core::build::go::overrides::apply(
+            req.toolchain,
+            &tree.path,
+            req.go_overrides,
+            &[],
+        )?;
     }
     let go_mod = std::fs::read(tree.path.join("go.mod")).map_err(io)?;
-    let built = occm_forge_core::go::build::build(&occm_forge_core::go::build::BuildRequest {
-        dir: &tree.path,
-        toolchain: req.toolchain,
-        version: req.upstream_tag,
-        platforms: std::slice::from_ref(req.platform),
-        out_dir: &scratch.path().join("bin"),
-    })
+    let built = occm_forge_core::build::go::build::build(
+        &occm_forge_core::build::go::build::BuildRequest {
+            dir: &tree.path,
+            toolchain: req.toolchain,
+            version: req.upstream_tag,
+            platforms: std::slice::from_ref(req.platform),
+            out_dir: &scratch.path().join("bin"),
+        },
+    )
     .map_err(|e| match refused(&e.message) {
         Some(m) => occm_forge_core::Error::Accept(AcceptError::NotVerified(format!(
             "the Go module proxy refuses {m}, needed to build the control"
@@ -373,7 +381,7 @@ pub fn build_control(req: &ControlRequest<'_>) -> Result<Control, occm_forge_cor
     std::fs::create_dir_all(&dir).map_err(io)?;
     let tmp = dir.join(format!(".binary.tmp{}", std::process::id()));
     std::fs::copy(&built[0].path, &tmp).map_err(io)?;
-    occm_forge_core::util::write_file_atomically(&go_mod_path, &go_mod).map_err(io)?;
+    occm_forge_core::base::util::write_file_atomically(&go_mod_path, &go_mod).map_err(io)?;
     std::fs::rename(&tmp, &binary).map_err(io)?;
     Ok(Control {
         binary,
@@ -392,7 +400,7 @@ fn refused(message: &str) -> Option<&str> {
 /// Reads the upstream go.mod of `tag` straight from the shared object store, after checking the
 /// tag still points at the pinned `commit` (no checkout, no build).
 ///
-/// Errors: the source errors of [`occm_forge_core::source::check_pin`]; a tree without go.mod.
+/// Errors: the source errors of [`occm_forge_core::build::source::check_pin`]; a tree without go.mod.
 pub fn upstream_go_mod(
     source: &str,
     tag: &str,
@@ -400,15 +408,17 @@ pub fn upstream_go_mod(
     config: &str,
     cache_dir: &Path,
 ) -> Result<Vec<u8>, occm_forge_core::Error> {
-    let fetched = occm_forge_core::source::check_pin(&occm_forge_core::source::SourceRequest {
-        url: source,
-        tag,
-        pinned_commit: commit,
-        config,
-        cache_dir,
-        tree_dir: Path::new(""),
-    })?;
-    occm_forge_core::source::read_file(&fetched.store, &fetched.commit, "go.mod")
+    let fetched = occm_forge_core::build::source::check_pin(
+        &occm_forge_core::build::source::SourceRequest {
+            url: source,
+            tag,
+            pinned_commit: commit,
+            config,
+            cache_dir,
+            tree_dir: Path::new(""),
+        },
+    )?;
+    occm_forge_core::build::source::read_file(&fetched.store, &fetched.commit, "go.mod")
         .ok_or_else(|| occm_forge_core::Error::Io(format!("{source} {tag}: no go.mod at {commit}")))
 }
 

@@ -27,14 +27,14 @@ pub use report::{
 };
 pub use scenarios::{Scenario, Side};
 
+use occm_forge_core::build::go::Toolchain;
+use occm_forge_core::build::stage::{Done, Reporter, Runner};
 use occm_forge_core::config::{Config, Minor};
-use occm_forge_core::go::Toolchain;
-use occm_forge_core::stage::{Done, Reporter, Runner};
 
 /// How long the apiserver may take to answer `/readyz`.
 pub const APISERVER_READY_TIMEOUT: Duration = Duration::from_secs(90);
 
-pub use occm_forge_core::acceptance::AcceptError;
+pub use occm_forge_core::build::acceptance::AcceptError;
 
 /// Everything one acceptance run needs, as plain data: the parts already built or found
 /// ([`prepare_parts`] for [`accept_subject`]) and ours already taken out of the layout.
@@ -78,7 +78,7 @@ pub struct AcceptRequest<'a> {
 }
 
 pub(crate) fn check_interrupt() -> Result<(), AcceptError> {
-    match occm_forge_core::interrupt::signal() {
+    match occm_forge_core::base::interrupt::signal() {
         Some(_) => Err(AcceptError::Interrupted),
         None => Ok(()),
     }
@@ -202,8 +202,10 @@ async fn run(
                     req.repository, req.image_tag, req.ours.index_digest
                 ),
                 driver: req.driver.to_string(),
-                upstream: occm_forge_core::render::crs_secret::daemonset::occm_image(req.driver)
-                    .unwrap_or_default(),
+                upstream: occm_forge_core::consumers::render::crs_secret::daemonset::occm_image(
+                    req.driver,
+                )
+                .unwrap_or_default(),
                 minor,
             },
         }),
@@ -392,7 +394,7 @@ pub struct RunOptions<'a> {
     /// Keep the work directory even when accepted.
     pub keep_logs: bool,
     /// Where magnum-cluster-api's renderer and helm are.
-    pub tools: &'a occm_forge_core::mcapi::Tools,
+    pub tools: &'a occm_forge_core::consumers::mcapi::Tools,
     /// Run OCCM under this chart's RBAC (a chart directory, rendered with `helm template`)
     /// instead of the one magnum-cluster-api compiles in.
     pub chart_dir: Option<&'a Path>,
@@ -438,32 +440,32 @@ pub struct Subject {
     /// images.toml `go_overrides`: set in the control's go.mod too (it differs from ours by the
     /// patch series only), and they give the Kubernetes and etcd versions of the control plane.
     pub go_overrides: std::collections::BTreeMap<String, String>,
-    /// Scenarios whose bug upstream has fixed in this minor ([`occm_forge_core::plan::BuildPlan::upstream_fixed`]).
+    /// Scenarios whose bug upstream has fixed in this minor ([`occm_forge_core::build::plan::BuildPlan::upstream_fixed`]).
     pub upstream_fixed: Vec<Scenario>,
 }
 
 impl Subject {
     /// `minor` as images.toml pins it, resolved as `build` resolves it
-    /// ([`occm_forge_core::plan::BuildPlan::resolve`]; the base is not needed, so an unpinned one is
+    /// ([`occm_forge_core::build::plan::BuildPlan::resolve`]; the base is not needed, so an unpinned one is
     /// allowed); `source` overrides images.toml `upstream`.
     ///
-    /// Errors: as [`occm_forge_core::plan::BuildPlan::resolve`] (an unknown minor, an unreadable patch).
+    /// Errors: as [`occm_forge_core::build::plan::BuildPlan::resolve`] (an unknown minor, an unreadable patch).
     pub fn from_config(
         config: &Config,
         minor: Minor,
         source: Option<&str>,
     ) -> Result<Self, occm_forge_core::Error> {
-        let overrides = occm_forge_core::plan::Overrides {
+        let overrides = occm_forge_core::build::plan::Overrides {
             source: source.map(str::to_string),
             allow_unpinned_base: true,
             ..Default::default()
         };
-        let plan = occm_forge_core::plan::BuildPlan::resolve(config, minor, &overrides)?;
+        let plan = occm_forge_core::build::plan::BuildPlan::resolve(config, minor, &overrides)?;
         Ok(Self::from_plan(&plan))
     }
 
     /// The minor a build plan builds.
-    pub fn from_plan(plan: &occm_forge_core::plan::BuildPlan) -> Self {
+    pub fn from_plan(plan: &occm_forge_core::build::plan::BuildPlan) -> Self {
         Subject {
             minor: plan.minor,
             upstream_tag: plan.upstream_tag.clone(),
@@ -546,7 +548,9 @@ pub async fn accept_subject(
     run: &RunOptions<'_>,
     reporter: &dyn Reporter,
 ) -> Result<AcceptReport, occm_forge_core::Error> {
-    occm_forge_core::stage::unless_interrupted(accept_subject_inner(subject, run, reporter).await)
+    occm_forge_core::build::stage::unless_interrupted(
+        accept_subject_inner(subject, run, reporter).await,
+    )
 }
 
 /// [`accept_subject`] without the mapping of errors after a signal: the `binaries` stage (ours
@@ -657,17 +661,20 @@ async fn render_chart(
     run: &RunOptions<'_>,
     runner: &mut Runner<'_>,
 ) -> Result<(sim::chart::Chart, String), AcceptError> {
-    let input = |e: occm_forge_core::mcapi::RendererError| AcceptError::Input {
+    let input = |e: occm_forge_core::consumers::mcapi::RendererError| AcceptError::Input {
         part: "chart".into(),
         message: e.to_string(),
     };
     runner
         .run_with("chart", async {
             let renderer = tokio::task::block_in_place(|| {
-                occm_forge_core::mcapi::Renderer::find(run.tools, &subject.magnum_cluster_api)
+                occm_forge_core::consumers::mcapi::Renderer::find(
+                    run.tools,
+                    &subject.magnum_cluster_api,
+                )
             })
             .map_err(input)?;
-            let cluster = occm_forge_core::mcapi::MagnumCluster::new(
+            let cluster = occm_forge_core::consumers::mcapi::MagnumCluster::new(
                 "3f5e6a7b-1c2d-4e5f-8a9b-0c1d2e3f4a5b",
                 "kube-abc12",
                 &format!("v{}.0", subject.minor),
@@ -677,17 +684,18 @@ async fn render_chart(
                     .map_err(input)?;
             let driver = rendered
                 .remove(0)
-                .remove(occm_forge_core::render::crs_secret::SECRET_KEY)
+                .remove(occm_forge_core::consumers::render::crs_secret::SECRET_KEY)
                 .ok_or_else(|| AcceptError::Input {
                     part: "chart".into(),
                     message: format!(
                         "magnum-cluster-api {} rendered no {}",
                         renderer.version,
-                        occm_forge_core::render::crs_secret::SECRET_KEY
+                        occm_forge_core::consumers::render::crs_secret::SECRET_KEY
                     ),
                 })?;
             let version = |text: &str| {
-                occm_forge_core::mcapi::Renderer::chart_version(text).unwrap_or_else(|| "?".into())
+                occm_forge_core::consumers::mcapi::Renderer::chart_version(text)
+                    .unwrap_or_else(|| "?".into())
             };
             let chart = match run.chart_dir {
                 None => sim::chart::Chart::new(
@@ -750,8 +758,8 @@ async fn take_ours(
             })?;
             let detail = format!(
                 "ours from {} layer {}",
-                occm_forge_core::util::short(&ours.manifest_digest),
-                occm_forge_core::util::short(&ours.layer_digest),
+                occm_forge_core::base::util::short(&ours.manifest_digest),
+                occm_forge_core::base::util::short(&ours.layer_digest),
             );
             Ok(Done::new(ours, detail))
         })
@@ -971,7 +979,7 @@ pub fn cache_key(subject: &Subject, platform: &occm_forge_core::config::Platform
     for (module, version) in &subject.go_overrides {
         text.push_str(&format!("override {module} {version}\n"));
     }
-    let digest = occm_forge_core::util::sha256_digest(text.as_bytes());
+    let digest = occm_forge_core::base::util::sha256_digest(text.as_bytes());
     let hex = digest.trim_start_matches("sha256:");
     format!("accept-{}-{}", subject.minor, &hex[..16])
 }
@@ -1022,7 +1030,7 @@ pub async fn prepare_subject(
             not_verified,
         })
     };
-    occm_forge_core::stage::unless_interrupted(inner.await)
+    occm_forge_core::build::stage::unless_interrupted(inner.await)
 }
 
 /// A layout without the image gets the command that builds it there.
@@ -1092,7 +1100,7 @@ pub async fn matrix(
 }
 
 /// The acceptance the occm-forge binary hands `build --accept`
-/// ([`occm_forge_core::acceptance::Acceptance`]): every scenario against a real control plane and
+/// ([`occm_forge_core::build::acceptance::Acceptance`]): every scenario against a real control plane and
 /// the simulated OpenStack, magnum-cluster-api's renderer and helm from `OCCM_FORGE_MCAPI_PYTHON`
 /// and `OCCM_FORGE_HELM` (else `python3` and `helm` on PATH), logs in `<output>/accept/<minor>`,
 /// kept when it is not accepted.
@@ -1100,7 +1108,7 @@ pub async fn matrix(
 pub struct Simulation;
 
 #[async_trait::async_trait]
-impl occm_forge_core::acceptance::Acceptance for Simulation {
+impl occm_forge_core::build::acceptance::Acceptance for Simulation {
     fn scenarios(&self) -> Vec<String> {
         Scenario::ALL.iter().map(ToString::to_string).collect()
     }
@@ -1110,9 +1118,9 @@ impl occm_forge_core::acceptance::Acceptance for Simulation {
     /// `accept --all` records it).
     async fn accept(
         &self,
-        plan: &occm_forge_core::plan::BuildPlan,
+        plan: &occm_forge_core::build::plan::BuildPlan,
         reporter: &dyn Reporter,
-    ) -> Result<occm_forge_core::acceptance::Accepted, occm_forge_core::Error> {
+    ) -> Result<occm_forge_core::build::acceptance::Accepted, occm_forge_core::Error> {
         let subject = Subject::from_plan(plan);
         let run = RunOptions {
             layout_dir: &plan.output,
@@ -1120,7 +1128,7 @@ impl occm_forge_core::acceptance::Acceptance for Simulation {
             work_dir: None,
             scenarios: Scenario::ALL,
             keep_logs: false,
-            tools: &occm_forge_core::mcapi::Tools::default(),
+            tools: &occm_forge_core::consumers::mcapi::Tools::default(),
             chart_dir: None,
         };
         let result = accept_subject(&subject, &run, reporter).await;
@@ -1136,7 +1144,7 @@ impl occm_forge_core::acceptance::Acceptance for Simulation {
         }
         let report = result?;
         require_accepted(std::slice::from_ref(&report))?;
-        Ok(occm_forge_core::acceptance::Accepted {
+        Ok(occm_forge_core::build::acceptance::Accepted {
             scenarios: self.scenarios(),
             summary: report.summary_line(),
         })

@@ -8,8 +8,8 @@ use serde::{Deserialize, Serialize};
 use super::binary::Extracted;
 use super::scenarios::{RunResult, Scenario};
 use super::sim::control_plane::Versions;
+use occm_forge_core::build::stage::StageReport;
 use occm_forge_core::config::Minor;
-use occm_forge_core::stage::StageReport;
 
 /// The verdict for one minor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -380,8 +380,8 @@ pub fn render_markdown(reports: &[AcceptReport]) -> String {
             Some(e) => format!(
                 "`{}` index `{}`, layer `{}`",
                 r.image_tag,
-                occm_forge_core::util::short(&e.index_digest),
-                occm_forge_core::util::short(&e.layer_digest)
+                occm_forge_core::base::util::short(&e.index_digest),
+                occm_forge_core::base::util::short(&e.layer_digest)
             ),
             None => format!("`{}`", r.image_tag),
         };
@@ -471,7 +471,7 @@ It does not prove how long a real kubelet, CAPO and Nova take: the stand-ins ans
 The Secret is the one magnum-cluster-api's own code renders for the cluster's labels (its driver upgrade is that rendering again). It does not prove the rollout of the DaemonSet's Pods (no kubelet or kube-controller-manager runs).\n\n\
 What a pass of ours means, per scenario:\n\n{}\n\
 {}\n## Timings\n\n{}",
-        occm_forge_core::util::rfc3339(generated_at),
+        occm_forge_core::base::util::rfc3339(generated_at),
         reports_file,
         pass_means(),
         render_markdown(reports),
@@ -536,7 +536,7 @@ pub fn write_document(
         occm_forge_core::Error::Io(format!("{}: {e}", p.display()))
     };
     let json = reports_path(path);
-    let _lock = occm_forge_core::digest_manifest::lock_run(path, true, &mut |_| {})
+    let _lock = occm_forge_core::build::digest_manifest::lock_run(path, true, &mut |_| {})
         .map_err(|e| occm_forge_core::Error::Io(e.to_string()))?;
     let mut all = recorded_reports(path)?;
     for row in all.iter_mut().flat_map(|r| r.rows.iter_mut()) {
@@ -544,7 +544,7 @@ pub fn write_document(
     }
     all.retain(|old| fresh.iter().all(|f| f.minor != old.minor));
     all.extend(fresh.iter().cloned().map(|mut r| {
-        r.recorded_at = Some(occm_forge_core::util::rfc3339(now));
+        r.recorded_at = Some(occm_forge_core::base::util::rfc3339(now));
         r
     }));
     for r in &mut all {
@@ -552,10 +552,10 @@ pub fn write_document(
     }
     all.sort_by_key(|r| r.minor);
     let text = serde_json::to_string_pretty(&all).expect("reports serialise") + "\n";
-    occm_forge_core::util::write_file_atomically(&json, text.as_bytes())
+    occm_forge_core::base::util::write_file_atomically(&json, text.as_bytes())
         .map_err(|e| io(&json, &e))?;
     let reports_file = json.file_name().unwrap_or_default().to_string_lossy();
-    occm_forge_core::util::write_file_atomically(
+    occm_forge_core::base::util::write_file_atomically(
         path,
         document(&all, now, &reports_file).as_bytes(),
     )
@@ -639,7 +639,7 @@ mod tests {
         assert!(text.contains("| 1.34 | v1.34.1 |"), "{text}");
         assert!(text.contains("| 1.35 | v1.35.0 |"), "{text}");
         assert!(
-            text.contains(&occm_forge_core::util::rfc3339(1_000)),
+            text.contains(&occm_forge_core::base::util::rfc3339(1_000)),
             "{text}"
         );
         assert!(

@@ -1,60 +1,40 @@
-//! occm-forge: turns an upstream release of kubernetes/cloud-provider-openstack into a patched,
-//! tested, published and digest-pinned openstack-cloud-controller-manager (OCCM) image, one per
-//! Kubernetes minor.
+//! occm-forge's core: turns an upstream release of kubernetes/cloud-provider-openstack into a
+//! patched, tested, published and digest-pinned openstack-cloud-controller-manager (OCCM) image,
+//! one per Kubernetes minor. A folder per layer, each importing only the ones before it (the
+//! rules are docs/architecture.md's, checked by tests/architecture.rs):
 //!
-//! Layers, each importing only the ones before it:
-//!
-//! - [`util`], [`reference`]: digests, atomic writes, times; image references.
+//! - [`base`]: digests, atomic writes, times, image references, signals, progress output.
 //! - [`config`]: images.toml, validated with file:line:column.
 //! - [`image`]: OCI types, deterministic layers, pure image composition, the OCI layout.
-//! - [`registry`]: the `Registry` trait, its `oci-client` implementation, retries,
-//!   credentials, base pulls and the push.
-//! - The stage modules, each with one public entry taking plain data: [`source`], [`patches`],
-//!   [`go`] (test, build), [`image`], [`describe`], [`registry::publish`], [`digest_manifest`].
-//! - [`stage`] (the `Stage` trait and `Runner`), [`stages`] (the build's stages),
-//!   [`plan`] (settings resolved once into a `BuildPlan`), [`pipeline`] (the build).
-//! - [`acceptance`]: the `Acceptance` trait `build --accept` runs (crates/accept implements it:
-//!   the image's binary against a real kube-apiserver and a simulated OpenStack).
-//! - Commands built on them: [`redgreen`] (`patches prove`), [`audit`] (`verify`), [`pin`],
-//!   [`upstream`], [`render`], and [`report`] (the text every command prints).
+//! - [`kubernetes`]: the Kubernetes API for every command that talks to a cluster.
+//! - [`registry`]: the `Registry` trait, its `oci-client` implementation, retries, credentials,
+//!   referrers, base pulls and the push.
+//! - [`signing`]: signing keys, statements and bundles; the signatures an image carries.
+//! - [`build`]: the build — its stages' implementations ([`build::source`], [`build::patches`],
+//!   [`build::go`], [`build::describe`], [`build::digest_manifest`]) beside the stage trait
+//!   ([`build::stage`]), the stages ([`build::stages`]), the plan and the pipeline, and the seam
+//!   acceptance plugs into ([`build::acceptance`]).
+//! - [`consumers`]: what consumes the digest manifest — magnum-cluster-api's vocabulary
+//!   ([`consumers::mcapi`]), under [`consumers::render`] and [`consumers::clusters`].
+//! - [`commands`]: the commands built on them — [`commands::verify`], [`commands::prove`]
+//!   (`patches prove`), [`commands::pin`], [`commands::upstream`], [`commands::copy`],
+//!   [`commands::refresh`] (`patches edit`/`export`), [`commands::self_image`], and
+//!   [`commands::report`] (the text every command prints); [`Error`], every failure with its
+//!   exit code.
 //!
 //! The binary only parses arguments, calls one of these, and prints.
 
 #![warn(missing_docs)]
 
-pub mod acceptance;
-pub mod audit;
-pub mod clusters;
+pub mod base;
+pub mod build;
+pub mod commands;
 pub mod config;
-pub mod copy;
-pub mod describe;
-pub mod digest_manifest;
-pub mod go;
+pub mod consumers;
 pub mod image;
-pub mod inputs;
-pub mod interrupt;
 pub mod kubernetes;
-pub mod mcapi;
-pub mod patches;
-pub mod pin;
-pub mod pipeline;
-pub mod plan;
-pub mod progress;
-pub mod redgreen;
-pub mod reference;
-pub mod refresh;
 pub mod registry;
-pub mod render;
-pub mod report;
-pub mod self_image;
-pub mod sign;
-pub mod signatures;
-pub mod source;
-pub mod stage;
-pub mod stages;
-pub mod upstream;
-pub mod util;
-pub mod worktree;
+pub mod signing;
 
 #[cfg(test)]
 mod testing;
@@ -71,20 +51,20 @@ pub enum Error {
     Config(#[from] config::ConfigError),
     /// Fetching or checking out upstream failed, or the tag moved.
     #[error("source: {0}")]
-    Source(#[from] source::SourceError),
+    Source(#[from] build::source::SourceError),
     /// A patch does not apply.
     #[error("patches: {0}")]
-    Patch(#[from] patches::PatchError),
+    Patch(#[from] build::patches::PatchError),
     /// images.toml `go_overrides` cannot be applied (the message starts with `go_overrides:`
     /// and names the module and version).
     #[error("overrides: {0}")]
-    Overrides(#[from] go::overrides::OverrideError),
+    Overrides(#[from] build::go::overrides::OverrideError),
     /// Go tests failed or required tests did not pass.
     #[error("test: {0}")]
-    Test(#[from] go::test::TestError),
+    Test(#[from] build::go::test::TestError),
     /// Cross-compiling failed.
     #[error("build: {0}")]
-    Build(#[from] go::build::BuildError),
+    Build(#[from] build::go::build::BuildError),
     /// The layout could not be written, or the base does not fit (a missing platform, mixed
     /// media types).
     #[error("image: {0}")]
@@ -107,7 +87,7 @@ pub enum Error {
     /// starts with `digest manifest <path>` or names the fragments; it is not always the record
     /// stage: the tag guard and the run lock come first).
     #[error(transparent)]
-    DigestManifest(#[from] digest_manifest::DigestManifestError),
+    DigestManifest(#[from] build::digest_manifest::DigestManifestError),
     /// `patches prove`: a fix patch is not guarded, or a guard fails with the fix.
     #[error("prove: {0}")]
     Proof(String),
@@ -119,22 +99,22 @@ pub enum Error {
     Interrupted(i32),
     /// `render` cannot render an entry.
     #[error(transparent)]
-    Render(#[from] render::RenderError),
+    Render(#[from] consumers::render::RenderError),
     /// `copy` failed: bad request, registry, digest manifest, or the copy does not verify.
     #[error(transparent)]
-    Copy(#[from] copy::CopyError),
+    Copy(#[from] commands::copy::CopyError),
     /// `render --format crs-secret` cannot rewrite the Secret.
     #[error(transparent)]
-    Crs(#[from] render::crs_secret::CrsError),
+    Crs(#[from] consumers::render::crs_secret::CrsError),
     /// A local file-system failure outside the stages.
     #[error("{0}")]
     Io(String),
     /// `self-image`: the binary cannot be packaged (not a static ELF executable for the platform).
     #[error(transparent)]
-    SelfImage(#[from] self_image::SelfImageError),
+    SelfImage(#[from] commands::self_image::SelfImageError),
     /// `clusters`: the management cluster could not be read or written.
     #[error(transparent)]
-    Clusters(#[from] clusters::ClustersError),
+    Clusters(#[from] consumers::clusters::ClustersError),
     /// `clusters`: a cluster does not run the pinned image of its minor (the table on stdout says
     /// which and why), or `--fix` could not fix one.
     #[error("clusters: {0}")]
@@ -142,26 +122,26 @@ pub enum Error {
     /// `accept`: a scenario failed on ours, the minor could not be verified, or the acceptance
     /// run itself failed (the message names the part).
     #[error("accept: {0}")]
-    Accept(#[from] acceptance::AcceptError),
+    Accept(#[from] build::acceptance::AcceptError),
     /// `--sign-key` cannot be read or opened (wrong password, not a P-256 key), or signing
     /// failed; one line naming the key file, never the password.
     #[error(transparent)]
-    Sign(#[from] sign::SignError),
+    Sign(#[from] signing::SignError),
     /// `patches edit` / `patches export` refused or failed (one line naming the work tree, file
     /// or patch).
     #[error("patches: {0}")]
-    Refresh(#[from] refresh::RefreshError),
+    Refresh(#[from] commands::refresh::RefreshError),
     /// `manifest record-signatures`: the registry holds no signature of the image by the signer.
     #[error("signatures: {0}")]
     NotSigned(String),
 }
 
-impl From<signatures::FindError> for Error {
-    fn from(e: signatures::FindError) -> Self {
+impl From<signing::signatures::FindError> for Error {
+    fn from(e: signing::signatures::FindError) -> Self {
         match e {
-            signatures::FindError::Usage(m) => Error::Usage(m),
-            signatures::FindError::NotSigned(m) => Error::NotSigned(m),
-            signatures::FindError::Registry(e) => Error::Registry(e),
+            signing::signatures::FindError::Usage(m) => Error::Usage(m),
+            signing::signatures::FindError::NotSigned(m) => Error::NotSigned(m),
+            signing::signatures::FindError::Registry(e) => Error::Registry(e),
         }
     }
 }
@@ -185,8 +165,8 @@ impl Error {
             Error::Copy(e) => e.exit_code(),
             Error::Source(_) => 3,
             Error::Patch(_) | Error::Overrides(_) => 4,
-            Error::Test(go::test::TestError::Toolchain { .. }) => 6,
-            Error::Test(go::test::TestError::ModuleGraph { .. }) => 4,
+            Error::Test(build::go::test::TestError::Toolchain { .. }) => 6,
+            Error::Test(build::go::test::TestError::ModuleGraph { .. }) => 4,
             Error::Test(_) | Error::Proof(_) => 5,
             Error::Build(_) => 6,
             Error::Image(_) | Error::Base(_) => 7,

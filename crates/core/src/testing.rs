@@ -5,11 +5,11 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+use crate::base::reference::RepositoryName;
+use crate::build::digest_manifest::Entry;
 use crate::config::Platform;
-use crate::digest_manifest::Entry;
 use crate::image::referrer::{self, Attachment};
 use crate::image::{self, BuiltImage, base};
-use crate::reference::RepositoryName;
 
 /// Where the fixture image lives and what describes it.
 pub struct FixtureImage {
@@ -89,7 +89,7 @@ pub fn image(tag: &str) -> FixtureImage {
             referrer::attach(
                 &layout,
                 &p.manifest,
-                crate::describe::SPDX_MEDIA_TYPE,
+                crate::build::describe::SPDX_MEDIA_TYPE,
                 format!("sbom of {}", p.platform).as_bytes(),
                 0,
             )
@@ -100,7 +100,7 @@ pub fn image(tag: &str) -> FixtureImage {
         referrer::attach(
             &layout,
             &image.index,
-            crate::describe::IN_TOTO_MEDIA_TYPE,
+            crate::build::describe::IN_TOTO_MEDIA_TYPE,
             b"provenance",
             0,
         )
@@ -189,10 +189,10 @@ pub async fn published() -> (FixtureImage, crate::registry::memory::MemoryRegist
 
 /// A published digest-manifest entry for `minor` at `repository`, tagged
 /// `v<minor>.1-occmforge.1`, with the digest `sha256:<hex of fill>…`.
-pub fn entry(minor: &str, repository: &str, fill: char) -> crate::digest_manifest::Entry {
+pub fn entry(minor: &str, repository: &str, fill: char) -> crate::build::digest_manifest::Entry {
     let digest = format!("sha256:{}", fill.to_string().repeat(64));
     let tag = format!("v{minor}.1-occmforge.1");
-    crate::digest_manifest::Entry {
+    crate::build::digest_manifest::Entry {
         image: format!("{repository}:{tag}@{digest}"),
         repository: repository.into(),
         tag,
@@ -226,7 +226,7 @@ pub fn entry(minor: &str, repository: &str, fill: char) -> crate::digest_manifes
 /// certificate for it naming `identity` (a URI subject alternative name) and `issuer` (Fulcio's
 /// extension 1.3.6.1.4.1.57264.1.8, a DER UTF8String).
 pub struct CertificateSigner {
-    key: crate::sign::SigningKey,
+    key: crate::signing::SigningKey,
     certificate_der: Vec<u8>,
     _dir: tempfile::TempDir,
 }
@@ -244,7 +244,7 @@ impl CertificateSigner {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("leaf.key");
         std::fs::write(&path, pair.serialize_pem()).expect("write key");
-        let key = crate::sign::SigningKey::load(&path, None).expect("load key");
+        let key = crate::signing::SigningKey::load(&path, None).expect("load key");
         let mut params = CertificateParams::new(Vec::<String>::new()).expect("params");
         for uri in uris {
             params

@@ -24,7 +24,7 @@
 //! watched; `ApplyClusterResourceSet` applies a resource when its scope `needsApply`),
 //! clusterresourceset_scope.go (`Reconcile`: applied again, by merge patch, when the hash
 //! differs from the binding's; `ApplyOnce`: created once, never again) and
-//! clusterresourceset_helpers.go (the hash, [`occm_forge_core::render::crs_secret::resource_set_hash`]).
+//! clusterresourceset_helpers.go (the hash, [`occm_forge_core::consumers::render::crs_secret::resource_set_hash`]).
 
 use std::time::{Duration, Instant};
 
@@ -35,8 +35,8 @@ use crate::AcceptError;
 use crate::sim::capi::Management;
 use crate::sim::kube::Kube;
 use crate::sim::provider::{self, Provider};
-use occm_forge_core::mcapi::objects::{self as magnum, NAMESPACE};
-use occm_forge_core::render::crs_secret as crs;
+use occm_forge_core::consumers::mcapi::objects::{self as magnum, NAMESPACE};
+use occm_forge_core::consumers::render::crs_secret as crs;
 
 /// How long a change of the Secret may take to reach the workload DaemonSet (and the binding's
 /// hash); also how long the legacy Secret's change is watched not to.
@@ -57,7 +57,7 @@ pub struct Images {
     /// Ours, as `render` pins it: `<repository>:<tag>@sha256:<index digest>`.
     pub ours: String,
     /// The OCCM manifests magnum-cluster-api's real code renders for a cluster of the minor
-    /// without our labels ([`occm_forge_core::mcapi::Renderer`]).
+    /// without our labels ([`occm_forge_core::consumers::mcapi::Renderer`]).
     pub driver: String,
     /// The image in them: its default for the minor
     /// (`registry.k8s.io/provider-os/openstack-cloud-controller-manager:v1.35.0` for 1.35 to 1.37
@@ -286,7 +286,9 @@ async fn seen(kube: &Kube, cluster: &str, secret: &str) -> Result<(String, Strin
         ds.as_ref().and_then(magnum::occm_image).unwrap_or_default(),
         binding
             .as_ref()
-            .and_then(|b| occm_forge_core::clusters::read::binding_hash(b, secret, secret))
+            .and_then(|b| {
+                occm_forge_core::consumers::clusters::read::binding_hash(b, secret, secret)
+            })
             .unwrap_or_default(),
     ))
 }

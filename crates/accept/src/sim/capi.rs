@@ -20,8 +20,8 @@ use super::helper::{go_build, helper_failure, lock_entry, run_go};
 use super::kube::Kube;
 use super::process::{Process, free_port, last_error, wait_ready};
 use crate::AcceptError;
+use occm_forge_core::build::go::Toolchain;
 use occm_forge_core::config::ClusterApi;
-use occm_forge_core::go::Toolchain;
 
 /// The module path of Cluster API's core.
 pub const MODULE: &str = "sigs.k8s.io/cluster-api";

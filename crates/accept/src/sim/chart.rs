@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 
 use super::kube::Kube;
 use crate::AcceptError;
-use occm_forge_core::mcapi::rbac::{OccmRbac, occm_rbac};
+use occm_forge_core::consumers::mcapi::rbac::{OccmRbac, occm_rbac};
 
 /// How long the ServiceAccount's token lasts: longer than any run.
 const TOKEN_SECONDS: u64 = 24 * 3600;
@@ -135,7 +135,8 @@ mod tests {
 
     #[test]
     fn a_chart_says_what_its_service_account_may_do() {
-        let manifests = occm_forge_core::mcapi::objects::occm_manifests("r.example/x:v1");
+        let manifests =
+            occm_forge_core::consumers::mcapi::objects::occm_manifests("r.example/x:v1");
         let c = Chart::new("chart 2.35.0".into(), manifests.clone()).unwrap();
         assert!(c.node_delete);
         assert_eq!(c.service_account, "kube-system/cloud-controller-manager");

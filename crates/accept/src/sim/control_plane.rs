@@ -19,7 +19,7 @@ use super::envtest;
 use super::helper::{go_build, helper_failure, lock_entry, run_go};
 use super::process::{Process, free_port, last_error, wait_ready};
 use crate::AcceptError;
-use occm_forge_core::go::Toolchain;
+use occm_forge_core::build::go::Toolchain;
 use occm_forge_core::kubernetes::Kube;
 
 /// The Kubernetes and etcd versions an upstream tag builds against.

@@ -86,7 +86,8 @@ impl Nodes for Kube {
     }
 
     async fn set_ready(&self, name: &str, ready: bool) -> Result<(), AcceptError> {
-        let now = occm_forge_core::util::rfc3339(time::OffsetDateTime::now_utc().unix_timestamp());
+        let now =
+            occm_forge_core::base::util::rfc3339(time::OffsetDateTime::now_utc().unix_timestamp());
         let (status, reason) = if ready {
             ("True", "KubeletReady")
         } else {

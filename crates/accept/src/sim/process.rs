@@ -1,5 +1,5 @@
 //! Child processes of an acceptance run (etcd, kube-apiserver, OCCM replicas): each in its own
-//! process group, registered with [`occm_forge_core::interrupt`] (SIGINT/SIGTERM stop them), killed with
+//! process group, registered with [`occm_forge_core::base::interrupt`] (SIGINT/SIGTERM stop them), killed with
 //! occm-forge (`PR_SET_PDEATHSIG`), stopped by process group when dropped, output in a log file.
 
 use std::fs::File;
@@ -12,7 +12,7 @@ use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use crate::AcceptError;
-use occm_forge_core::interrupt;
+use occm_forge_core::base::interrupt;
 
 type SpawnReply = mpsc::Sender<io::Result<(Child, interrupt::Guard)>>;
 

@@ -263,7 +263,7 @@ pub fn vanished_conditions(now: &str) -> Value {
 }
 
 fn now_rfc3339() -> String {
-    occm_forge_core::util::rfc3339(time::OffsetDateTime::now_utc().unix_timestamp())
+    occm_forge_core::base::util::rfc3339(time::OffsetDateTime::now_utc().unix_timestamp())
 }
 
 /// A Lease's `renewTime` (`MicroTime`: RFC 3339 with microseconds).

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use super::raw::{Merged, RawConfig};
 use super::{Config, ConfigError, Minor, MinorConfig, STATIC_BASE, TagInputs, render_tag};
-use crate::util::{is_sha256_digest, is_valid_tag};
+use crate::base::util::{is_sha256_digest, is_valid_tag};
 
 /// An error in `path` at byte `span` of `text` (or without a position).
 fn error_at(path: &Path, text: &str, span: Option<Range<usize>>, message: String) -> ConfigError {
@@ -312,9 +312,9 @@ fn check_repository(s: &Spans<'_>, repository: &str) -> Result<(), ConfigError> 
             format!("repository `{repository}` must not carry a tag; the tag comes from `tag`"),
         ));
     }
-    crate::reference::require_registry(repository).map_err(|m| s.err(at(), m))?;
+    crate::base::reference::require_registry(repository).map_err(|m| s.err(at(), m))?;
     repository
-        .parse::<crate::reference::RepositoryName>()
+        .parse::<crate::base::reference::RepositoryName>()
         .map(drop)
         .map_err(|e| s.err(at(), format!("repository {e}")))
 }
@@ -382,7 +382,7 @@ fn check_minor(
     }
     if m.go.starts_with("go")
         || m.go
-            .parse::<crate::go::release::GoRelease>()
+            .parse::<crate::build::go::release::GoRelease>()
             .map_or(true, |r| r.major != 1)
     {
         return fail(

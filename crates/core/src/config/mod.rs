@@ -54,7 +54,7 @@ impl Minor {
     /// `…:v1.34.1-occmforge.1@sha256:…` gives 1.34); `None` without a tag or a version in it.
     pub fn of_image(image: &str) -> Option<Minor> {
         image
-            .parse::<crate::reference::ImageRef>()
+            .parse::<crate::base::reference::ImageRef>()
             .ok()?
             .tag
             .as_deref()
@@ -427,7 +427,7 @@ pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigError> {
 
 impl Config {
     /// Fails unless every `[patches."<file>"].shown_by` names one of `scenarios` (the
-    /// acceptance's, [`crate::acceptance::Acceptance::scenarios`]; given by the command layer,
+    /// acceptance's, [`crate::build::acceptance::Acceptance::scenarios`]; given by the command layer,
     /// which loads images.toml once for every command).
     ///
     /// Errors: `images.toml:line:column: patches."<file>".shown_by `S9` is not an acceptance
@@ -473,7 +473,7 @@ impl Config {
     pub fn patch_info(&self, name: &str) -> Option<&PatchInfo> {
         self.patches.get(name).or_else(|| {
             self.patches
-                .get(crate::patches::catalogue_name(name).as_ref())
+                .get(crate::build::patches::catalogue_name(name).as_ref())
         })
     }
 

@@ -17,8 +17,8 @@ use super::base::{LayerData, PlatformBase, ResolvedBase, STATIC_HISTORY};
 use super::layer::FileLayer;
 use super::spec::{self, Descriptor, Family, Index, Manifest, PlatformSpec, keys};
 use super::{ImageError, PlatformImage, Program, Start};
+use crate::base::util::rfc3339;
 use crate::config::Platform;
-use crate::util::rfc3339;
 
 /// The largest manifest or index registries accept, in bytes: 4 MiB. distribution refuses a
 /// larger manifest body (`maxManifestBodySize`, distribution/distribution#4636) and the

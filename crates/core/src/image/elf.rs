@@ -2,7 +2,7 @@
 //! checks acceptance and `self-image` make of a binary before they use it (System V ABI,
 //! `e_machine` of the ELF header; elf.h `EM_*`).
 
-use crate::acceptance::AcceptError;
+use crate::build::acceptance::AcceptError;
 use crate::config::Platform;
 
 /// The platform of this machine (`linux/amd64`, `linux/arm64`, …).

@@ -16,7 +16,7 @@ use sha2::Digest as _;
 use flate2::{Compression, GzBuilder};
 use tar::{EntryType, Header};
 
-use crate::util::sha256_digest;
+use crate::base::util::sha256_digest;
 
 /// What a tar entry is.
 #[derive(Debug, Clone)]

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use super::compose::{BlobData, Composed};
 use super::spec::{self, Descriptor, Index};
-use crate::util::write_file_atomically;
+use crate::base::util::write_file_atomically;
 
 /// `<layout>/blobs/sha256/<hex>` for `digest`.
 pub fn blob_path(layout: &Path, digest: &str) -> PathBuf {
@@ -305,7 +305,7 @@ pub fn holds(layout: &Path, ref_name: &str, digest: &str) -> Result<(), String> 
 mod tests {
     use super::super::referrer;
     use super::*;
-    use crate::describe;
+    use crate::build::describe;
 
     /// Two images and their referrers written in either order, and a tag set again: the same
     /// `index.json` bytes.

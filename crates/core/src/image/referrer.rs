@@ -75,7 +75,7 @@ pub fn attach_annotated(
         annotations: BTreeMap::new(),
         urls: vec![],
     };
-    annotations.insert(keys::CREATED.to_string(), crate::util::rfc3339(epoch));
+    annotations.insert(keys::CREATED.to_string(), crate::base::util::rfc3339(epoch));
     let manifest = Manifest {
         schema_version: 2,
         media_type: spec::OCI_MANIFEST.to_string(),

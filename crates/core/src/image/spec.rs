@@ -154,7 +154,7 @@ impl Descriptor {
     pub fn of(media_type: &str, bytes: &[u8]) -> Self {
         Descriptor {
             media_type: media_type.to_string(),
-            digest: crate::util::sha256_digest(bytes),
+            digest: crate::base::util::sha256_digest(bytes),
             size: bytes.len() as u64,
             platform: None,
             artifact_type: None,

@@ -15,8 +15,8 @@ use bytes::Bytes;
 use serde_json::Value;
 
 use super::{ErrorKind, Registry, RegistryError};
-use crate::reference::RepositoryName;
-use crate::util::sha256_digest;
+use crate::base::reference::RepositoryName;
+use crate::base::util::sha256_digest;
 
 /// One repository's content.
 #[derive(Debug, Default, Clone)]
@@ -326,7 +326,10 @@ impl Registry for MemoryRegistry {
             return Err(err(
                 repo,
                 "push manifest",
-                &format!("MANIFEST_BLOB_UNKNOWN: {}", crate::util::join(missing)),
+                &format!(
+                    "MANIFEST_BLOB_UNKNOWN: {}",
+                    crate::base::util::join(missing)
+                ),
                 ErrorKind::Other,
             ));
         }

@@ -23,7 +23,7 @@ pub use upload::ChunkedUploads;
 
 use async_trait::async_trait;
 
-use crate::reference::RepositoryName;
+use crate::base::reference::RepositoryName;
 use bytes::Bytes;
 
 /// `r` with a 404 (`*_UNKNOWN`, [`ErrorKind::NotFound`]) as `None`: for what may not be there

@@ -34,9 +34,9 @@ use super::proxy::ProxyEnv;
 use super::referrers::{self, ReferrersPage, Source};
 use super::upload::{ChunkedUploads, UploadAuth, UploadError, Uploader, seconds};
 use super::{ErrorKind, Registry, RegistryError};
+use crate::base::reference::RepositoryName;
+use crate::base::util::short;
 use crate::image::spec::{self, MANIFEST_MEDIA_TYPES};
-use crate::reference::RepositoryName;
-use crate::util::short;
 
 /// How long a registry request may go without progress by default.
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(30);

@@ -23,8 +23,8 @@ use super::transfer::{
     transfer_blobs, write_referrers_index,
 };
 use super::{ErrorKind, Registry, RegistryError};
-use crate::reference::RepositoryName;
-use crate::util::short;
+use crate::base::reference::RepositoryName;
+use crate::base::util::short;
 use std::collections::BTreeMap;
 
 use crate::image::referrer::{self, Attachment};

@@ -9,11 +9,11 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 use super::{Registry, RegistryError};
+use crate::base::reference::ImageRef;
+use crate::base::util::{is_sha256_digest, sha256_digest, short, write_file_atomically};
 use crate::config::Platform;
 use crate::image::base::{BaseLayer, LayerData, PlatformBase, ResolvedBase};
 use crate::image::spec::{self, Family, Index, Manifest};
-use crate::reference::ImageRef;
-use crate::util::{is_sha256_digest, sha256_digest, short, write_file_atomically};
 
 /// A base that could not be pulled.
 #[derive(Debug, thiserror::Error)]

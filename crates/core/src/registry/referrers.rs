@@ -16,10 +16,10 @@ use std::collections::BTreeSet;
 use bytes::Bytes;
 
 use super::{ErrorKind, Registry, RegistryError, if_present};
+use crate::base::reference::RepositoryName;
+use crate::base::util::{sha256_digest, short};
 use crate::image::referrer::{EMPTY_MEDIA_TYPE, fallback_tag};
 use crate::image::spec::{self, Descriptor, Index};
-use crate::reference::RepositoryName;
-use crate::util::{sha256_digest, short};
 
 /// The most pages [`list`] reads for one subject; a registry that pages further is refused.
 pub const MAX_PAGES: usize = 64;

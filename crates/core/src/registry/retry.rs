@@ -21,7 +21,7 @@ use backon::{ExponentialBuilder, Retryable};
 use bytes::Bytes;
 
 use super::{ErrorKind, Registry, RegistryError};
-use crate::reference::RepositoryName;
+use crate::base::reference::RepositoryName;
 
 /// Retry policy.
 #[derive(Debug, Clone, Copy)]

@@ -19,11 +19,11 @@ use std::path::Path;
 use bytes::Bytes;
 
 use super::{ErrorKind, Registry, RegistryError};
+use crate::base::reference::RepositoryName;
+use crate::base::util::short;
 use crate::image::layout;
 use crate::image::referrer::{fallback_tag, merge_referrers};
 use crate::image::spec::{self, Descriptor, Index};
-use crate::reference::RepositoryName;
-use crate::util::short;
 
 /// How many blobs move at once.
 pub const CONCURRENCY: usize = 4;

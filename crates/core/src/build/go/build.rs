@@ -1,0 +1,234 @@
+//! Build stage: `CGO_ENABLED=0 go build -trimpath` of OCCM per platform, in the Go environment
+//! of [`super::platform_env`], with upstream's ldflags (upstream `Makefile` L39: `-w -s -X
+//! k8s.io/component-base/version.gitVersion=$(VERSION) -X
+//! k8s.io/cloud-provider-openstack/pkg/version.Version=$(VERSION)`).
+
+use std::path::{Path, PathBuf};
+
+use super::{Toolchain, summarize_stderr};
+use crate::config::Platform;
+
+/// The main package built into the image.
+pub const MAIN_PACKAGE: &str = "./cmd/openstack-cloud-controller-manager";
+
+/// What to build.
+#[derive(Debug, Clone)]
+pub struct BuildRequest<'a> {
+    /// Work tree (module root).
+    pub dir: &'a Path,
+    /// Toolchain and caches.
+    pub toolchain: &'a Toolchain,
+    /// Version stamped into both ldflags variables (the image tag).
+    pub version: &'a str,
+    /// Target platforms.
+    pub platforms: &'a [Platform],
+    /// Directory for the binaries; each lands at `<out_dir>/<os>-<arch>[-<variant>]/openstack-cloud-controller-manager`.
+    pub out_dir: &'a Path,
+}
+
+/// One built binary.
+#[derive(Debug, Clone)]
+pub struct Binary {
+    /// Its platform.
+    pub platform: Platform,
+    /// Where it was written.
+    pub path: PathBuf,
+}
+
+/// Build failures.
+#[derive(Debug, thiserror::Error)]
+#[error("go build for {platform}: {message}")]
+pub struct BuildError {
+    /// The platform that failed.
+    pub platform: String,
+    /// The tail of the compiler output.
+    pub message: String,
+}
+
+/// The `-ldflags` value for `version`.
+pub fn ldflags(version: &str) -> String {
+    format!(
+        "-s -w -X k8s.io/component-base/version.gitVersion={version} -X k8s.io/cloud-provider-openstack/pkg/version.Version={version}"
+    )
+}
+
+/// Cross-compiles OCCM for every platform, the platforms concurrently (Go's build cache is safe
+/// for concurrent use and shares the platform-independent work). Binaries come back in platform
+/// order; the first failing platform's error is returned.
+pub fn build(req: &BuildRequest<'_>) -> Result<Vec<Binary>, BuildError> {
+    std::thread::scope(|s| {
+        let handles: Vec<_> = req
+            .platforms
+            .iter()
+            .map(|p| s.spawn(move || build_one(req, p)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("a build thread panicked"))
+            .collect()
+    })
+}
+
+fn build_one(req: &BuildRequest<'_>, p: &Platform) -> Result<Binary, BuildError> {
+    let dir = req.out_dir.join(p.to_string().replace('/', "-"));
+    let err = |message: String| BuildError {
+        platform: p.to_string(),
+        message,
+    };
+    std::fs::create_dir_all(&dir).map_err(|e| err(format!("{}: {e}", dir.display())))?;
+    let path = dir.join("openstack-cloud-controller-manager");
+    let mut cmd = req.toolchain.command(req.dir);
+    cmd.envs(super::platform_env(p));
+    cmd.args([
+        "build",
+        "-trimpath",
+        "-buildvcs=false",
+        "-ldflags",
+        &ldflags(req.version),
+        "-o",
+    ])
+    .arg(&path)
+    .arg(MAIN_PACKAGE);
+    let output =
+        crate::base::interrupt::output(&mut cmd).map_err(|e| err(format!("cannot run go: {e}")))?;
+    if !output.status.success() {
+        return Err(err(format!(
+            "{}: {}",
+            output.status,
+            summarize_stderr(&String::from_utf8_lossy(&output.stderr), 8)
+        )));
+    }
+    Ok(Binary {
+        platform: p.clone(),
+        path,
+    })
+}
+
+/// One module from a binary's embedded build information.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct Module {
+    /// Module path, e.g. `k8s.io/client-go`.
+    pub path: String,
+    /// Version, e.g. `v0.34.1`; `(devel)` for the main module.
+    #[serde(default)]
+    pub version: String,
+    /// go.sum hash (`h1:` + base64 sha256 of the module tree), when known.
+    #[serde(default)]
+    pub sum: String,
+    /// The replacement, when the module is replaced.
+    #[serde(default)]
+    pub replace: Option<Box<Module>>,
+}
+
+/// The build information Go embeds in a binary (`go version -m -json`; `runtime/debug.BuildInfo`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct BuildInfo {
+    /// Toolchain that built it, e.g. `go1.25.1`.
+    pub go_version: String,
+    /// Main package path.
+    pub path: String,
+    /// Main module.
+    pub main: Module,
+    /// Dependency modules linked in.
+    #[serde(default)]
+    pub deps: Vec<Module>,
+}
+
+/// Reads a binary's embedded module list: from the binary itself ([`super::buildinfo`], no Go
+/// process), else with `go version -m` of the minor's toolchain. The text form of `go version
+/// -m` is read rather than `-json`, which Go toolchains before 1.24 do not have (1.31 to 1.33
+/// build with Go 1.22 to 1.24).
+pub fn read_build_info(
+    toolchain: &Toolchain,
+    dir: &Path,
+    binary: &Path,
+) -> Result<BuildInfo, BuildError> {
+    let err = |message: String| BuildError {
+        platform: binary.display().to_string(),
+        message,
+    };
+    if let Ok(info) = super::buildinfo::read_file(binary) {
+        return Ok(info);
+    }
+    let mut cmd = toolchain.command(dir);
+    cmd.args(["version", "-m"]).arg(binary);
+    let output = crate::base::interrupt::output(&mut cmd)
+        .map_err(|e| err(format!("cannot run go version -m: {e}")))?;
+    if !output.status.success() {
+        return Err(err(summarize_stderr(
+            &String::from_utf8_lossy(&output.stderr),
+            4,
+        )));
+    }
+    parse_version_m(&String::from_utf8_lossy(&output.stdout))
+        .ok_or_else(|| err("go version -m printed no module information".into()))
+}
+
+/// Parses `go version -m` output: `<file>: go1.25.1`, then tab-indented `path`, `mod`, `dep` and
+/// `=>` (the replacement of the `dep` above) lines, tab-separated (`runtime/debug.BuildInfo.String`,
+/// the same format from Go 1.18 on). Other lines (`build` settings) are ignored.
+pub fn parse_version_m(text: &str) -> Option<BuildInfo> {
+    let mut lines = text.lines();
+    let go_version = lines.next()?.rsplit_once(": ")?.1.trim().to_string();
+    let module = |f: &[&str]| Module {
+        path: f.get(1).copied().unwrap_or_default().to_string(),
+        version: f.get(2).copied().unwrap_or_default().to_string(),
+        sum: f.get(3).copied().unwrap_or_default().to_string(),
+        replace: None,
+    };
+    let mut path = None;
+    let mut main = None;
+    let mut deps: Vec<Module> = Vec::new();
+    for line in lines {
+        let f: Vec<&str> = line.trim_start_matches('\t').split('\t').collect();
+        match f[0] {
+            "path" => path = f.get(1).map(|p| p.to_string()),
+            "mod" => main = Some(module(&f)),
+            "dep" => deps.push(module(&f)),
+            "=>" => {
+                if let Some(d) = deps.last_mut() {
+                    d.replace = Some(Box::new(module(&f)));
+                }
+            }
+            _ => {}
+        }
+    }
+    Some(BuildInfo {
+        go_version,
+        path: path?,
+        main: main?,
+        deps,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_the_text_form_of_go_version_m() {
+        let text = "bin/occm: go1.23.6\n\tpath\tk8s.io/cloud-provider-openstack/cmd/openstack-cloud-controller-manager\n\tmod\tk8s.io/cloud-provider-openstack\t(devel)\t\n\tdep\tcel.dev/expr\tv0.24.0\th1:56Ov=\n\tdep\tk8s.io/api\tv0.0.0\n\t=>\t./staging/src/k8s.io/api\t(devel)\t\n\tbuild\t-buildmode=exe\n";
+        let bi = parse_version_m(text).unwrap();
+        assert_eq!(bi.go_version, "go1.23.6");
+        assert_eq!(
+            bi.path,
+            "k8s.io/cloud-provider-openstack/cmd/openstack-cloud-controller-manager"
+        );
+        assert_eq!(bi.main.path, "k8s.io/cloud-provider-openstack");
+        assert_eq!(bi.main.version, "(devel)");
+        assert_eq!(bi.main.sum, "");
+        assert_eq!(bi.deps.len(), 2);
+        assert_eq!(
+            (bi.deps[0].version.as_str(), bi.deps[0].sum.as_str()),
+            ("v0.24.0", "h1:56Ov=")
+        );
+        let r = bi.deps[1].replace.as_ref().unwrap();
+        assert_eq!(
+            (r.path.as_str(), r.version.as_str()),
+            ("./staging/src/k8s.io/api", "(devel)")
+        );
+        assert!(parse_version_m("x: go1.25.1\n").is_none());
+    }
+}

@@ -1,0 +1,46 @@
+//! Stage 8, `record`: the minor's entry written into the digest manifest (or a fragment),
+//! atomically, after every other stage succeeded.
+
+use async_trait::async_trait;
+
+use crate::Error;
+use crate::base::util::display_rel;
+use crate::build::digest_manifest::{self, Entry, Recorded};
+use crate::build::plan::BuildPlan;
+use crate::build::stage::{Done, Stage, StageContext};
+
+/// Records `entry` for `plan.minor` at `plan.record_to`.
+pub struct RecordStage<'a> {
+    /// The build plan (minor, where to record, fragment or not).
+    pub plan: &'a BuildPlan,
+    /// The entry.
+    pub entry: Entry,
+}
+
+#[async_trait]
+impl Stage for RecordStage<'_> {
+    type Output = Recorded;
+
+    fn name(&self) -> &'static str {
+        "record"
+    }
+
+    async fn run(self, _: &StageContext<'_>) -> Result<Done<Recorded>, Error> {
+        let plan = self.plan;
+        if plan.fragment && plan.fragment_reset {
+            // A fragment holds this run's entries alone.
+            let _ = std::fs::remove_file(&plan.record_to);
+        }
+        let recorded =
+            digest_manifest::record(&plan.record_to, &plan.config_name, plan.minor, self.entry)?;
+        let at = display_rel(&plan.record_to);
+        let detail = match recorded {
+            Recorded::Written => format!("{} in {at}", plan.minor),
+            Recorded::KeptPublished => format!(
+                "{} in {at} kept: it is published and this build was not pushed",
+                plan.minor
+            ),
+        };
+        Ok(Done::new(recorded, detail))
+    }
+}

@@ -1,0 +1,13 @@
+//! The commands beside `build`, each over the layers below: [`verify`] (`verify`), [`prove`]
+//! (`patches prove`, `patches matrix`), [`pin`], [`upstream`], [`copy`], [`refresh`]
+//! (`patches edit`, `patches export`), [`self_image`], and [`report`], the text every command
+//! prints.
+
+pub mod copy;
+pub mod pin;
+pub mod prove;
+pub mod refresh;
+pub mod report;
+pub mod self_image;
+pub mod upstream;
+pub mod verify;

@@ -1,0 +1,466 @@
+//! `clusters --fix`: the rewrites [`super::assess`] decided, written with the resourceVersion
+//! that was read, and `--watch`: the same again whenever a resource-set Secret or a Cluster
+//! changes (magnum-cluster-api's `coe cluster upgrade` writes both in one call).
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt as _;
+use serde::Serialize;
+
+use super::read::{ADDONS_GROUP, CLUSTER_GROUP, Fleet, RESOURCE_SET_TYPE, binding_hash, observe};
+use super::{Action, ClustersError, Observed, Row, assess};
+use crate::build::digest_manifest::DigestManifest;
+use crate::consumers::render::crs_secret::{self, RewriteOptions};
+use crate::kubernetes::{Kube, KubeError, collection};
+
+/// What became of one rewrite.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "outcome", rename_all = "kebab-case")]
+pub enum Outcome {
+    /// Written; not waited for.
+    Written,
+    /// Written, and Cluster API applied it (the binding records the new hash) after this many
+    /// seconds.
+    Applied {
+        /// Seconds from the write.
+        seconds: f64,
+    },
+    /// Written, but the binding did not record the new hash within the wait.
+    NotApplied {
+        /// The hash the binding records.
+        binding_hash: Option<String>,
+    },
+    /// The Secret changed since it was read (409 Conflict): nothing written; the next pass reads
+    /// it again.
+    Conflict,
+    /// Written, then replaced by a newer revision (the driver's `coe cluster upgrade` writing the
+    /// Secret again) before Cluster API applied it: the wait ends at once, and a watch reads and
+    /// pins the new revision without waiting for the next event.
+    Superseded {
+        /// The resourceVersion the Secret has now.
+        resource_version: String,
+        /// Seconds from the write.
+        seconds: f64,
+    },
+    /// The rewrite or the write failed.
+    Failed {
+        /// Why, in one line.
+        reason: String,
+    },
+}
+
+/// One rewrite of a cluster's Secret.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Fixed {
+    /// `namespace/name` of the Cluster.
+    pub cluster: String,
+    /// The Secret.
+    pub secret: String,
+    /// The image it ran.
+    pub from: String,
+    /// The image written.
+    pub to: String,
+    /// What changed in the chart's ClusterRole besides (`delete` on nodes restored), if anything.
+    pub rbac: Option<String>,
+    /// The hash Cluster API will record once it applied the new content.
+    pub hash: String,
+    /// What happened.
+    pub outcome: Outcome,
+}
+
+impl Fixed {
+    /// Whether it ended as intended (written, and applied when waited for).
+    pub fn succeeded(&self) -> bool {
+        matches!(self.outcome, Outcome::Written | Outcome::Applied { .. })
+    }
+
+    /// One line for the log or stdout.
+    pub fn describe(&self) -> String {
+        let what = format!(
+            "{}: Secret {} {} → {}{}",
+            self.cluster,
+            self.secret,
+            self.from,
+            self.to,
+            self.rbac
+                .as_deref()
+                .map(|c| format!(" ({c})"))
+                .unwrap_or_default()
+        );
+        match &self.outcome {
+            Outcome::Written => format!("{what}: written (binding hash to come: {})", self.hash),
+            Outcome::Applied { seconds } => format!(
+                "{what}: applied by Cluster API after {seconds:.1} s (binding hash {})",
+                self.hash
+            ),
+            Outcome::NotApplied { binding_hash } => format!(
+                "{what}: written, but the ClusterResourceSetBinding still records {} (expected {})",
+                binding_hash.as_deref().unwrap_or("nothing"),
+                self.hash
+            ),
+            Outcome::Conflict => {
+                format!("{what}: the Secret changed since it was read (409 Conflict), not written")
+            }
+            Outcome::Superseded {
+                resource_version,
+                seconds,
+            } => format!(
+                "{what}: written, then replaced by a newer revision of the Secret (resourceVersion {resource_version}) after {seconds:.1} s, before Cluster API applied it; read again"
+            ),
+            Outcome::Failed { reason } => format!("{what}: failed: {reason}"),
+        }
+    }
+}
+
+/// Options of [`fix`].
+#[derive(Debug, Clone, Default)]
+pub struct FixOptions {
+    /// Wait this long per write for the binding to record the new hash.
+    pub wait: Option<Duration>,
+}
+
+/// Rewrites the Secret of every row whose action is [`Action::Rewrite`] (rows and `fleet`'s
+/// clusters in the same order, as [`assess`] gives them): `render --format crs-secret`'s edit of
+/// the Secret as read, a `PUT` with its resourceVersion, then with `opts.wait` polling the
+/// Cluster's ClusterResourceSetBinding every 500 ms for the new hash. Other rows are left alone.
+/// A failure of one cluster is its [`Outcome`]; the others go on. `on_fixed` hears of each
+/// rewrite as soon as it is done (a watch logs it at once, not at the end of the pass).
+pub async fn fix(
+    kube: &Kube,
+    fleet: &Fleet,
+    rows: &[Row],
+    opts: &FixOptions,
+    on_fixed: &mut (dyn FnMut(&Fixed) + Send),
+) -> Vec<Fixed> {
+    let mut out = Vec::new();
+    for (c, row) in fleet.clusters.iter().zip(rows) {
+        let Action::Rewrite {
+            image,
+            restore_node_delete,
+        } = &row.action
+        else {
+            continue;
+        };
+        let fixed = rewrite(kube, fleet, c, row, (image, *restore_node_delete), opts).await;
+        on_fixed(&fixed);
+        out.push(fixed);
+    }
+    out
+}
+
+/// One rewrite: `image`, and `delete` on nodes restored when `restore_node_delete`.
+async fn rewrite(
+    kube: &Kube,
+    fleet: &Fleet,
+    c: &Observed,
+    row: &Row,
+    (image, restore_node_delete): (&str, bool),
+    opts: &FixOptions,
+) -> Fixed {
+    let set = c
+        .sets
+        .iter()
+        .find(|s| s.secret == row.secret)
+        .expect("the row's Secret is one of the cluster's sets");
+    let mut fixed = Fixed {
+        cluster: row.cluster.clone(),
+        secret: row.secret.clone(),
+        from: row.image.clone(),
+        to: image.to_string(),
+        rbac: None,
+        hash: String::new(),
+        outcome: Outcome::Written,
+    };
+    let written = crs_secret::rewrite_secret(
+        &set.object.to_string(),
+        &RewriteOptions {
+            image: image.to_string(),
+            // `assess` chose the image serving the minor the control plane runs.
+            allow_skew: true,
+            cluster_minor: row.minor,
+            control_plane_read: true,
+            node_delete: restore_node_delete.then_some(true),
+            ..RewriteOptions::default()
+        },
+    );
+    let out = match written {
+        Ok(o) => o,
+        Err(e) => {
+            fixed.outcome = Outcome::Failed { reason: e.0 };
+            return fixed;
+        }
+    };
+    fixed.hash = out.hash.clone();
+    fixed.rbac = out.rbac_change.clone();
+    let mut object: serde_json::Value =
+        serde_norway::from_str(&out.secret).expect("crs-secret writes YAML that parses");
+    object["metadata"]["resourceVersion"] = set.resource_version.clone().into();
+    let path = format!(
+        "{}/{}",
+        collection("", "v1", &c.namespace, "secrets"),
+        set.secret
+    );
+    let written_version = match kube.replace(&path, object).await {
+        Ok(o) => o["metadata"]["resourceVersion"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
+        Err(e) if e.code() == Some(409) => {
+            fixed.outcome = Outcome::Conflict;
+            return fixed;
+        }
+        Err(e) => {
+            fixed.outcome = Outcome::Failed {
+                reason: e.to_string(),
+            };
+            return fixed;
+        }
+    };
+    if let Some(limit) = opts.wait {
+        let written = Written {
+            set: &set.resource_set,
+            path: &path,
+            resource_version: &written_version,
+        };
+        fixed.outcome = wait_applied(kube, fleet, c, &written, &fixed, limit).await;
+    }
+    fixed
+}
+
+/// A Secret as written: its set, its API path and the resourceVersion the write gave it.
+struct Written<'a> {
+    set: &'a str,
+    path: &'a str,
+    resource_version: &'a str,
+}
+
+/// Polls the Cluster's binding until it records `fixed.hash` for its Secret, at most `limit`;
+/// ends early, [`Outcome::Superseded`], when the Secret no longer has the resourceVersion the
+/// write gave it.
+async fn wait_applied(
+    kube: &Kube,
+    fleet: &Fleet,
+    c: &Observed,
+    written: &Written<'_>,
+    fixed: &Fixed,
+    limit: Duration,
+) -> Outcome {
+    let set = written.set;
+    let path = format!(
+        "{}/{}",
+        collection(
+            ADDONS_GROUP,
+            &fleet.addons_version,
+            &c.namespace,
+            "clusterresourcesetbindings"
+        ),
+        c.name
+    );
+    let t = Instant::now();
+    let mut last = None;
+    loop {
+        match kube.get(&path).await {
+            Ok(b) => last = b.and_then(|b| binding_hash(&b, set, &fixed.secret)),
+            Err(e) => tracing::warn!("{}: {e}", c.id()),
+        }
+        if last.as_deref() == Some(fixed.hash.as_str()) {
+            return Outcome::Applied {
+                seconds: t.elapsed().as_secs_f64(),
+            };
+        }
+        match kube.get(written.path).await {
+            Ok(Some(now)) => {
+                let rv = now["metadata"]["resourceVersion"]
+                    .as_str()
+                    .unwrap_or_default();
+                if !written.resource_version.is_empty() && rv != written.resource_version {
+                    return Outcome::Superseded {
+                        resource_version: rv.to_string(),
+                        seconds: t.elapsed().as_secs_f64(),
+                    };
+                }
+            }
+            Ok(None) => {}
+            Err(e) => tracing::warn!("{}: {e}", c.id()),
+        }
+        if t.elapsed() >= limit || crate::base::interrupt::signal().is_some() {
+            return Outcome::NotApplied { binding_hash: last };
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// One pass: read, assess, and (with `fix_opts`) fix. Returns the fleet, its rows and the
+/// rewrites.
+///
+/// Errors: [`ClustersError`] when the management cluster cannot be read, or the digest manifest.
+pub async fn pass(
+    kube: &Kube,
+    namespace: &str,
+    manifest: &DigestManifest,
+    assess_opts: &super::assess::AssessOptions,
+    fix_opts: Option<&FixOptions>,
+    on_fixed: &mut (dyn FnMut(&Fixed) + Send),
+) -> Result<(Fleet, Vec<Row>, Vec<Fixed>), ClustersError> {
+    let fleet = observe(kube, namespace).await?;
+    let rows = assess(&fleet.clusters, manifest, assess_opts);
+    let fixed = match fix_opts {
+        Some(o) => fix(kube, &fleet, &rows, o, on_fixed).await,
+        None => Vec::new(),
+    };
+    Ok((fleet, rows, fixed))
+}
+
+/// What [`watch`] watches and how.
+#[derive(Debug, Clone)]
+pub struct WatchOptions {
+    /// The namespace of the Cluster API objects.
+    pub namespace: String,
+    /// The digest manifest, read before every pass.
+    pub manifest_path: std::path::PathBuf,
+    /// How rows are assessed.
+    pub assess: super::assess::AssessOptions,
+    /// How rewrites are made; `None`: the watch only reads and reports (`--watch` without
+    /// `--fix`).
+    pub fix: Option<FixOptions>,
+    /// Read everything again at least this often, events or not (a control plane's version
+    /// changes on an object not watched).
+    pub resync: Duration,
+    /// After an event, wait this long for the rest of a burst (the driver writes several
+    /// objects in one call) before the next pass.
+    pub settle: Duration,
+}
+
+impl WatchOptions {
+    /// `namespace` against `manifest_path`, assessed and fixed with the defaults, a resync every
+    /// 60 s and a settle of 1 s.
+    pub fn new(namespace: &str, manifest_path: &Path) -> WatchOptions {
+        WatchOptions {
+            namespace: namespace.to_string(),
+            manifest_path: manifest_path.to_path_buf(),
+            assess: Default::default(),
+            fix: Some(Default::default()),
+            resync: Duration::from_secs(60),
+            settle: Duration::from_secs(1),
+        }
+    }
+}
+
+/// Runs [`pass`] with fixing, then again after every change of a resource-set Secret or a
+/// Cluster of the namespace (watched from the resourceVersions the pass read) or after
+/// `opts.resync`, until a signal stops it. The digest manifest is read again before every pass
+/// (a ConfigMap update reaches the next pass). Each pass's rows go to `report`
+/// before its rewrites, each rewrite to `on_fixed` as it is done.
+/// A pass that fails (the API unreachable, a missing digest manifest) is logged and retried
+/// with back-off from 1 s to 60 s.
+///
+/// Errors: [`ClustersError`] when the API server refuses the credentials (401, 403): retrying
+/// does not help.
+pub async fn watch(
+    kube: &Kube,
+    opts: &WatchOptions,
+    on_fixed: &mut (dyn FnMut(&Fixed) + Send),
+    mut report: impl FnMut(&[Row]),
+) -> Result<(), ClustersError> {
+    let namespace = opts.namespace.as_str();
+    let mut backoff = Duration::from_secs(1);
+    while crate::base::interrupt::signal().is_none() {
+        let manifest = match crate::build::digest_manifest::read_existing(&opts.manifest_path) {
+            Ok(m) => m,
+            Err(e) => {
+                tracing::warn!("{e}; retrying in {} s", backoff.as_secs());
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(60));
+                continue;
+            }
+        };
+        match observe(kube, namespace).await {
+            Ok(fleet) => {
+                backoff = Duration::from_secs(1);
+                let rows = assess(&fleet.clusters, &manifest, &opts.assess);
+                report(&rows);
+                if let Some(f) = &opts.fix {
+                    let fixed = fix(kube, &fleet, &rows, f, on_fixed).await;
+                    // A rewrite replaced by a newer revision: pin that one now, not at the
+                    // next event (the replacing write is older than the watch would start).
+                    if fixed
+                        .iter()
+                        .any(|f| matches!(f.outcome, Outcome::Superseded { .. }))
+                    {
+                        continue;
+                    }
+                }
+                wait_for_change(kube, namespace, &fleet, opts).await;
+            }
+            // Credentials that are refused stay refused: end the watch, so the Pod crash-loops
+            // visibly instead of retrying in silence.
+            Err(e) if matches!(e.code(), Some(401 | 403)) => return Err(e.into()),
+            Err(e) => {
+                tracing::warn!("{e}; retrying in {} s", backoff.as_secs());
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(60));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Waits until a resource-set Secret or a Cluster of `namespace` changes after what `fleet`
+/// read (then `opts.settle` more), or `opts.resync` passed, or a watch ended or failed.
+async fn wait_for_change(kube: &Kube, namespace: &str, fleet: &Fleet, opts: &WatchOptions) {
+    let timeout = opts.resync;
+    let secrets = format!(
+        "{}?fieldSelector=type%3D{}",
+        collection("", "v1", namespace, "secrets"),
+        RESOURCE_SET_TYPE.replace('/', "%2F")
+    );
+    let clusters = collection(
+        CLUSTER_GROUP,
+        &fleet.cluster_api_version,
+        namespace,
+        "clusters",
+    );
+    // Resolves at the first real event; a watch that ends or fails never does (the resync
+    // sleep then ends the wait), so a refused watch cannot turn into a busy loop.
+    let first_event = |path: String, rv: String| async move {
+        match kube.watch(&path, &rv, timeout).await {
+            Ok(stream) => {
+                let mut stream = std::pin::pin!(stream);
+                while let Some(e) = stream.next().await {
+                    match e {
+                        Ok(e) if e.kind != "BOOKMARK" => {
+                            tracing::debug!("{path}: {} {}", e.kind, e.object["metadata"]["name"]);
+                            return;
+                        }
+                        Ok(_) => {}
+                        Err(e) => {
+                            log_watch_failure(&e);
+                            break;
+                        }
+                    }
+                }
+            }
+            Err(e) => log_watch_failure(&e),
+        }
+        std::future::pending::<()>().await
+    };
+    let changed = tokio::select! {
+        _ = first_event(secrets, fleet.secrets_version.clone()) => true,
+        _ = first_event(clusters, fleet.clusters_version.clone()) => true,
+        _ = tokio::time::sleep(timeout) => false,
+    };
+    if changed {
+        tokio::time::sleep(opts.settle).await;
+    }
+}
+
+/// A 410 Gone (the resourceVersion is too old: the next pass lists again) is routine; anything
+/// else is worth a warning.
+fn log_watch_failure(e: &KubeError) {
+    if e.code() == Some(410) {
+        tracing::debug!("{e}");
+    } else {
+        tracing::warn!("watch: {e}");
+    }
+}
