@@ -5,9 +5,9 @@ use std::path::{Path, PathBuf};
 
 use clap::Args;
 use occm_forge_core::Error;
-use occm_forge_core::base::progress::Terminal;
 use occm_forge_core::build::pipeline::{self, BuildOutcome, MinorResult};
 use occm_forge_core::build::plan::{self, BuildPlan, Environment, Overrides};
+use occm_forge_core::build::progress::Terminal;
 use occm_forge_core::commands::report;
 use occm_forge_core::config::Config;
 use occm_forge_core::registry::publish::ReferrersMode;

@@ -150,14 +150,16 @@ pub async fn run(args: &ClustersArgs, quiet: bool) -> Result<u8, Error> {
     if bad.is_empty() {
         return Ok(0);
     }
-    Err(Error::NotPinned(format!(
-        "{} of {} {} not run the pinned image of {} minor with the RBAC it needs: {} (see FINDINGS)",
-        bad.len(),
-        plural(rows.len(), "cluster"),
-        if bad.len() == 1 { "does" } else { "do" },
-        if bad.len() == 1 { "its" } else { "their" },
-        bad.join(", ")
-    )))
+    Err(Error::command(
+        occm_forge_core::consumers::clusters::NotPinned(format!(
+            "{} of {} {} not run the pinned image of {} minor with the RBAC it needs: {} (see FINDINGS)",
+            bad.len(),
+            plural(rows.len(), "cluster"),
+            if bad.len() == 1 { "does" } else { "do" },
+            if bad.len() == 1 { "its" } else { "their" },
+            bad.join(", ")
+        )),
+    ))
 }
 
 /// `--watch`: the table once, then a line per change of a row, and a line per rewrite as it is

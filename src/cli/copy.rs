@@ -4,8 +4,8 @@ use std::path::PathBuf;
 
 use clap::Args;
 use occm_forge_core::Error;
-use occm_forge_core::base::progress::Terminal;
 use occm_forge_core::build::plan;
+use occm_forge_core::build::progress::Terminal;
 use occm_forge_core::build::stage::{Reporter as _, StageReport};
 use occm_forge_core::commands::copy::{self, CopyError, CopyRequest};
 use occm_forge_core::commands::report;

@@ -7,9 +7,9 @@ use occm_forge_core::Error;
 use occm_forge_core::build::digest_manifest::{self, Signer};
 use occm_forge_core::build::plan;
 use occm_forge_core::commands::report;
+use occm_forge_core::commands::signatures;
 use occm_forge_core::config::Minor;
 use occm_forge_core::signing;
-use occm_forge_core::signing::signatures;
 
 use super::output::{note, print_stdout, warn};
 use super::{Cli, RegistryArgs};
@@ -134,7 +134,10 @@ pub async fn run(cli: &Cli, cmd: &ManifestCommand) -> Result<u8, Error> {
     }
     let Some(chosen) = failures
         .iter()
-        .position(|e| matches!(e, Error::NotSigned(_)))
+        .position(|e| {
+            e.failure::<occm_forge_core::commands::signatures::NotSigned>()
+                .is_some()
+        })
         .or((!failures.is_empty()).then_some(0))
     else {
         return Ok(0);

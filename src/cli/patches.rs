@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 
 use clap::{Args, Subcommand};
 use occm_forge_core::Error;
-use occm_forge_core::base::progress::Terminal;
 use occm_forge_core::base::util::write_file_atomically;
+use occm_forge_core::build::progress::Terminal;
 use occm_forge_core::commands::prove::{self, ProofRequest};
 use occm_forge_core::commands::refresh::{self, EditRequest, ExportRequest};
 use occm_forge_core::commands::report;
@@ -122,9 +122,8 @@ async fn verify(cli: &Cli, args: &VerifyArgs) -> Result<u8, Error> {
     if report.ok() {
         Ok(0)
     } else {
-        Err(Error::Proof(format!(
-            "{} is not proven: see the table",
-            args.k8s
+        Err(Error::command(occm_forge_core::commands::prove::NotProven(
+            format!("{} is not proven: see the table", args.k8s),
         )))
     }
 }
@@ -160,7 +159,9 @@ async fn matrix(cli: &Cli, args: &MatrixArgs) -> Result<u8, Error> {
     if bad.is_empty() {
         Ok(0)
     } else {
-        Err(Error::Proof(report::not_proven(&bad)))
+        Err(Error::command(occm_forge_core::commands::prove::NotProven(
+            report::not_proven(&bad),
+        )))
     }
 }
 
@@ -195,7 +196,7 @@ fn edit(cli: &Cli, args: &EditArgs) -> Result<u8, Error> {
     print_stdout(&text)?;
     match &report.stopped {
         None => Ok(0),
-        Some(why) => Err(Error::Refresh(refresh::RefreshError::Stopped(why.clone()))),
+        Some(why) => Err(refresh::RefreshError::Stopped(why.clone()).into()),
     }
 }
 

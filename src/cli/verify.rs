@@ -2,8 +2,8 @@
 
 use clap::Args;
 use occm_forge_core::Error;
-use occm_forge_core::base::progress::Terminal;
 use occm_forge_core::build::plan;
+use occm_forge_core::build::progress::Terminal;
 use occm_forge_core::commands::report;
 use occm_forge_core::commands::verify::{self, AuditRequest};
 use occm_forge_core::config::Minor;
@@ -45,8 +45,7 @@ pub async fn run(cli: &Cli, args: &AuditArgs) -> Result<u8, Error> {
         return Ok(0);
     }
     print_stdout(&report::findings(&findings))?;
-    Err(Error::Mismatch(report::mismatches(
-        findings.len(),
-        &config.digest_manifest,
+    Err(Error::command(occm_forge_core::commands::verify::Mismatch(
+        report::mismatches(findings.len(), &config.digest_manifest),
     )))
 }

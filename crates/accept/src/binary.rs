@@ -11,9 +11,19 @@ use super::AcceptError;
 use occm_forge_core::build::go::Toolchain;
 use occm_forge_core::config::Platform;
 use occm_forge_core::image::elf::check_elf;
-pub use occm_forge_core::image::elf::host_platform;
 use occm_forge_core::image::layout;
 use occm_forge_core::image::spec::{Descriptor, Index, Manifest, keys};
+
+/// The platform of this machine ([`occm_forge_core::image::elf::host_platform`]).
+///
+/// Errors: [`AcceptError::Input`] (part `host`) on an OS or architecture no OCCM image is built
+/// for.
+pub fn host_platform() -> Result<Platform, AcceptError> {
+    occm_forge_core::image::elf::host_platform().map_err(|message| AcceptError::Input {
+        part: "host".into(),
+        message,
+    })
+}
 
 /// Path of the binary inside the image's layer (upstream Dockerfile L72).
 pub const LAYER_PATH: &str = "bin/openstack-cloud-controller-manager";

@@ -138,34 +138,7 @@ pub struct Signature {
     pub attestations: BTreeMap<String, String>,
 }
 
-/// Who signed, as a [`Signature`] records it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Signer<'a> {
-    /// A key: its fingerprint and its PEM `PUBLIC KEY`.
-    Key {
-        /// `Signature::key`.
-        fingerprint: &'a str,
-        /// `Signature::public_key`.
-        public_key: &'a str,
-    },
-    /// A Fulcio certificate naming this identity and OIDC issuer (keyless).
-    Certificate {
-        /// `Signature::certificate_identity`.
-        identity: &'a str,
-        /// `Signature::certificate_oidc_issuer`.
-        issuer: &'a str,
-    },
-}
-
-impl std::fmt::Display for Signer<'_> {
-    /// `key <fingerprint>` or `<identity> (issuer <issuer>)`.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Signer::Key { fingerprint, .. } => write!(f, "key {fingerprint}"),
-            Signer::Certificate { identity, issuer } => write!(f, "{identity} (issuer {issuer})"),
-        }
-    }
-}
+pub use crate::signing::Signer;
 
 impl Signature {
     /// A signature by `signer` with no bundles found yet (`digest` empty).

@@ -432,6 +432,14 @@ impl CopyError {
     }
 }
 
+impl crate::Failure for CopyError {
+    fn exit_code(&self) -> u8 {
+        CopyError::exit_code(self)
+    }
+}
+
+crate::command_failure!(CopyError);
+
 /// Copies the published image of `req.minor` to `req.to`, checks it there with
 /// [`verify::check_entry`] (the entry with its repository replaced by the target), and records the
 /// target in the entry's `mirrors`, all under the digest manifest's run lock; the digest manifest

@@ -1,6 +1,6 @@
 //! The commands beside `build`, each over the layers below: [`verify`] (`verify`), [`prove`]
 //! (`patches prove`, `patches matrix`), [`pin`], [`upstream`], [`copy`], [`refresh`]
-//! (`patches edit`, `patches export`), [`self_image`], and [`report`], the text every command
+//! (`patches edit`, `patches export`), [`self_image`], [`signatures`] (`manifest record-signatures`), and [`report`], the text every command
 //! prints.
 
 pub mod copy;
@@ -9,5 +9,6 @@ pub mod prove;
 pub mod refresh;
 pub mod report;
 pub mod self_image;
+pub mod signatures;
 pub mod upstream;
 pub mod verify;

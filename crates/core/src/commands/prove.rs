@@ -495,3 +495,16 @@ pub fn render_markdown(reports: &[MinorReport]) -> String {
     }
     out
 }
+/// `patches prove`: a patch is not proven (red without it, green with it), one line.
+#[derive(Debug, thiserror::Error)]
+#[error("prove: {0}")]
+pub struct NotProven(pub String);
+
+impl crate::Failure for NotProven {
+    /// 5, as a failing test.
+    fn exit_code(&self) -> u8 {
+        5
+    }
+}
+
+crate::command_failure!(NotProven);

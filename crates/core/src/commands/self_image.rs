@@ -43,6 +43,15 @@ pub struct SelfImageError {
     pub message: String,
 }
 
+impl crate::Failure for SelfImageError {
+    /// 2: the binary cannot be packaged.
+    fn exit_code(&self) -> u8 {
+        2
+    }
+}
+
+crate::command_failure!(SelfImageError);
+
 /// Packages the binary; see the module documentation.
 ///
 /// Errors: [`crate::Error::SelfImage`] when the binary cannot be read, is not an ELF executable

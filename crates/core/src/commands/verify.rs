@@ -24,12 +24,12 @@ use crate::build::describe::{IN_TOTO_MEDIA_TYPE, SPDX_MEDIA_TYPE};
 use crate::build::digest_manifest::{Entry, Signature, Signer};
 use crate::build::plan::{BuildPlan, Overrides};
 use crate::build::stage::Reporter;
+use crate::commands::signatures::Kinds;
 use crate::config::{Config, Minor, Platform};
 use crate::image::referrer::fallback_tag;
 use crate::image::spec::{Index, Manifest, keys};
 use crate::registry::publish::ReferrersPushed;
 use crate::registry::{ErrorKind, Registry, RegistryError, if_present};
-use crate::signing::signatures::Kinds;
 use crate::signing::{self, BUNDLE_MEDIA_TYPE};
 
 /// One mismatch between the registry and the digest manifest.
@@ -672,6 +672,20 @@ impl Checker<'_> {
         }
     }
 }
+
+/// `verify`: the registry does not match the digest manifest (the findings, one line).
+#[derive(Debug, thiserror::Error)]
+#[error("verify: {0}")]
+pub struct Mismatch(pub String);
+
+impl crate::Failure for Mismatch {
+    /// 10.
+    fn exit_code(&self) -> u8 {
+        10
+    }
+}
+
+crate::command_failure!(Mismatch);
 
 #[cfg(test)]
 mod tests {

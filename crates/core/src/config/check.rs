@@ -382,7 +382,7 @@ fn check_minor(
     }
     if m.go.starts_with("go")
         || m.go
-            .parse::<crate::build::go::release::GoRelease>()
+            .parse::<crate::base::go_release::GoRelease>()
             .map_or(true, |r| r.major != 1)
     {
         return fail(

@@ -471,10 +471,9 @@ impl Config {
     /// The `[patches."<file>"]` entry of a series entry: its own, or for a minor's variant of a
     /// shared patch (`<stem>.k8s-<minor>.patch`) the shared patch's.
     pub fn patch_info(&self, name: &str) -> Option<&PatchInfo> {
-        self.patches.get(name).or_else(|| {
-            self.patches
-                .get(crate::build::patches::catalogue_name(name).as_ref())
-        })
+        self.patches
+            .get(name)
+            .or_else(|| self.patches.get(catalogue_name(name).as_ref()))
     }
 
     /// Where upstream is fetched from: `source` (`--source`) when given, else `upstream`.
@@ -500,6 +499,32 @@ impl Config {
                     .join(", ")
             ),
         })
+    }
+}
+
+/// The suffix of a minor's own variant of a shared patch: `<stem>.k8s-<minor>.patch`.
+const VARIANT_MARK: &str = ".k8s-";
+
+/// The name of `minor`'s own variant of the shared patch `shared`:
+/// `0004-occm-fatal.patch` → `0004-occm-fatal.k8s-1.37.patch` (written by `patches export`
+/// when other minors keep the shared file).
+pub fn variant_name(shared: &str, minor: Minor) -> String {
+    let stem = shared.strip_suffix(".patch").unwrap_or(shared);
+    format!("{stem}{VARIANT_MARK}{minor}.patch")
+}
+
+/// The shared patch a file name stands for: the name itself, or for a minor's variant
+/// ([`variant_name`]) the shared file's name. `[patches."<file>"]` entries are looked up by it,
+/// so a variant is guarded and shown as the patch it varies.
+pub fn catalogue_name(name: &str) -> std::borrow::Cow<'_, str> {
+    let Some(stem) = name.strip_suffix(".patch") else {
+        return std::borrow::Cow::Borrowed(name);
+    };
+    match stem.rsplit_once(VARIANT_MARK) {
+        Some((shared, minor)) if minor.parse::<Minor>().is_ok() => {
+            std::borrow::Cow::Owned(format!("{shared}.patch"))
+        }
+        _ => std::borrow::Cow::Borrowed(name),
     }
 }
 

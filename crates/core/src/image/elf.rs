@@ -2,13 +2,12 @@
 //! checks acceptance and `self-image` make of a binary before they use it (System V ABI,
 //! `e_machine` of the ELF header; elf.h `EM_*`).
 
-use crate::build::acceptance::AcceptError;
 use crate::config::Platform;
 
 /// The platform of this machine (`linux/amd64`, `linux/arm64`, …).
 ///
-/// Errors: [`AcceptError::Input`] on an OS or architecture no OCCM image is built for.
-pub fn host_platform() -> Result<Platform, AcceptError> {
+/// Errors: a one-line cause, on an OS or architecture no OCCM image is built for.
+pub fn host_platform() -> Result<Platform, String> {
     let arch = match std::env::consts::ARCH {
         "x86_64" => "amd64",
         "aarch64" => "arm64",
@@ -18,12 +17,7 @@ pub fn host_platform() -> Result<Platform, AcceptError> {
         "arm" => "arm",
         other => other,
     };
-    format!("{}/{arch}", std::env::consts::OS)
-        .parse()
-        .map_err(|e: String| AcceptError::Input {
-            part: "host".into(),
-            message: e,
-        })
+    format!("{}/{arch}", std::env::consts::OS).parse()
 }
 
 /// Checks that `data` starts like an ELF executable for `platform`'s architecture.

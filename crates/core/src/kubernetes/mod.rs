@@ -280,7 +280,7 @@ impl Kube {
         self.transport(
             method,
             path,
-            &crate::registry::explain::without_client_chain(&text),
+            &crate::base::client_error::without_client_chain(&text),
         )
     }
 

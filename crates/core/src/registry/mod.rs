@@ -59,7 +59,7 @@ pub enum ErrorKind {
 
 /// A registry failure: one line naming the registry and the operation,
 /// `registry <host>: <operation>: <message>`, the message without the HTTP client's nested error
-/// chain (`explain::without_client_chain`). A credential lookup's message
+/// chain (`crate::base::client_error::without_client_chain`). A credential lookup's message
 /// ([`auth::AuthError`], `credentials for <host> from <file>: …`) names the registry itself and
 /// is the whole line.
 #[derive(Debug, Clone)]
@@ -76,7 +76,7 @@ pub struct RegistryError {
 
 impl std::fmt::Display for RegistryError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let message = explain::without_client_chain(&self.message);
+        let message = crate::base::client_error::without_client_chain(&self.message);
         if auth::names_registry(&message, &self.registry) {
             return write!(f, "{message}");
         }

@@ -13,8 +13,6 @@
 //! `build --sign-key` signs through the sign stage (`stages::sign`); `verify` checks with
 //! [`verify_bundle`].
 
-pub mod signatures;
-
 use std::path::{Path, PathBuf};
 
 use base64::{Engine as _, engine::general_purpose::STANDARD as B64};
@@ -25,7 +23,6 @@ use x509_cert::Certificate;
 use x509_cert::der::{Decode as _, oid::ObjectIdentifier};
 
 use crate::base::util::is_sha256_digest;
-use crate::build::digest_manifest::Signer;
 
 /// Media type of an in-toto Statement (a DSSE payload type, and the provenance referrer's
 /// artifact type).
@@ -519,6 +516,35 @@ pub fn pae(payload_type: &str, payload: &[u8]) -> Vec<u8> {
     .into_bytes();
     out.extend_from_slice(payload);
     out
+}
+
+/// Who signed, as a digest manifest entry's `signature` records it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Signer<'a> {
+    /// A key: its fingerprint and its PEM `PUBLIC KEY`.
+    Key {
+        /// `Signature::key`.
+        fingerprint: &'a str,
+        /// `Signature::public_key`.
+        public_key: &'a str,
+    },
+    /// A Fulcio certificate naming this identity and OIDC issuer (keyless).
+    Certificate {
+        /// `Signature::certificate_identity`.
+        identity: &'a str,
+        /// `Signature::certificate_oidc_issuer`.
+        issuer: &'a str,
+    },
+}
+
+impl std::fmt::Display for Signer<'_> {
+    /// `key <fingerprint>` or `<identity> (issuer <issuer>)`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Signer::Key { fingerprint, .. } => write!(f, "key {fingerprint}"),
+            Signer::Certificate { identity, issuer } => write!(f, "{identity} (issuer {issuer})"),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -104,39 +104,9 @@ fn build_one(req: &BuildRequest<'_>, p: &Platform) -> Result<Binary, BuildError>
     })
 }
 
-/// One module from a binary's embedded build information.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
-#[serde(rename_all = "PascalCase")]
-pub struct Module {
-    /// Module path, e.g. `k8s.io/client-go`.
-    pub path: String,
-    /// Version, e.g. `v0.34.1`; `(devel)` for the main module.
-    #[serde(default)]
-    pub version: String,
-    /// go.sum hash (`h1:` + base64 sha256 of the module tree), when known.
-    #[serde(default)]
-    pub sum: String,
-    /// The replacement, when the module is replaced.
-    #[serde(default)]
-    pub replace: Option<Box<Module>>,
-}
+pub use super::buildinfo::{BuildInfo, Module, parse_version_m};
 
-/// The build information Go embeds in a binary (`go version -m -json`; `runtime/debug.BuildInfo`).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
-#[serde(rename_all = "PascalCase")]
-pub struct BuildInfo {
-    /// Toolchain that built it, e.g. `go1.25.1`.
-    pub go_version: String,
-    /// Main package path.
-    pub path: String,
-    /// Main module.
-    pub main: Module,
-    /// Dependency modules linked in.
-    #[serde(default)]
-    pub deps: Vec<Module>,
-}
-
-/// Reads a binary's embedded module list: from the binary itself ([`super::buildinfo`], no Go
+/// Reads a binary's embedded module list: from the binary itself ([`super::buildinfo::read_file`], no Go
 /// process), else with `go version -m` of the minor's toolchain. The text form of `go version
 /// -m` is read rather than `-json`, which Go toolchains before 1.24 do not have (1.31 to 1.33
 /// build with Go 1.22 to 1.24).
@@ -164,43 +134,6 @@ pub fn read_build_info(
     }
     parse_version_m(&String::from_utf8_lossy(&output.stdout))
         .ok_or_else(|| err("go version -m printed no module information".into()))
-}
-
-/// Parses `go version -m` output: `<file>: go1.25.1`, then tab-indented `path`, `mod`, `dep` and
-/// `=>` (the replacement of the `dep` above) lines, tab-separated (`runtime/debug.BuildInfo.String`,
-/// the same format from Go 1.18 on). Other lines (`build` settings) are ignored.
-pub fn parse_version_m(text: &str) -> Option<BuildInfo> {
-    let mut lines = text.lines();
-    let go_version = lines.next()?.rsplit_once(": ")?.1.trim().to_string();
-    let module = |f: &[&str]| Module {
-        path: f.get(1).copied().unwrap_or_default().to_string(),
-        version: f.get(2).copied().unwrap_or_default().to_string(),
-        sum: f.get(3).copied().unwrap_or_default().to_string(),
-        replace: None,
-    };
-    let mut path = None;
-    let mut main = None;
-    let mut deps: Vec<Module> = Vec::new();
-    for line in lines {
-        let f: Vec<&str> = line.trim_start_matches('\t').split('\t').collect();
-        match f[0] {
-            "path" => path = f.get(1).map(|p| p.to_string()),
-            "mod" => main = Some(module(&f)),
-            "dep" => deps.push(module(&f)),
-            "=>" => {
-                if let Some(d) = deps.last_mut() {
-                    d.replace = Some(Box::new(module(&f)));
-                }
-            }
-            _ => {}
-        }
-    }
-    Some(BuildInfo {
-        go_version,
-        path: path?,
-        main: main?,
-        deps,
-    })
 }
 
 #[cfg(test)]

@@ -11,8 +11,6 @@
 
 use object::{Object, ObjectSection};
 
-use super::build::{BuildInfo, parse_version_m};
-
 const MAGIC: &[u8] = b"\xff Go buildinf:";
 const FLAG_INLINE: u8 = 0x2;
 
@@ -71,6 +69,75 @@ fn string(data: &[u8]) -> Option<(&[u8], &[u8])> {
         shift += 7;
     }
     None
+}
+
+/// One module from a binary's embedded build information.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct Module {
+    /// Module path, e.g. `k8s.io/client-go`.
+    pub path: String,
+    /// Version, e.g. `v0.34.1`; `(devel)` for the main module.
+    #[serde(default)]
+    pub version: String,
+    /// go.sum hash (`h1:` + base64 sha256 of the module tree), when known.
+    #[serde(default)]
+    pub sum: String,
+    /// The replacement, when the module is replaced.
+    #[serde(default)]
+    pub replace: Option<Box<Module>>,
+}
+
+/// The build information Go embeds in a binary (`go version -m -json`; `runtime/debug.BuildInfo`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct BuildInfo {
+    /// Toolchain that built it, e.g. `go1.25.1`.
+    pub go_version: String,
+    /// Main package path.
+    pub path: String,
+    /// Main module.
+    pub main: Module,
+    /// Dependency modules linked in.
+    #[serde(default)]
+    pub deps: Vec<Module>,
+}
+
+/// Parses `go version -m` output: `<file>: go1.25.1`, then tab-indented `path`, `mod`, `dep` and
+/// `=>` (the replacement of the `dep` above) lines, tab-separated (`runtime/debug.BuildInfo.String`,
+/// the same format from Go 1.18 on). Other lines (`build` settings) are ignored.
+pub fn parse_version_m(text: &str) -> Option<BuildInfo> {
+    let mut lines = text.lines();
+    let go_version = lines.next()?.rsplit_once(": ")?.1.trim().to_string();
+    let module = |f: &[&str]| Module {
+        path: f.get(1).copied().unwrap_or_default().to_string(),
+        version: f.get(2).copied().unwrap_or_default().to_string(),
+        sum: f.get(3).copied().unwrap_or_default().to_string(),
+        replace: None,
+    };
+    let mut path = None;
+    let mut main = None;
+    let mut deps: Vec<Module> = Vec::new();
+    for line in lines {
+        let f: Vec<&str> = line.trim_start_matches('\t').split('\t').collect();
+        match f[0] {
+            "path" => path = f.get(1).map(|p| p.to_string()),
+            "mod" => main = Some(module(&f)),
+            "dep" => deps.push(module(&f)),
+            "=>" => {
+                if let Some(d) = deps.last_mut() {
+                    d.replace = Some(Box::new(module(&f)));
+                }
+            }
+            _ => {}
+        }
+    }
+    Some(BuildInfo {
+        go_version,
+        path: path?,
+        main: main?,
+        deps,
+    })
 }
 
 #[cfg(test)]

@@ -145,31 +145,7 @@ pub enum PatchError {
     },
 }
 
-/// The suffix of a minor's own variant of a shared patch: `<stem>.k8s-<minor>.patch`.
-const VARIANT_MARK: &str = ".k8s-";
-
-/// The name of `minor`'s own variant of the shared patch `shared`:
-/// `0004-occm-fatal.patch` → `0004-occm-fatal.k8s-1.37.patch` (written by `patches export`
-/// when other minors keep the shared file).
-pub fn variant_name(shared: &str, minor: crate::config::Minor) -> String {
-    let stem = shared.strip_suffix(".patch").unwrap_or(shared);
-    format!("{stem}{VARIANT_MARK}{minor}.patch")
-}
-
-/// The shared patch a file name stands for: the name itself, or for a minor's variant
-/// ([`variant_name`]) the shared file's name. `[patches."<file>"]` entries are looked up by it,
-/// so a variant is guarded and shown as the patch it varies.
-pub fn catalogue_name(name: &str) -> Cow<'_, str> {
-    let Some(stem) = name.strip_suffix(".patch") else {
-        return Cow::Borrowed(name);
-    };
-    match stem.rsplit_once(VARIANT_MARK) {
-        Some((shared, minor)) if minor.parse::<crate::config::Minor>().is_ok() => {
-            Cow::Owned(format!("{shared}.patch"))
-        }
-        _ => Cow::Borrowed(name),
-    }
-}
+pub use crate::config::{catalogue_name, variant_name};
 
 /// Reads the series' files from `dir` in order.
 pub fn load_series(dir: &Path, names: &[String]) -> Result<Vec<PatchFile>, PatchError> {

@@ -404,3 +404,15 @@ impl RefreshError {
         }
     }
 }
+
+impl crate::Failure for RefreshError {
+    fn exit_code(&self) -> u8 {
+        RefreshError::exit_code(self)
+    }
+
+    fn context(&self) -> Option<&'static str> {
+        Some("patches")
+    }
+}
+
+crate::command_failure!(RefreshError);

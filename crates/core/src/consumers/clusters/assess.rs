@@ -9,10 +9,7 @@ use crate::build::digest_manifest::{DigestManifest, Entry};
 use crate::config::Minor;
 use crate::consumers::render::{self, RenderOptions};
 
-/// The repository magnum-cluster-api renders OCCM from when no `container_infra_prefix` is set
-/// (the chart's `image.repository`).
-pub const UPSTREAM_REPOSITORY: &str =
-    "registry.k8s.io/provider-os/openstack-cloud-controller-manager";
+pub use crate::consumers::mcapi::objects::UPSTREAM_REPOSITORY;
 
 /// What the OCCM image in a cluster's Secret is.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

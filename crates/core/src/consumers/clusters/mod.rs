@@ -36,8 +36,7 @@ use crate::config::Minor;
 
 pub use assess::{Action, ImageKind, Row, Strategy, assess};
 
-/// The namespace magnum-cluster-api keeps its Cluster API objects in.
-pub const NAMESPACE: &str = "magnum-system";
+pub use crate::consumers::mcapi::objects::NAMESPACE;
 
 /// One ClusterResourceSet that applies an OCCM Secret to a Cluster, as read.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -135,3 +134,25 @@ pub enum ClustersError {
     #[error("management cluster {0}")]
     Kube(#[from] crate::kubernetes::KubeError),
 }
+
+impl crate::Failure for ClustersError {
+    /// 15: the management cluster cannot be read or written.
+    fn exit_code(&self) -> u8 {
+        15
+    }
+}
+
+/// `clusters`: a cluster does not run the pinned image of its minor (the table on stdout says
+/// which and why), or `--fix` could not fix one.
+#[derive(Debug, thiserror::Error)]
+#[error("clusters: {0}")]
+pub struct NotPinned(pub String);
+
+impl crate::Failure for NotPinned {
+    /// 14.
+    fn exit_code(&self) -> u8 {
+        14
+    }
+}
+
+crate::command_failure!(ClustersError, NotPinned);

@@ -16,8 +16,7 @@ use crate::kubernetes::{Kube, KubeError, collection};
 pub const CLUSTER_GROUP: &str = "cluster.x-k8s.io";
 /// Cluster API's add-ons group (ClusterResourceSet, ClusterResourceSetBinding).
 pub const ADDONS_GROUP: &str = "addons.cluster.x-k8s.io";
-/// The Secret type a ClusterResourceSet applies (Cluster API `ClusterResourceSetSecretType`).
-pub const RESOURCE_SET_TYPE: &str = "addons.cluster.x-k8s.io/resource-set";
+pub use crate::consumers::mcapi::objects::RESOURCE_SET_TYPE;
 
 /// What one read of the management cluster gave.
 #[derive(Debug, Clone, Default)]

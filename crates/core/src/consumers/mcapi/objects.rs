@@ -18,9 +18,35 @@ use std::collections::BTreeMap;
 use base64::Engine as _;
 use serde_json::{Value, json};
 
-pub use crate::consumers::clusters::NAMESPACE;
-pub use crate::consumers::clusters::assess::UPSTREAM_REPOSITORY;
-use crate::consumers::clusters::read::RESOURCE_SET_TYPE;
+/// The namespace magnum-cluster-api keeps its Cluster API objects in.
+pub const NAMESPACE: &str = "magnum-system";
+
+/// The repository magnum-cluster-api renders OCCM from when no `container_infra_prefix` is set
+/// (the chart's `image.repository`).
+pub const UPSTREAM_REPOSITORY: &str =
+    "registry.k8s.io/provider-os/openstack-cloud-controller-manager";
+
+/// The Secret type a ClusterResourceSet applies (Cluster API `ClusterResourceSetSecretType`).
+pub const RESOURCE_SET_TYPE: &str = "addons.cluster.x-k8s.io/resource-set";
+
+/// The Secret key magnum-cluster-api renders the OCCM chart into.
+pub const SECRET_KEY: &str = "cloud-controller-manager.yaml";
+
+/// The hash Cluster API records for a Secret of a ClusterResourceSet in the
+/// ClusterResourceSetBinding (`spec.bindings[].resources[].hash`) once it applied it, and
+/// compares to decide whether a `strategy: Reconcile` set must be applied again:
+/// `sha256:<64 hex>` of the values of the Secret's `data`, base64-decoded (a value that does not
+/// decode counts as empty), concatenated in the byte order of their keys
+/// (internal/controllers/clusterresourceset/clusterresourceset_helpers.go `normalizeData` and
+/// `computeHash`, Cluster API v1.13). `data` maps each key to its decoded bytes.
+pub fn resource_set_hash(data: &std::collections::BTreeMap<String, Vec<u8>>) -> String {
+    use sha2::Digest as _;
+    let mut h = sha2::Sha256::new();
+    for v in data.values() {
+        h.update(v);
+    }
+    format!("sha256:{}", hex::encode(h.finalize()))
+}
 
 /// The OCCM DaemonSet the chart renders: `kube-system/openstack-cloud-controller-manager`.
 pub const DAEMONSET: (&str, &str) = ("kube-system", "openstack-cloud-controller-manager");
@@ -289,10 +315,7 @@ pub fn secret_keys(image: &str, cloud_conf: &str) -> BTreeMap<String, String> {
 /// run), with `cloud_conf`.
 pub fn driver_keys(occm: &str, cloud_conf: &str) -> BTreeMap<String, String> {
     BTreeMap::from([
-        (
-            crate::consumers::render::crs_secret::SECRET_KEY.to_string(),
-            occm.to_string(),
-        ),
+        (SECRET_KEY.to_string(), occm.to_string()),
         (
             "cloud-config-secret.yaml".to_string(),
             cloud_config_secret(DAEMONSET.0, cloud_conf),
@@ -312,7 +335,7 @@ fn cloud_config_secret(ns: &str, cloud_conf: &str) -> String {
 pub fn secret_keys_in(ns: &str, image: &str, cloud_conf: &str) -> BTreeMap<String, String> {
     BTreeMap::from([
         (
-            crate::consumers::render::crs_secret::SECRET_KEY.to_string(),
+            SECRET_KEY.to_string(),
             occm_manifests_in(ns, image),
         ),
         (
@@ -330,9 +353,9 @@ pub fn secret_keys_in(ns: &str, image: &str, cloud_conf: &str) -> BTreeMap<Strin
     ])
 }
 
-/// The hash Cluster API records for a Secret holding `keys` ([`crate::consumers::render::crs_secret::resource_set_hash`]).
+/// The hash Cluster API records for a Secret holding `keys` ([`resource_set_hash`]).
 pub fn keys_hash(keys: &BTreeMap<String, String>) -> String {
-    crate::consumers::render::crs_secret::resource_set_hash(
+    resource_set_hash(
         &keys
             .iter()
             .map(|(k, v)| (k.clone(), v.as_bytes().to_vec()))

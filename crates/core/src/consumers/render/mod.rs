@@ -363,3 +363,12 @@ mod tests {
         assert_eq!(ok.text, format!("cloud_provider_image={}\n", e.image));
     }
 }
+
+impl crate::Failure for RenderError {
+    /// 2: the entry cannot be rendered as asked.
+    fn exit_code(&self) -> u8 {
+        2
+    }
+}
+
+crate::command_failure!(RenderError, crs_secret::CrsError);

@@ -29,10 +29,9 @@ pub mod daemonset;
 pub use daemonset::{Edited, set_occm_image};
 
 use crate::config::Minor;
-use crate::consumers::clusters::read::RESOURCE_SET_TYPE;
+use crate::consumers::mcapi::objects::{RESOURCE_SET_TYPE, UPSTREAM_REPOSITORY};
+pub use crate::consumers::mcapi::objects::{SECRET_KEY, resource_set_hash};
 
-/// The Secret key magnum-cluster-api renders the OCCM chart into.
-pub const SECRET_KEY: &str = "cloud-controller-manager.yaml";
 /// The OCCM container's name in the chart's DaemonSet (`templates/daemonset.yaml:47`).
 pub const CONTAINER_NAME: &str = "openstack-cloud-controller-manager";
 /// OCCM's default secure (HTTPS) port, which serves `/healthz` (k8s.io/cloud-provider
@@ -113,22 +112,6 @@ pub struct Rewritten {
     pub rbac_change: Option<String>,
 }
 
-/// The hash Cluster API records for a Secret of a ClusterResourceSet in the
-/// ClusterResourceSetBinding (`spec.bindings[].resources[].hash`) once it applied it, and
-/// compares to decide whether a `strategy: Reconcile` set must be applied again:
-/// `sha256:<64 hex>` of the values of the Secret's `data`, base64-decoded (a value that does not
-/// decode counts as empty), concatenated in the byte order of their keys
-/// (internal/controllers/clusterresourceset/clusterresourceset_helpers.go `normalizeData` and
-/// `computeHash`, Cluster API v1.13). `data` maps each key to its decoded bytes.
-pub fn resource_set_hash(data: &std::collections::BTreeMap<String, Vec<u8>>) -> String {
-    use sha2::Digest as _;
-    let mut h = sha2::Sha256::new();
-    for v in data.values() {
-        h.update(v);
-    }
-    format!("sha256:{}", hex::encode(h.finalize()))
-}
-
 /// The [`resource_set_hash`] of the Secret `input` (YAML or JSON, as `kubectl get -o yaml|json`
 /// prints it, or as written for `kubectl replace`) once the API server stored it.
 ///
@@ -177,6 +160,13 @@ pub fn is_legacy_name(name: &str) -> bool {
 #[derive(Debug, thiserror::Error)]
 #[error("crs-secret: {0}")]
 pub struct CrsError(pub String);
+
+impl crate::Failure for CrsError {
+    /// 2: the Secret cannot be rewritten as asked.
+    fn exit_code(&self) -> u8 {
+        2
+    }
+}
 
 fn fail<T>(message: impl Into<String>) -> Result<T, CrsError> {
     Err(CrsError(message.into()))
@@ -352,11 +342,7 @@ fn minor_warnings(name: &str, previous: &str, image: &str) -> Vec<String> {
     let upstream = previous
         .parse::<crate::base::reference::ImageRef>()
         .ok()
-        .zip(
-            crate::consumers::clusters::assess::UPSTREAM_REPOSITORY
-                .parse()
-                .ok(),
-        )
+        .zip(UPSTREAM_REPOSITORY.parse().ok())
         .is_some_and(|(p, u): (_, crate::base::reference::RepositoryName)| p.repository == u);
     if upstream && to >= from {
         out.push(format!(

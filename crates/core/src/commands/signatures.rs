@@ -50,6 +50,30 @@ pub enum FindError {
     Registry(#[from] RegistryError),
 }
 
+/// `manifest record-signatures`: the registry holds no signature of the image by the signer.
+#[derive(Debug, thiserror::Error)]
+#[error("signatures: {0}")]
+pub struct NotSigned(pub String);
+
+impl crate::Failure for NotSigned {
+    /// 10: the registry does not hold what was asked for.
+    fn exit_code(&self) -> u8 {
+        10
+    }
+}
+
+crate::command_failure!(NotSigned);
+
+impl From<FindError> for crate::Error {
+    fn from(e: FindError) -> Self {
+        match e {
+            FindError::Usage(m) => crate::Error::Usage(m),
+            FindError::NotSigned(m) => NotSigned(m).into(),
+            FindError::Registry(e) => crate::Error::Registry(e),
+        }
+    }
+}
+
 /// The bundles by `signer` about `entry`'s index in its repository, for
 /// [`crate::build::digest_manifest::record_signature`].
 ///

@@ -1,0 +1,284 @@
+//! The rules of docs/architecture.md, checked on the code: the core's layers (the table's order)
+//! import only layers above them, no two of its files import each other round a circle, and the
+//! core depends on no acceptance. Imports are read from the source text (`crate::…` paths and
+//! `super::…` paths, resolved to files), outside `#[cfg(test)]` modules.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The layer folders of docs/architecture.md's layer table, in order.
+fn layers_of_the_document() -> Vec<String> {
+    let doc = std::fs::read_to_string(root().join("docs/architecture.md")).unwrap();
+    let mut rows = doc
+        .lines()
+        .skip_while(|l| !l.starts_with("| layer | folder |"))
+        .skip(2);
+    let mut out = Vec::new();
+    for l in rows.by_ref() {
+        let cells: Vec<&str> = l.split('|').map(str::trim).collect();
+        if cells.len() < 3 || !l.starts_with('|') {
+            break;
+        }
+        out.push(cells[2].trim_matches('`').to_string());
+    }
+    out
+}
+
+/// Every `.rs` file under `dir`.
+fn rust_files(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.extend(rust_files(&p));
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            out.push(p);
+        }
+    }
+    out.sort();
+    out
+}
+
+/// A file's module path: `build/go/mod.rs` → `["build", "go"]`, `build/plan.rs` →
+/// `["build", "plan"]`, `lib.rs` → `[]`.
+fn module_of(rel: &Path) -> Vec<String> {
+    let mut parts: Vec<String> = rel
+        .iter()
+        .map(|p| p.to_string_lossy().into_owned())
+        .collect();
+    let last = parts.pop().unwrap();
+    let stem = last.trim_end_matches(".rs");
+    if stem != "mod" && stem != "lib" {
+        parts.push(stem.to_string());
+    }
+    parts
+}
+
+/// The code of a file without its `#[cfg(test)]` modules and comments.
+fn code(text: &str) -> String {
+    let text = match text.find("#[cfg(test)]\nmod tests") {
+        Some(i) => &text[..i],
+        None => text,
+    };
+    text.lines()
+        .filter(|l| !l.trim_start().starts_with("//"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The module paths a file's code names: `crate::a::b::C` → `[a, b, C]`, `super::x` resolved
+/// against the file's module.
+fn named_paths(module: &[String], is_mod_file: bool, code: &str) -> Vec<Vec<String>> {
+    let re = regex::Regex::new(r"\b(crate|super)((?:::\w+)+)").unwrap();
+    let mut out = Vec::new();
+    for c in re.captures_iter(code) {
+        let rest: Vec<String> = c[2]
+            .split("::")
+            .filter(|s| !s.is_empty())
+            .map(str::to_string)
+            .collect();
+        let mut path: Vec<String> = if &c[1] == "crate" {
+            Vec::new()
+        } else {
+            // `super` of a `mod.rs` file is its folder's parent; of `x.rs`, the folder.
+            let mut m = module.to_vec();
+            m.pop();
+            if is_mod_file {
+                m.pop();
+            }
+            m
+        };
+        let mut rest = rest.into_iter().peekable();
+        while rest.peek().is_some_and(|s| s == "super") {
+            rest.next();
+            path.pop();
+        }
+        path.extend(rest);
+        out.push(path);
+    }
+    out
+}
+
+/// The file a module path names: its longest prefix that is a module of `modules`.
+fn file_of(path: &[String], modules: &BTreeMap<Vec<String>, String>) -> Option<String> {
+    (1..=path.len())
+        .rev()
+        .find_map(|n| modules.get(&path[..n]).cloned())
+}
+
+struct Core {
+    /// Module path → file (relative to crates/core/src).
+    modules: BTreeMap<Vec<String>, String>,
+    /// File → the files its code imports.
+    edges: BTreeMap<String, BTreeSet<String>>,
+}
+
+fn core() -> Core {
+    let src = root().join("crates/core/src");
+    let files = rust_files(&src);
+    let mut modules = BTreeMap::new();
+    for f in &files {
+        let rel = f.strip_prefix(&src).unwrap();
+        modules.insert(module_of(rel), rel.to_string_lossy().into_owned());
+    }
+    let mut edges = BTreeMap::new();
+    for f in &files {
+        let rel = f.strip_prefix(&src).unwrap();
+        let name = rel.to_string_lossy().into_owned();
+        let is_mod = rel.file_name().is_some_and(|n| n == "mod.rs");
+        let text = code(&std::fs::read_to_string(f).unwrap());
+        let mut to = BTreeSet::new();
+        for p in named_paths(&module_of(rel), is_mod, &text) {
+            // `crate::Error` and the like: the root re-exports; `crate::command_failure!`.
+            let p = match p.first().map(String::as_str) {
+                Some("Error" | "Failure" | "command_failure") => {
+                    vec!["build".to_string(), "error".to_string()]
+                }
+                _ => p,
+            };
+            if let Some(target) = file_of(&p, &modules)
+                && target != name
+                && target != "lib.rs"
+            {
+                to.insert(target);
+            }
+        }
+        edges.insert(name, to);
+    }
+    Core { modules, edges }
+}
+
+#[test]
+fn the_document_lists_every_layer_folder_of_the_core_in_order() {
+    let layers = layers_of_the_document();
+    let src = root().join("crates/core/src");
+    let mut folders: Vec<String> = std::fs::read_dir(&src)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_dir())
+        .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+    folders.sort();
+    let mut listed = layers.clone();
+    listed.sort();
+    assert_eq!(listed, folders, "docs/architecture.md's layer table");
+    let loose: Vec<String> = std::fs::read_dir(&src)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".rs") && n != "lib.rs" && n != "testing.rs")
+        .collect();
+    assert!(loose.is_empty(), "files outside a layer folder: {loose:?}");
+}
+
+#[test]
+fn each_layer_imports_only_the_layers_above_it() {
+    let rank: BTreeMap<String, usize> = layers_of_the_document()
+        .into_iter()
+        .enumerate()
+        .map(|(i, l)| (l, i))
+        .collect();
+    let layer = |file: &str| rank.get(file.split('/').next().unwrap()).copied();
+    let c = core();
+    let mut upward = Vec::new();
+    for (from, to) in &c.edges {
+        for t in to {
+            if let (Some(a), Some(b)) = (layer(from), layer(t))
+                && b > a
+            {
+                upward.push(format!("{from} → {t}"));
+            }
+        }
+    }
+    assert!(
+        upward.is_empty(),
+        "imports pointing down the table:\n{}",
+        upward.join("\n")
+    );
+    assert!(c.modules.len() > 50, "{} modules read", c.modules.len());
+}
+
+#[test]
+fn no_files_import_each_other_round_a_circle() {
+    let c = core();
+    // Tarjan's strongly connected components; any with two files or more is a circle.
+    struct State<'a> {
+        edges: &'a BTreeMap<String, BTreeSet<String>>,
+        index: BTreeMap<&'a str, usize>,
+        low: BTreeMap<&'a str, usize>,
+        stack: Vec<&'a str>,
+        on: BTreeSet<&'a str>,
+        circles: Vec<Vec<&'a str>>,
+    }
+    fn visit<'a>(s: &mut State<'a>, v: &'a str) {
+        let i = s.index.len();
+        s.index.insert(v, i);
+        s.low.insert(v, i);
+        s.stack.push(v);
+        s.on.insert(v);
+        for w in s.edges.get(v).into_iter().flatten() {
+            let w = w.as_str();
+            if !s.index.contains_key(w) {
+                visit(s, w);
+                let l = s.low[w].min(s.low[v]);
+                s.low.insert(v, l);
+            } else if s.on.contains(w) {
+                let l = s.index[w].min(s.low[v]);
+                s.low.insert(v, l);
+            }
+        }
+        if s.low[v] == s.index[v] {
+            let mut comp = Vec::new();
+            while let Some(w) = s.stack.pop() {
+                s.on.remove(w);
+                comp.push(w);
+                if w == v {
+                    break;
+                }
+            }
+            if comp.len() > 1 {
+                comp.sort();
+                s.circles.push(comp);
+            }
+        }
+    }
+    let mut s = State {
+        edges: &c.edges,
+        index: BTreeMap::new(),
+        low: BTreeMap::new(),
+        stack: Vec::new(),
+        on: BTreeSet::new(),
+        circles: Vec::new(),
+    };
+    for v in c.edges.keys() {
+        if !s.index.contains_key(v.as_str()) {
+            visit(&mut s, v);
+        }
+    }
+    assert!(s.circles.is_empty(), "circles: {:?}", s.circles);
+}
+
+#[test]
+fn the_core_depends_on_no_acceptance() {
+    let manifest = std::fs::read_to_string(root().join("crates/core/Cargo.toml")).unwrap();
+    let doc: toml::Table = manifest.parse().unwrap();
+    let deps = doc["dependencies"].as_table().unwrap();
+    for banned in ["occm-forge-accept", "axum"] {
+        assert!(
+            !deps.contains_key(banned),
+            "crates/core depends on {banned}"
+        );
+    }
+    let src = root().join("crates/core/src");
+    for f in rust_files(&src) {
+        let text = std::fs::read_to_string(&f).unwrap();
+        assert!(
+            !text.contains("occm_forge_accept"),
+            "{} names the acceptance crate",
+            f.display()
+        );
+    }
+}
