@@ -227,10 +227,7 @@ fn finish_many(
     {
         let recorded: Vec<_> = outcomes.iter().map(|o| o.minor).collect();
         let e = Error::Interrupted(sig);
-        eprintln!(
-            "occm-forge: error: {}",
-            report::interrupted_run(sig, r.minor, &recorded, record_to)
-        );
+        super::output::error_line(&report::interrupted_run(sig, r.minor, &recorded, record_to));
         return Ok(e.exit_code());
     }
     Ok(results

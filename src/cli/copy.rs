@@ -54,18 +54,11 @@ pub async fn run(cli: &Cli, args: &CopyArgs) -> Result<u8, Error> {
         to,
         wait_for_lock: !args.no_wait,
     };
-    let path = config.digest_manifest.clone();
-    let mut on_wait = |holder: String| {
-        eprintln!(
-            "occm-forge: waiting for another occm-forge run on {} ({holder})",
-            path.display()
-        )
-    };
     let reporter = Terminal::new(cli.quiet, "");
     let started = std::time::Instant::now();
     reporter.started("copy");
     let on_bytes = |bytes, total| reporter.uploaded(bytes, total);
-    let outcome = match copy::copy(&req, &registry, &mut on_wait, &on_bytes).await {
+    let outcome = match copy::copy(&req, &registry, &on_bytes).await {
         Err(CopyError::Check { mirror, findings }) => {
             print_stdout(&report::findings(&findings))?;
             return Err(CopyError::Check { mirror, findings }.into());

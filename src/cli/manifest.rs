@@ -199,14 +199,7 @@ fn record_found(
 }
 
 fn lock(path: &std::path::Path, no_wait: bool) -> Result<digest_manifest::RunLock, Error> {
-    Ok(tokio::task::block_in_place(|| {
-        digest_manifest::lock_run(path, !no_wait, &mut |holder| {
-            eprintln!(
-                "occm-forge: waiting for another occm-forge run on {} ({holder})",
-                path.display()
-            )
-        })
-    })?)
+    Ok(digest_manifest::take_run_lock(path, !no_wait)?)
 }
 
 fn merge(cli: &Cli, args: &MergeArgs) -> Result<u8, Error> {

@@ -26,6 +26,11 @@ pub fn note(quiet: bool, line: &str) {
     }
 }
 
+/// `occm-forge: error: <line>` on stderr, for an error said in words of its own.
+pub fn error_line(line: &str) {
+    eprintln!("occm-forge: error: {line}");
+}
+
 /// `occm-forge: warning: <line>` on stderr.
 pub fn warn(line: &str) {
     eprintln!("occm-forge: warning: {line}");

@@ -16,7 +16,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::control_plane::{Binaries, ControlPlane};
-use super::helper::{go_build, helper_failure, lock_entry, run_go};
+use super::helper::{go_build, helper_failure, lock_entry, mod_download, run_go};
 use super::kube::Kube;
 use super::process::{Process, free_port, last_error, wait_ready};
 use crate::AcceptError;
@@ -130,20 +130,7 @@ fn download(
     release: &ClusterApi,
 ) -> Result<PathBuf, AcceptError> {
     let m = format!("{MODULE}@{}", release.version);
-    let mut cmd = toolchain.command(module);
-    cmd.args(["mod", "download", "-json", &m]);
-    let out = run_go(&mut cmd, "cluster-api")?;
-    let info: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
-    if let Some(e) = info["Error"].as_str() {
-        return Err(helper_failure("cluster-api", module, e));
-    }
-    if !out.status.success() {
-        return Err(helper_failure(
-            "cluster-api",
-            module,
-            &String::from_utf8_lossy(&out.stderr),
-        ));
-    }
+    let info = mod_download(toolchain, module, "cluster-api", &m)?;
     match info["Dir"].as_str() {
         Some(d) => Ok(PathBuf::from(d)),
         None => Err(AcceptError::Build {

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use super::envtest;
-use super::helper::{go_build, helper_failure, lock_entry, run_go};
+use super::helper::{go_build, helper_failure, lock_entry, mod_download, run_go};
 use super::process::{Process, free_port, last_error, wait_ready};
 use crate::AcceptError;
 use occm_forge_core::build::go::Toolchain;
@@ -314,21 +314,7 @@ fn probe_kubernetes(
     std::fs::write(module.join("go.mod"), helper_head(toolchain)).map_err(io)?;
     let _ = std::fs::remove_file(module.join("go.sum"));
     let k8s = format!("k8s.io/kubernetes@{}", versions.kubernetes);
-    let mut cmd = toolchain.command(module);
-    cmd.args(["mod", "download", "-json", &k8s]);
-    let out = run_go(&mut cmd, "kube-apiserver")?;
-    let info: serde_json::Value =
-        serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null);
-    if let Some(e) = info["Error"].as_str() {
-        return Err(helper_failure("kube-apiserver", module, e));
-    }
-    if !out.status.success() {
-        return Err(helper_failure(
-            "kube-apiserver",
-            module,
-            &String::from_utf8_lossy(&out.stderr),
-        ));
-    }
+    let info = mod_download(toolchain, module, "kube-apiserver", &k8s)?;
     let gomod_path = info["GoMod"].as_str().unwrap_or_default();
     std::fs::read_to_string(gomod_path).map_err(|e| AcceptError::Build {
         part: "kube-apiserver".into(),

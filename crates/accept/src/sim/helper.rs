@@ -107,6 +107,35 @@ pub(crate) fn go_build(
     std::fs::rename(&tmp, dest).map_err(|e| AcceptError::Io(format!("{}: {e}", dest.display())))
 }
 
+/// `go mod download -json <module@version>` in the helper module `module` (`part` names it in
+/// errors): the JSON Go printed for it (`Dir`, `GoMod`, …).
+///
+/// Errors: [`AcceptError::NotVerified`] or [`AcceptError::Build`] through [`helper_failure`]
+/// when Go reports an error (in its JSON or its exit status).
+pub(crate) fn mod_download(
+    toolchain: &Toolchain,
+    module: &Path,
+    part: &str,
+    module_at_version: &str,
+) -> Result<serde_json::Value, AcceptError> {
+    let mut cmd = toolchain.command(module);
+    cmd.args(["mod", "download", "-json", module_at_version]);
+    let out = run_go(&mut cmd, part)?;
+    let info: serde_json::Value =
+        serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null);
+    if let Some(e) = info["Error"].as_str() {
+        return Err(helper_failure(part, module, e));
+    }
+    if !out.status.success() {
+        return Err(helper_failure(
+            part,
+            module,
+            &String::from_utf8_lossy(&out.stderr),
+        ));
+    }
+    Ok(info)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

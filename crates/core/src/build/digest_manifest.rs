@@ -286,6 +286,28 @@ pub struct RunLock {
     _file: std::fs::File,
 }
 
+/// [`lock_run`] as every command takes it: a wait is said once through the log (`occm-forge:
+/// waiting for another occm-forge run on <path> (<holder>) to finish`, silenced by `--quiet`),
+/// and on a multi-threaded Tokio runtime the wait blocks in place.
+///
+/// Errors: as [`lock_run`].
+pub fn take_run_lock(path: &Path, wait: bool) -> Result<RunLock, DigestManifestError> {
+    let take = || {
+        lock_run(path, wait, &mut |holder| {
+            tracing::info!(
+                "waiting for another occm-forge run on {} ({holder}) to finish",
+                path.display()
+            )
+        })
+    };
+    match tokio::runtime::Handle::try_current() {
+        Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(take)
+        }
+        _ => take(),
+    }
+}
+
 /// Takes the run lock of the digest manifest at `path`. When another run holds it, `on_wait` is
 /// told who, and the call waits (`wait`) or fails with [`DigestManifestError::Busy`].
 pub fn lock_run(

@@ -73,14 +73,7 @@ pub async fn build(
     reporter: &dyn Reporter,
 ) -> Result<BuildOutcome, Error> {
     let path = &plan.record_to;
-    let _lock = tokio::task::block_in_place(|| {
-        digest_manifest::lock_run(path, plan.wait_for_lock, &mut |holder| {
-            tracing::info!(
-                "waiting for another occm-forge run on {} ({holder}) to finish",
-                path.display()
-            )
-        })
-    })?;
+    let _lock = digest_manifest::take_run_lock(path, plan.wait_for_lock)?;
     build_locked(plan, registry, acceptance, reporter).await
 }
 
@@ -111,14 +104,7 @@ pub async fn build_many(
     reporter: &dyn Fn(Minor) -> Box<dyn Reporter>,
     fail_fast: bool,
 ) -> Result<Vec<MinorResult>, Error> {
-    let _lock = tokio::task::block_in_place(|| {
-        digest_manifest::lock_run(record_to, wait_for_lock, &mut |holder| {
-            tracing::info!(
-                "waiting for another occm-forge run on {} ({holder}) to finish",
-                record_to.display()
-            )
-        })
-    })?;
+    let _lock = digest_manifest::take_run_lock(record_to, wait_for_lock)?;
     let mut results = Vec::new();
     let mut fragment_started = false;
     for (minor, plan) in plans {

@@ -443,17 +443,14 @@ crate::command_failure!(CopyError);
 /// Copies the published image of `req.minor` to `req.to`, checks it there with
 /// [`verify::check_entry`] (the entry with its repository replaced by the target), and records the
 /// target in the entry's `mirrors`, all under the digest manifest's run lock; the digest manifest
-/// is rewritten atomically and only after the check passed. `on_wait` hears who holds the lock.
+/// is rewritten atomically and only after the check passed (the lock: [`digest_manifest::take_run_lock`]).
 pub async fn copy(
     req: &CopyRequest<'_>,
     registry: &dyn Registry,
-    on_wait: &mut (dyn FnMut(String) + Send),
     on_bytes: &(dyn Fn(u64, u64) + Sync),
 ) -> Result<CopyOutcome, CopyError> {
     let path = &req.config.digest_manifest;
-    let _lock = tokio::task::block_in_place(|| {
-        digest_manifest::lock_run(path, req.wait_for_lock, on_wait)
-    })?;
+    let _lock = digest_manifest::take_run_lock(path, req.wait_for_lock)?;
     let manifest = digest_manifest::read(path)?;
     let entry = manifest.images.get(&req.minor).ok_or_else(|| {
         CopyError::Usage(format!("{}: no entry for {}", path.display(), req.minor))

@@ -289,7 +289,7 @@ fn check_commits(
 
 /// Takes the digest manifest's run lock without waiting: a build reads patches_dir under it.
 fn lock(config: &Config) -> Result<crate::build::digest_manifest::RunLock, RefreshError> {
-    crate::build::digest_manifest::lock_run(&config.digest_manifest, false, &mut |_| {}).map_err(
+    crate::build::digest_manifest::take_run_lock(&config.digest_manifest, false).map_err(
         |e| match e {
             crate::build::digest_manifest::DigestManifestError::Busy { path, holder } => {
                 RefreshError::Busy { path, holder }
