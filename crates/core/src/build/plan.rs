@@ -26,7 +26,7 @@ use crate::build::go::Toolchain;
 use crate::build::inputs::{BuildInputs, IMAGE_FORMAT};
 use crate::build::patches::{self, PatchFile};
 use crate::config::{self, Config, Minor, Platform};
-use crate::registry::auth::AuthFiles;
+use crate::registry::auth::{AuthFiles, Keychains};
 use crate::registry::oci::{OciRegistry, OciRegistryConfig};
 use crate::registry::proxy::ProxyEnv;
 use crate::registry::publish::ReferrersMode;
@@ -432,7 +432,7 @@ pub fn registry_with(
     let client = OciRegistry::new(&OciRegistryConfig {
         insecure,
         ca_files,
-        auth: AuthFiles::discover(o.auth_file.as_deref()),
+        auth: Keychains::new(AuthFiles::discover(o.auth_file.as_deref())),
         idle_timeout: o.idle_timeout,
         proxy: ProxyEnv::from_env(),
         chunked: Default::default(),

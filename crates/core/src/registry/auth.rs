@@ -1,4 +1,8 @@
-//! Registry credentials from the files docker, podman and skopeo users already have.
+//! Registry credentials behind one trait, [`Keychain`] (go-containerregistry's
+//! `authn.Keychain`): a new scheme is one implementation. [`Keychains`] holds the default
+//! keychain and per-host ones (`ghcr.io` from a token, everything else from the files).
+//!
+//! The default, [`AuthFiles`]: the files docker, podman and skopeo users already have.
 //!
 //! Files are searched in this order, the first that has credentials for the registry wins:
 //! `--registry-config FILE` alone when given; otherwise `$REGISTRY_AUTH_FILE`,
@@ -14,6 +18,74 @@ use std::path::{Path, PathBuf};
 use docker_credential::{CredentialRetrievalError, DockerCredential};
 use oci_client::secrets::RegistryAuth;
 use serde_json::Value;
+
+/// A registry credential and where it came from (for messages; never the secret).
+#[derive(Clone)]
+pub struct Credential {
+    /// What the client sends.
+    pub auth: RegistryAuth,
+    /// Where it came from: a file, a helper, a token's name.
+    pub from: String,
+}
+
+impl std::fmt::Debug for Credential {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Credential")
+            .field("from", &self.from)
+            .finish()
+    }
+}
+
+/// One way of finding a registry's credential.
+pub trait Keychain: Send + Sync + std::fmt::Debug {
+    /// The credential for `registry` (`host[:port]`); `None` when this keychain has none (then
+    /// the registry is asked anonymously).
+    ///
+    /// Errors: a lookup that failed (a helper that cannot run, a file that is not JSON), one
+    /// line naming the registry and the source, never the secret.
+    fn resolve(&self, registry: &str) -> Result<Option<Credential>, AuthError>;
+}
+
+/// The keychain a registry client uses: per-host keychains first, else the default.
+#[derive(Debug, Clone)]
+pub struct Keychains {
+    default: std::sync::Arc<dyn Keychain>,
+    hosts: Vec<(String, std::sync::Arc<dyn Keychain>)>,
+}
+
+impl Default for Keychains {
+    /// The default [`AuthFiles`] (none) and no per-host keychains: anonymous everywhere.
+    fn default() -> Self {
+        Keychains::new(AuthFiles::default())
+    }
+}
+
+impl Keychains {
+    /// `default` for every registry.
+    pub fn new(default: impl Keychain + 'static) -> Self {
+        Keychains {
+            default: std::sync::Arc::new(default),
+            hosts: Vec::new(),
+        }
+    }
+
+    /// `keychain` for the registry `host` (`host[:port]`, as a reference names it), instead of
+    /// the default.
+    pub fn with_host(mut self, host: &str, keychain: impl Keychain + 'static) -> Self {
+        self.hosts
+            .push((host.to_string(), std::sync::Arc::new(keychain)));
+        self
+    }
+}
+
+impl Keychain for Keychains {
+    fn resolve(&self, registry: &str) -> Result<Option<Credential>, AuthError> {
+        match self.hosts.iter().find(|(h, _)| key_matches(h, registry)) {
+            Some((_, k)) => k.resolve(registry),
+            None => self.default.resolve(registry),
+        }
+    }
+}
 
 /// Where credentials are looked for, in priority order.
 #[derive(Debug, Clone, Default)]
@@ -41,6 +113,18 @@ pub(crate) fn names_registry(message: &str, registry: &str) -> bool {
         .strip_prefix("credentials for ")
         .and_then(|m| m.strip_prefix(registry))
         .is_some_and(|m| m.starts_with(" from "))
+}
+
+impl Keychain for AuthFiles {
+    fn resolve(&self, registry: &str) -> Result<Option<Credential>, AuthError> {
+        Ok(match self.credential(registry)? {
+            (RegistryAuth::Anonymous, _) => None,
+            (auth, from) => Some(Credential {
+                auth,
+                from: from.map(|f| f.display().to_string()).unwrap_or_default(),
+            }),
+        })
+    }
 }
 
 impl AuthFiles {
@@ -247,6 +331,51 @@ mod tests {
             "credentials for reg.example:5000 from /home/u/.docker/config.json: credential helper `docker-credential-pass` failed: pass store is empty"
         );
         assert!(!names_registry(&line, "reg.example"));
+    }
+
+    /// A token scheme of its own, as a new keychain would be.
+    #[derive(Debug)]
+    struct Token(&'static str);
+
+    impl Keychain for Token {
+        fn resolve(&self, registry: &str) -> Result<Option<Credential>, AuthError> {
+            if self.0.is_empty() {
+                return Err(AuthError {
+                    registry: registry.into(),
+                    file: "the token".into(),
+                    message: "expired".into(),
+                });
+            }
+            Ok(Some(Credential {
+                auth: RegistryAuth::Bearer(self.0.into()),
+                from: "the token".into(),
+            }))
+        }
+    }
+
+    #[test]
+    fn a_host_s_own_keychain_is_used_for_that_host_and_the_files_for_the_others() {
+        let d = tempfile::tempdir().unwrap();
+        let auth = files(
+            d.path(),
+            r#"{"auths":{"r.example":{"auth":"dTpw"},"ghcr.io":{"auth":"dTpw"}}}"#,
+        );
+        let k = Keychains::new(auth).with_host("https://ghcr.io", Token("t0k"));
+        let c = k.resolve("ghcr.io").unwrap().unwrap();
+        assert!(matches!(c.auth, RegistryAuth::Bearer(ref t) if t == "t0k"));
+        assert_eq!(c.from, "the token");
+        let c = k.resolve("r.example").unwrap().unwrap();
+        assert!(matches!(c.auth, RegistryAuth::Basic(ref u, _) if u == "u"));
+        assert!(c.from.ends_with("auth.json"), "{c:?}");
+        assert!(k.resolve("other.example").unwrap().is_none());
+        let e = Keychains::default()
+            .with_host("ghcr.io", Token(""))
+            .resolve("ghcr.io")
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "credentials for ghcr.io from the token: expired"
+        );
     }
 
     #[test]

@@ -29,7 +29,7 @@ use oci_client::RegistryOperation;
 
 use oci_client::client::{Certificate, CertificateEncoding};
 
-use super::auth::AuthFiles;
+use super::auth::{Keychain, Keychains};
 use super::proxy::ProxyEnv;
 use super::referrers::{self, ReferrersPage, Source};
 use super::upload::{ChunkedUploads, UploadAuth, UploadError, Uploader, seconds};
@@ -48,8 +48,8 @@ pub struct OciRegistryConfig {
     pub insecure: Vec<String>,
     /// Extra CA certificates (PEM files) to trust besides the system and Mozilla roots.
     pub ca_files: Vec<PathBuf>,
-    /// Where credentials are looked up.
-    pub auth: AuthFiles,
+    /// Where credentials are looked up ([`Keychains`]: per host, else the default).
+    pub auth: Keychains,
     /// A request that makes no progress for this long fails (transiently: it is retried): the
     /// connection, an answer, each piece of an answer's body, each piece of an upload.
     pub idle_timeout: Duration,
@@ -66,7 +66,7 @@ impl Default for OciRegistryConfig {
         OciRegistryConfig {
             insecure: Vec::new(),
             ca_files: Vec::new(),
-            auth: AuthFiles::default(),
+            auth: Keychains::default(),
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
             proxy: ProxyEnv::from_env(),
             chunked: ChunkedUploads::default(),
@@ -74,7 +74,7 @@ impl Default for OciRegistryConfig {
     }
 }
 
-/// The `oci-client` implementation of [`Registry`], with credentials from [`AuthFiles`] resolved
+/// The `oci-client` implementation of [`Registry`], with credentials from [`Keychains`] resolved
 /// once per registry.
 pub struct OciRegistry {
     clients: Mutex<HashMap<String, Arc<Client>>>,
@@ -84,7 +84,7 @@ pub struct OciRegistry {
     proxy: ProxyEnv,
     uploader: Uploader,
     upload_auths: tokio::sync::Mutex<HashMap<String, UploadAuth>>,
-    auth_files: AuthFiles,
+    keychain: Keychains,
     auths: Mutex<HashMap<String, RegistryAuth>>,
 }
 
@@ -144,7 +144,7 @@ impl OciRegistry {
             proxy: config.proxy.clone(),
             uploader,
             upload_auths: tokio::sync::Mutex::new(HashMap::new()),
-            auth_files: config.auth.clone(),
+            keychain: config.auth.clone(),
             auths: Mutex::new(HashMap::new()),
         })
     }
@@ -373,15 +373,16 @@ impl OciRegistry {
         let auth = match cached {
             Some(a) => a,
             None => {
-                let (auth, _) =
-                    self.auth_files
-                        .credential(&repo.registry)
-                        .map_err(|e| RegistryError {
-                            registry: repo.registry.clone(),
-                            operation: "look up credentials".into(),
-                            message: e.to_string(),
-                            kind: ErrorKind::Auth,
-                        })?;
+                let auth = self
+                    .keychain
+                    .resolve(&repo.registry)
+                    .map_err(|e| RegistryError {
+                        registry: repo.registry.clone(),
+                        operation: "look up credentials".into(),
+                        message: e.to_string(),
+                        kind: ErrorKind::Auth,
+                    })?
+                    .map_or(RegistryAuth::Anonymous, |c| c.auth);
                 self.auths
                     .lock()
                     .expect("auth cache lock")
