@@ -68,7 +68,7 @@ pub async fn run(cli: &Cli, args: &AcceptArgs) -> Result<u8, Error> {
     let Some(&first) = minors.first() else {
         return Err(Error::Usage(format!(
             "{} tracks no minors",
-            args.inputs.config.display()
+            args.inputs.config.path.display()
         )));
     };
     let cache = cli.cache_dir();

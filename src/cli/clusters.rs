@@ -27,16 +27,10 @@ pub struct ClustersArgs {
     #[arg(short, long, default_value = NAMESPACE, value_name = "NS",
           value_parser = clap::builder::NonEmptyStringValueParser::new())]
     namespace: String,
-    /// images.toml (for the digest manifest's path).
-    #[arg(
-        long,
-        default_value = "images.toml",
-        value_name = "FILE",
-        conflicts_with = "manifest"
-    )]
-    config: PathBuf,
+    #[command(flatten)]
+    config: super::ConfigArg,
     /// Read this digest manifest (images.lock.yaml) instead of images.toml's.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", conflicts_with = "config")]
     manifest: Option<PathBuf>,
     /// Pin the image at <PREFIX>/openstack-cloud-controller-manager (a mirror recorded by `copy`).
     #[arg(long, value_name = "PREFIX")]
@@ -72,7 +66,7 @@ impl ClustersArgs {
     fn manifest_path(&self) -> Result<PathBuf, Error> {
         match &self.manifest {
             Some(m) => Ok(m.clone()),
-            None => Ok(super::load_config(&self.config)?.digest_manifest),
+            None => Ok(self.config.load()?.digest_manifest),
         }
     }
 

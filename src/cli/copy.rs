@@ -1,7 +1,5 @@
 //! `occm-forge copy`: a minor's published image to another repository, recorded as a mirror.
 
-use std::path::PathBuf;
-
 use clap::Args;
 use occm_forge_core::Error;
 use occm_forge_core::build::plan;
@@ -27,9 +25,8 @@ pub struct CopyArgs {
     /// Target as a cluster's container_infra_prefix: <PREFIX>/openstack-cloud-controller-manager.
     #[arg(long, value_name = "PREFIX")]
     prefix: Option<String>,
-    /// images.toml (for the digest manifest's path).
-    #[arg(long, default_value = "images.toml", value_name = "FILE")]
-    config: PathBuf,
+    #[command(flatten)]
+    config: super::ConfigArg,
     #[command(flatten)]
     registry: RegistryArgs,
     /// Refuse at once when another run holds the digest manifest.
@@ -41,7 +38,7 @@ pub struct CopyArgs {
 }
 
 pub async fn run(cli: &Cli, args: &CopyArgs) -> Result<u8, Error> {
-    let config = super::load_config(&args.config)?;
+    let config = args.config.load()?;
     let registry = plan::registry(&config, &args.registry.overrides())?;
     let to = match (&args.to, &args.prefix) {
         (Some(to), _) => to.clone(),

@@ -30,9 +30,8 @@ pub struct MergeArgs {
     /// Fragment files.
     #[arg(required = true, value_name = "FRAGMENT")]
     fragments: Vec<PathBuf>,
-    /// images.toml (for the digest manifest's path).
-    #[arg(long, default_value = "images.toml", value_name = "FILE")]
-    config: PathBuf,
+    #[command(flatten)]
+    config: super::ConfigArg,
     /// Refuse at once when another run holds the digest manifest.
     #[arg(long)]
     no_wait: bool,
@@ -67,9 +66,8 @@ pub struct RecordSignaturesArgs {
     /// generate-key-pair` makes).
     #[arg(long, value_name = "FILE", conflicts_with = "certificate_oidc_issuer")]
     key: Option<PathBuf>,
-    /// images.toml (for the digest manifest's path).
-    #[arg(long, default_value = "images.toml", value_name = "FILE")]
-    config: PathBuf,
+    #[command(flatten)]
+    config: super::ConfigArg,
     #[command(flatten)]
     registry: RegistryArgs,
     /// Refuse at once when another run holds the digest manifest.
@@ -104,7 +102,7 @@ pub async fn run(cli: &Cli, cmd: &ManifestCommand) -> Result<u8, Error> {
         (None, Some(identity), Some(issuer)) => Signer::Certificate { identity, issuer },
         _ => unreachable!("clap requires --key or both certificate flags"),
     };
-    let config = super::load_config(&args.config)?;
+    let config = args.config.load()?;
     let registry = plan::registry(&config, &args.registry.overrides())?;
     let path = &config.digest_manifest;
     let _lock = lock(path, args.no_wait)?;
@@ -203,7 +201,7 @@ fn lock(path: &std::path::Path, no_wait: bool) -> Result<digest_manifest::RunLoc
 }
 
 fn merge(cli: &Cli, args: &MergeArgs) -> Result<u8, Error> {
-    let config = super::load_config(&args.config)?;
+    let config = args.config.load()?;
     let path = &config.digest_manifest;
     let _lock = lock(path, args.no_wait)?;
     let merged = digest_manifest::merge(path, &args.fragments)?;

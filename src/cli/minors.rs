@@ -1,7 +1,5 @@
 //! `occm-forge minors`.
 
-use std::path::PathBuf;
-
 use clap::Args;
 use occm_forge_core::Error;
 
@@ -9,9 +7,8 @@ use super::output::print_stdout;
 
 #[derive(Args)]
 pub struct MinorsArgs {
-    /// images.toml to read.
-    #[arg(long, default_value = "images.toml", value_name = "FILE")]
-    config: PathBuf,
+    #[command(flatten)]
+    config: super::ConfigArg,
     /// Only the minors not past their end of life (images.toml `end_of_life`; a minor without
     /// one counts as supported), for a CI matrix that builds only those.
     #[arg(long)]
@@ -19,7 +16,7 @@ pub struct MinorsArgs {
 }
 
 pub fn run(args: &MinorsArgs) -> Result<u8, Error> {
-    let config = super::load_config(&args.config)?;
+    let config = args.config.load()?;
     let today = time::OffsetDateTime::now_utc().date();
     let list: Vec<String> = config
         .minors

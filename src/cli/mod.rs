@@ -157,12 +157,31 @@ impl MinorSelection {
     }
 }
 
+/// `--config FILE`: the images.toml a command reads, declared once for every command.
+#[derive(Args, Clone)]
+struct ConfigArg {
+    /// images.toml to read.
+    #[arg(
+        id = "config",
+        long = "config",
+        default_value = "images.toml",
+        value_name = "FILE"
+    )]
+    path: PathBuf,
+}
+
+impl ConfigArg {
+    /// images.toml, read as every command reads it ([`load_config`]).
+    fn load(&self) -> Result<Config, Error> {
+        load_config(&self.path)
+    }
+}
+
 /// Where the inputs come from.
 #[derive(Args)]
 struct Inputs {
-    /// images.toml to read.
-    #[arg(long, default_value = "images.toml", value_name = "FILE")]
-    config: PathBuf,
+    #[command(flatten)]
+    config: ConfigArg,
     /// Fetch upstream from this URL or local path/mirror instead of images.toml `upstream`.
     #[arg(long, value_name = "URL|PATH")]
     source: Option<String>,
@@ -170,7 +189,7 @@ struct Inputs {
 
 impl Inputs {
     fn load(&self) -> Result<Config, Error> {
-        load_config(&self.config)
+        self.config.load()
     }
 }
 

@@ -59,9 +59,8 @@ pub struct ExportArgs {
     /// Kubernetes minor, e.g. 1.36.
     #[arg(long = "k8s", value_name = "MINOR")]
     k8s: Minor,
-    /// images.toml to read (and update).
-    #[arg(long, default_value = "images.toml", value_name = "FILE")]
-    config: PathBuf,
+    #[command(flatten)]
+    config: super::ConfigArg,
     /// The edit's work tree [default: <cache>/edit/<MINOR>].
     #[arg(long, value_name = "DIR")]
     dir: Option<PathBuf>,
@@ -171,7 +170,7 @@ fn edit(cli: &Cli, args: &EditArgs) -> Result<u8, Error> {
         .dir
         .clone()
         .unwrap_or_else(|| refresh::default_dir(&cache, args.k8s));
-    let config = super::load_config(&config_for(&args.inputs.config, &dir))?;
+    let config = super::load_config(&config_for(&args.inputs.config.path, &dir))?;
     let report = refresh::edit(&EditRequest {
         config: &config,
         minor: args.k8s,
@@ -187,7 +186,7 @@ fn edit(cli: &Cli, args: &EditArgs) -> Result<u8, Error> {
         refresh::render_edit(
             &report,
             &flags(
-                &args.inputs.config,
+                &args.inputs.config.path,
                 args.dir.as_deref(),
                 cli.cache_dir.as_deref(),
             ),
@@ -205,7 +204,7 @@ fn export(cli: &Cli, args: &ExportArgs) -> Result<u8, Error> {
         .dir
         .clone()
         .unwrap_or_else(|| refresh::default_dir(&cli.cache_dir(), args.k8s));
-    let config = super::load_config(&config_for(&args.config, &dir))?;
+    let config = super::load_config(&config_for(&args.config.path, &dir))?;
     let report = refresh::export(&ExportRequest {
         config: &config,
         minor: args.k8s,

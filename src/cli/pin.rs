@@ -52,7 +52,7 @@ pub async fn run(cli: &Cli, args: &PinArgs) -> Result<u8, Error> {
     let registry = plan::registry(&config, &args.registry.overrides())?;
     let cache = cli.cache_dir();
     let req = PinRequest {
-        config_path: &args.inputs.config,
+        config_path: &args.inputs.config.path,
         minor: args.new_minor.or(args.k8s).expect("clap requires one"),
         new_minor: args.new_minor.is_some(),
         tag: args.tag.as_deref(),
@@ -74,7 +74,7 @@ pub async fn run(cli: &Cli, args: &PinArgs) -> Result<u8, Error> {
         };
         note(
             cli.quiet,
-            &format!("{} is {state}", args.inputs.config.display()),
+            &format!("{} is {state}", args.inputs.config.path.display()),
         );
         return Ok(0);
     }

@@ -1,7 +1,5 @@
 //! `occm-forge render`, including `--format crs-secret` (a Secret on stdin, rewritten on stdout).
 
-use std::path::PathBuf;
-
 use clap::Args;
 use occm_forge_core::Error;
 use occm_forge_core::build::digest_manifest;
@@ -24,9 +22,8 @@ pub struct RenderArgs {
     /// What to render (crs-secret: rewrite the Secret on stdin).
     #[arg(long, value_name = "FORMAT", value_parser = format_parser())]
     format: Format,
-    /// images.toml (for the digest manifest's path).
-    #[arg(long, default_value = "images.toml", value_name = "FILE")]
-    config: PathBuf,
+    #[command(flatten)]
+    config: super::ConfigArg,
     /// Render entries recorded without --push too.
     #[arg(long)]
     allow_unpublished: bool,
@@ -115,7 +112,7 @@ pub fn run(args: &RenderArgs, quiet: bool) -> Result<u8, Error> {
         Format::CrsSecret => return run_crs_secret(args, &opts, quiet),
         Format::Entries(format) => format,
     };
-    let config = super::load_config(&args.config)?;
+    let config = args.config.load()?;
     let manifest = digest_manifest::read(&config.digest_manifest)?;
     let entries = render::select(&manifest, &config.digest_manifest, args.k8s)?;
     let out = render::render_with(format, &entries, &opts)?;
@@ -135,7 +132,7 @@ fn run_crs_secret(args: &RenderArgs, opts: &RenderOptions, quiet: bool) -> Resul
     let image = match (&args.image, args.k8s) {
         (Some(image), _) => image.clone(),
         (None, Some(minor)) => {
-            let config = super::load_config(&args.config)?;
+            let config = args.config.load()?;
             let manifest = digest_manifest::read(&config.digest_manifest)?;
             let Some((built, entry)) = render::skew::serving(&manifest, minor) else {
                 return Err(Error::Usage(format!(

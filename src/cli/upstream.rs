@@ -74,7 +74,7 @@ pub fn run(cli: &Cli, cmd: &UpstreamCommand) -> Result<u8, Error> {
             warn(&report::moved_tag(
                 m,
                 to,
-                &args.inputs.config.display().to_string(),
+                &args.inputs.config.path.display().to_string(),
             ));
         }
     }
