@@ -106,14 +106,9 @@ pub struct AuthError {
     pub message: String,
 }
 
-/// Whether `message` is an [`AuthError`]'s line for `registry` (it then names the registry and
-/// the file, and needs no `registry <host>:` before it).
-pub(crate) fn names_registry(message: &str, registry: &str) -> bool {
-    message
-        .strip_prefix("credentials for ")
-        .and_then(|m| m.strip_prefix(registry))
-        .is_some_and(|m| m.starts_with(" from "))
-}
+/// The operation of a [`super::RegistryError`] whose message is an [`AuthError`]'s line (it names
+/// the registry and the source itself, and is said as it is).
+pub const LOOK_UP_CREDENTIALS: &str = "look up credentials";
 
 impl Keychain for AuthFiles {
     fn resolve(&self, registry: &str) -> Result<Option<Credential>, AuthError> {
@@ -321,7 +316,7 @@ mod tests {
         let line = e.to_string();
         let r = crate::registry::RegistryError {
             registry: e.registry.clone(),
-            operation: "look up credentials".into(),
+            operation: LOOK_UP_CREDENTIALS.into(),
             message: line.clone(),
             kind: crate::registry::ErrorKind::Auth,
         };
@@ -330,7 +325,17 @@ mod tests {
             line,
             "credentials for reg.example:5000 from /home/u/.docker/config.json: credential helper `docker-credential-pass` failed: pass store is empty"
         );
-        assert!(!names_registry(&line, "reg.example"));
+        // Any other operation is said with the registry and the operation first.
+        let other = crate::registry::RegistryError {
+            operation: "push blob sha256:ab".into(),
+            ..r
+        };
+        assert!(
+            other
+                .to_string()
+                .starts_with("registry reg.example:5000: push blob sha256:ab: credentials for"),
+            "{other}"
+        );
     }
 
     /// A token scheme of its own, as a new keychain would be.

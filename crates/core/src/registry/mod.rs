@@ -77,7 +77,7 @@ pub struct RegistryError {
 impl std::fmt::Display for RegistryError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let message = crate::base::client_error::without_client_chain(&self.message);
-        if auth::names_registry(&message, &self.registry) {
+        if self.operation == auth::LOOK_UP_CREDENTIALS {
             return write!(f, "{message}");
         }
         write!(

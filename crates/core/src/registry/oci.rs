@@ -378,7 +378,7 @@ impl OciRegistry {
                     .resolve(&repo.registry)
                     .map_err(|e| RegistryError {
                         registry: repo.registry.clone(),
-                        operation: "look up credentials".into(),
+                        operation: super::auth::LOOK_UP_CREDENTIALS.into(),
                         message: e.to_string(),
                         kind: ErrorKind::Auth,
                     })?
