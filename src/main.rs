@@ -7,8 +7,8 @@ use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use clap::Parser;
-use occm_forge_core::Error;
 use occm_forge_core::base::interrupt;
+use occm_forge_core::pipeline::Error;
 
 fn main() -> ExitCode {
     let cli = cli::Cli::parse();

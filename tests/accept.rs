@@ -480,7 +480,7 @@ async fn a_control_plane_part_that_exits_is_named_with_its_last_log_line() {
 /// cache: [`gated_cache`]).
 fn real_control_plane(cache: &std::path::Path) -> occm_forge_accept::sim::control_plane::Binaries {
     use occm_forge_accept::sim::control_plane::{self, Versions};
-    let toolchain = occm_forge_core::build::go::Toolchain::new("1.25.1", cache);
+    let toolchain = occm_forge_core::pipeline::go::Toolchain::new("1.25.1", cache);
     control_plane::build(
         &Versions {
             kubernetes: "v1.34.1".into(),
@@ -611,7 +611,7 @@ async fn an_occm_that_crashes_fails_the_scenario_and_nothing_is_left_running() {
             driver: &manifests,
             upstream_fixed: &[],
         },
-        &occm_forge_core::build::stage::Silent,
+        &occm_forge_core::pipeline::stage::Silent,
     )
     .await
     .unwrap();

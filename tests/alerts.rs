@@ -461,7 +461,7 @@ fn build_kube_state_metrics(cache: &Path) -> PathBuf {
         format!("module occm-forge.invalid/test/ksm\n\ngo 1.23.0\n\nrequire k8s.io/kube-state-metrics/v2 {KSM_VERSION}\n"),
     )
     .unwrap();
-    let toolchain = occm_forge_core::build::go::Toolchain::new("1.25.1", cache);
+    let toolchain = occm_forge_core::pipeline::go::Toolchain::new("1.25.1", cache);
     let run = |mut c: Command| {
         let o = c.output().unwrap();
         assert!(
@@ -509,7 +509,7 @@ async fn real_kube_state_metrics_with_the_shipped_config_makes_the_series_the_al
         .map(PathBuf::from)
         .unwrap_or_else(|| tmp_cache.path().to_path_buf());
     let (ksm, bins, manager) = tokio::task::block_in_place(|| {
-        let toolchain = occm_forge_core::build::go::Toolchain::new("1.25.1", &cache);
+        let toolchain = occm_forge_core::pipeline::go::Toolchain::new("1.25.1", &cache);
         (
             build_kube_state_metrics(&cache),
             control_plane::build(

@@ -43,8 +43,8 @@ fn rust_files(dir: &Path) -> Vec<PathBuf> {
     out
 }
 
-/// A file's module path: `build/go/mod.rs` → `["build", "go"]`, `build/plan.rs` →
-/// `["build", "plan"]`, `lib.rs` → `[]`.
+/// A file's module path: `pipeline/go/mod.rs` → `["pipeline", "go"]`, `pipeline/plan.rs` →
+/// `["pipeline", "plan"]`, `lib.rs` → `[]`.
 fn module_of(rel: &Path) -> Vec<String> {
     let mut parts: Vec<String> = rel
         .iter()
@@ -97,17 +97,65 @@ fn named_paths(module: &[String], is_mod_file: bool, code: &str) -> Vec<Vec<Stri
             rest.next();
             path.pop();
         }
+        let rest: Vec<String> = rest.collect();
+        // `super::X` in an inline module (`mod env_lines { use super::GoEnv; }`) is this file's
+        // own `X`.
+        if &c[1] == "super" && rest.first().is_some_and(|x| defines(code, x)) {
+            continue;
+        }
         path.extend(rest);
         out.push(path);
     }
     out
 }
 
-/// The file a module path names: its longest prefix that is a module of `modules`.
-fn file_of(path: &[String], modules: &BTreeMap<Vec<String>, String>) -> Option<String> {
-    (1..=path.len())
-        .rev()
-        .find_map(|n| modules.get(&path[..n]).cloned())
+/// Whether `code` defines an item named `name`.
+fn defines(code: &str, name: &str) -> bool {
+    regex::Regex::new(&format!(
+        r"\b(fn|struct|enum|type|const|static|trait|mod)\s+{}\b",
+        regex::escape(name)
+    ))
+    .unwrap()
+    .is_match(code)
+}
+
+/// The file a module path names: its longest prefix that is a module of `modules`, or, for a
+/// name a module re-exports (`pub use error::{Error, Failure};`), the module it comes from.
+fn file_of(
+    path: &[String],
+    modules: &BTreeMap<Vec<String>, String>,
+    reexports: &BTreeMap<(Vec<String>, String), Vec<String>>,
+) -> Option<String> {
+    for n in (1..=path.len()).rev() {
+        let module = &path[..n];
+        if !modules.contains_key(module) {
+            continue;
+        }
+        if let Some(name) = path.get(n)
+            && let Some(from) = reexports.get(&(module.to_vec(), name.clone()))
+        {
+            return file_of(from, modules, reexports);
+        }
+        return modules.get(module).cloned();
+    }
+    None
+}
+
+/// The names `code` (the file of `module`) re-exports from its own submodules, as
+/// `(module, name) → module path`: `pub use error::{Error, Failure};` in `pipeline` gives
+/// `(pipeline, Error) → pipeline::error`.
+fn reexports_of(module: &[String], code: &str) -> Vec<((Vec<String>, String), Vec<String>)> {
+    let re = regex::Regex::new(r"pub use ((?:\w+::)*\w+)::(?:\{([^}]*)\}|(\w+));").unwrap();
+    let mut out = Vec::new();
+    for c in re.captures_iter(code) {
+        let mut from: Vec<String> = module.to_vec();
+        from.extend(c[1].split("::").map(str::to_string));
+        let names = c.get(2).or(c.get(3)).map_or("", |m| m.as_str());
+        for name in names.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+            out.push(((module.to_vec(), name.to_string()), from.clone()));
+        }
+    }
+    out
 }
 
 struct Core {
@@ -121,9 +169,12 @@ fn core() -> Core {
     let src = root().join("crates/core/src");
     let files = rust_files(&src);
     let mut modules = BTreeMap::new();
+    let mut reexports = BTreeMap::new();
     for f in &files {
         let rel = f.strip_prefix(&src).unwrap();
         modules.insert(module_of(rel), rel.to_string_lossy().into_owned());
+        let text = code(&std::fs::read_to_string(f).unwrap());
+        reexports.extend(reexports_of(&module_of(rel), &text));
     }
     let mut edges = BTreeMap::new();
     for f in &files {
@@ -133,14 +184,14 @@ fn core() -> Core {
         let text = code(&std::fs::read_to_string(f).unwrap());
         let mut to = BTreeSet::new();
         for p in named_paths(&module_of(rel), is_mod, &text) {
-            // `crate::Error` and the like: the root re-exports; `crate::command_failure!`.
+            // `crate::command_failure!`: the macro is pipeline/error.rs's (exported at the root).
             let p = match p.first().map(String::as_str) {
-                Some("Error" | "Failure" | "command_failure") => {
-                    vec!["build".to_string(), "error".to_string()]
+                Some("command_failure") => {
+                    vec!["pipeline".to_string(), "error".to_string()]
                 }
                 _ => p,
             };
-            if let Some(target) = file_of(&p, &modules)
+            if let Some(target) = file_of(&p, &modules, &reexports)
                 && target != name
                 && target != "lib.rs"
             {

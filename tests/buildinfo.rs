@@ -7,8 +7,8 @@ mod common;
 use std::process::Command;
 
 use common::*;
-use occm_forge_core::build::go::build::parse_version_m;
-use occm_forge_core::build::go::buildinfo;
+use occm_forge_core::pipeline::go::build::parse_version_m;
+use occm_forge_core::pipeline::go::buildinfo;
 
 #[test]
 fn the_binary_itself_says_what_go_version_m_says() {

@@ -8,14 +8,14 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use occm_forge_core::build::describe;
-use occm_forge_core::build::digest_manifest;
-use occm_forge_core::build::go::build::{BuildInfo, Module};
 use occm_forge_core::config::{self, Minor, Platform};
 use occm_forge_core::image::base::{self, BaseLayer, LayerData, PlatformBase, ResolvedBase};
 use occm_forge_core::image::layer;
 use occm_forge_core::image::spec::{Descriptor, Family};
 use occm_forge_core::image::{self, ImageRequest};
+use occm_forge_core::pipeline::describe;
+use occm_forge_core::pipeline::digest_manifest;
+use occm_forge_core::pipeline::go::build::{BuildInfo, Module};
 use occm_forge_core::registry::publish::ReferrersPushed;
 
 const EPOCH: i64 = 1_760_539_416;
@@ -258,7 +258,7 @@ fn provenance_bytes() {
         },
     ];
     let platforms = vec!["linux/amd64".to_string(), "linux/arm64".to_string()];
-    let ldflags = occm_forge_core::build::go::build::ldflags(TAG);
+    let ldflags = occm_forge_core::pipeline::go::build::ldflags(TAG);
     let base_digest = format!("sha256:{}", "5".repeat(64));
     let mut input = describe::ProvenanceInput {
         repository: REPOSITORY,
@@ -273,7 +273,7 @@ fn provenance_bytes() {
         platforms: &platforms,
         manifests: &manifests,
         go_version: "1.25.1",
-        go_env: &occm_forge_core::build::go::platforms_env(&self::platforms()),
+        go_env: &occm_forge_core::pipeline::go::platforms_env(&self::platforms()),
         ldflags: &ldflags,
         go_overrides: &BTreeMap::new(),
         base: ("static", None),

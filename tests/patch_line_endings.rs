@@ -8,7 +8,7 @@ mod common;
 use std::path::Path;
 
 use common::*;
-use occm_forge_core::build::patches::{self, PatchError, PatchFile, PatchOutcome};
+use occm_forge_core::pipeline::patches::{self, PatchError, PatchFile, PatchOutcome};
 
 /// A clone of the fixture upstream checked out at `tag`.
 fn clone_at(f: &Fixture, tag: &str, dir: &Path) {

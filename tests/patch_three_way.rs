@@ -8,7 +8,7 @@ mod common;
 use std::path::Path;
 
 use common::*;
-use occm_forge_core::build::patches::{self, PatchError, PatchFile, PatchOutcome};
+use occm_forge_core::pipeline::patches::{self, PatchError, PatchFile, PatchOutcome};
 
 fn lines(n: usize, edit: &[(usize, &str)]) -> String {
     (1..=n)

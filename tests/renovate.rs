@@ -23,10 +23,10 @@ use std::process::Command;
 use std::time::Duration;
 
 use common::*;
-use occm_forge_core::build::digest_manifest::Entry;
-use occm_forge_core::build::plan::{BuildPlan, Overrides};
 use occm_forge_core::config::{Config, Minor};
 use occm_forge_core::consumers::render::{EntryFormat, RenderOptions, render_with};
+use occm_forge_core::pipeline::digest_manifest::Entry;
+use occm_forge_core::pipeline::plan::{BuildPlan, Overrides};
 use serde_json::{Value, json};
 
 const OCCM: &str = "openstack-cloud-controller-manager";

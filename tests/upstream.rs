@@ -289,8 +289,8 @@ fn real_v1_34_build_push_and_run() {
 #[test]
 #[ignore = "needs OCCM_FORGE_UPSTREAM_MIRROR (a cloud-provider-openstack mirror with refs/pull/3083/head); run with -- --ignored"]
 fn real_pr_3083_tree_reports_patch_0002_as_already_upstream() {
-    use occm_forge_core::build::patches::{self, PatchOutcome};
-    use occm_forge_core::build::source;
+    use occm_forge_core::pipeline::patches::{self, PatchOutcome};
+    use occm_forge_core::pipeline::source;
     let mirror = mirror();
     let dir = tempfile::tempdir().unwrap();
     let clone = dir.path().join("clone");

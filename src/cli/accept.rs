@@ -5,8 +5,8 @@ use std::path::PathBuf;
 
 use clap::Args;
 use occm_forge_accept::{self as accept, MinorRequest, RunOptions, Scenario};
-use occm_forge_core::Error;
-use occm_forge_core::build::progress::Terminal;
+use occm_forge_core::pipeline::Error;
+use occm_forge_core::pipeline::progress::Terminal;
 
 use super::output::print_stdout;
 use super::{Cli, Inputs, MinorSelection};

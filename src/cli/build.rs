@@ -4,12 +4,12 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use clap::Args;
-use occm_forge_core::Error;
-use occm_forge_core::build::pipeline::{self, BuildOutcome, MinorResult};
-use occm_forge_core::build::plan::{self, BuildPlan, Environment, Overrides};
-use occm_forge_core::build::progress::Terminal;
 use occm_forge_core::commands::report;
 use occm_forge_core::config::Config;
+use occm_forge_core::pipeline::Error;
+use occm_forge_core::pipeline::plan::{self, BuildPlan, Environment, Overrides};
+use occm_forge_core::pipeline::progress::Terminal;
+use occm_forge_core::pipeline::{self, BuildOutcome, MinorResult};
 use occm_forge_core::registry::publish::ReferrersMode;
 
 use super::output::{note, print_error_of, print_stdout};
@@ -148,7 +148,7 @@ pub async fn run(cli: &Cli, args: &BuildArgs) -> Result<u8, Error> {
         let outcome = pipeline::build(
             &plan,
             &registry,
-            Some(&occm_forge_accept::Simulation),
+            Some(&occm_forge_accept::simulation::Simulation),
             &Terminal::new(cli.quiet, ""),
         )
         .await?;
@@ -175,7 +175,7 @@ pub async fn run(cli: &Cli, args: &BuildArgs) -> Result<u8, Error> {
         &record_to,
         overrides.wait_for_lock,
         &registry,
-        Some(&occm_forge_accept::Simulation),
+        Some(&occm_forge_accept::simulation::Simulation),
         &|m| Box::new(Terminal::new(quiet, format!("{m} "))),
         args.fail_fast,
     )

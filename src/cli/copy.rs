@@ -1,14 +1,14 @@
 //! `occm-forge copy`: a minor's published image to another repository, recorded as a mirror.
 
 use clap::Args;
-use occm_forge_core::Error;
-use occm_forge_core::build::plan;
-use occm_forge_core::build::progress::Terminal;
-use occm_forge_core::build::stage::{Reporter as _, StageReport};
 use occm_forge_core::commands::copy::{self, CopyError, CopyRequest};
 use occm_forge_core::commands::report;
 use occm_forge_core::config::Minor;
 use occm_forge_core::consumers::render;
+use occm_forge_core::pipeline::Error;
+use occm_forge_core::pipeline::plan;
+use occm_forge_core::pipeline::progress::Terminal;
+use occm_forge_core::pipeline::stage::{Reporter as _, StageReport};
 
 use super::output::print_stdout;
 use super::{Cli, RegistryArgs};

@@ -3,12 +3,12 @@
 use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
-use occm_forge_core::Error;
-use occm_forge_core::build::digest_manifest::{self, Signer};
-use occm_forge_core::build::plan;
 use occm_forge_core::commands::report;
 use occm_forge_core::commands::signatures;
 use occm_forge_core::config::Minor;
+use occm_forge_core::pipeline::Error;
+use occm_forge_core::pipeline::digest_manifest::{self, Signer};
+use occm_forge_core::pipeline::plan;
 use occm_forge_core::signing;
 
 use super::output::{note, print_stdout, warn};

@@ -1,7 +1,7 @@
 //! `occm-forge minors`.
 
 use clap::Args;
-use occm_forge_core::Error;
+use occm_forge_core::pipeline::Error;
 
 use super::output::print_stdout;
 

@@ -1,5 +1,5 @@
 //! The command line: argument types (what the user typed, nothing derived) and the dispatch to
-//! one small file per command. Each command resolves its inputs through `occm_forge_core::build::plan`,
+//! one small file per command. Each command resolves its inputs through `occm_forge_core::pipeline::plan`,
 //! calls one library entry, and prints through [`output`].
 
 mod accept;
@@ -19,9 +19,9 @@ mod verify;
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
-use occm_forge_core::Error;
-use occm_forge_core::build::plan::{Environment, RegistryOverrides};
 use occm_forge_core::config::{self, Config, Minor};
+use occm_forge_core::pipeline::Error;
+use occm_forge_core::pipeline::plan::{Environment, RegistryOverrides};
 
 pub use output::{LogLines, print_error};
 
@@ -196,14 +196,14 @@ impl Inputs {
 /// images.toml at `path`, checked ([`config::load`]) and its `shown_by` names held against the
 /// scenarios the acceptance runs: how every command reads it.
 pub(crate) fn load_config(path: &std::path::Path) -> Result<Config, Error> {
-    use occm_forge_core::build::acceptance::Acceptance as _;
+    use occm_forge_core::pipeline::acceptance::Acceptance as _;
     let config = config::load(path)?;
-    config.check_shown_by(&occm_forge_accept::Simulation.scenarios())?;
+    config.check_shown_by(&occm_forge_accept::simulation::Simulation.scenarios())?;
     Ok(config)
 }
 
 impl Cli {
-    /// The cache directory after the environment (`occm_forge_core::build::plan::Environment::cache_dir`).
+    /// The cache directory after the environment (`occm_forge_core::pipeline::plan::Environment::cache_dir`).
     fn cache_dir(&self) -> PathBuf {
         Environment::current().cache_dir(self.cache_dir.as_deref())
     }

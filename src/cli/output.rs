@@ -2,8 +2,8 @@
 
 use std::io::Write;
 
-use occm_forge_core::Error;
-use occm_forge_core::build::go::test::TestError;
+use occm_forge_core::pipeline::Error;
+use occm_forge_core::pipeline::go::test::TestError;
 
 /// Writes `text` to stdout, ending it with a newline if it has none.
 pub fn print_stdout(text: &str) -> Result<(), Error> {

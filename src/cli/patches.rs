@@ -5,13 +5,13 @@
 use std::path::{Path, PathBuf};
 
 use clap::{Args, Subcommand};
-use occm_forge_core::Error;
 use occm_forge_core::base::util::write_file_atomically;
-use occm_forge_core::build::progress::Terminal;
 use occm_forge_core::commands::prove::{self, ProofRequest};
 use occm_forge_core::commands::refresh::{self, EditRequest, ExportRequest};
 use occm_forge_core::commands::report;
 use occm_forge_core::config::Minor;
+use occm_forge_core::pipeline::Error;
+use occm_forge_core::pipeline::progress::Terminal;
 
 use super::output::print_stdout;
 use super::{Cli, Inputs};

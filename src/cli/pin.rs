@@ -1,10 +1,10 @@
 //! `occm-forge pin`.
 
 use clap::Args;
-use occm_forge_core::Error;
-use occm_forge_core::build::plan;
 use occm_forge_core::commands::pin::{self, PinRequest};
 use occm_forge_core::config::Minor;
+use occm_forge_core::pipeline::Error;
+use occm_forge_core::pipeline::plan;
 
 use super::output::{note, print_stdout, warn};
 use super::{Cli, Inputs, RegistryArgs};

@@ -1,12 +1,12 @@
 //! `occm-forge render`, including `--format crs-secret` (a Secret on stdin, rewritten on stdout).
 
 use clap::Args;
-use occm_forge_core::Error;
-use occm_forge_core::build::digest_manifest;
 use occm_forge_core::config::Minor;
 use occm_forge_core::consumers::render;
 use occm_forge_core::consumers::render::crs_secret as crs;
 use occm_forge_core::consumers::render::{Format, RenderOptions};
+use occm_forge_core::pipeline::Error;
+use occm_forge_core::pipeline::digest_manifest;
 
 use super::output::{note, print_stdout};
 

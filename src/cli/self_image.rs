@@ -4,11 +4,11 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use occm_forge_core::Error;
 use occm_forge_core::base::reference::RepositoryName;
-use occm_forge_core::build::plan;
 use occm_forge_core::commands::self_image::{self, SelfImageRequest};
 use occm_forge_core::config::Platform;
+use occm_forge_core::pipeline::Error;
+use occm_forge_core::pipeline::plan;
 use occm_forge_core::registry::publish::{self, ReferrersMode};
 
 use super::RegistryArgs;

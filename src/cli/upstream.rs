@@ -1,11 +1,11 @@
 //! `occm-forge upstream check`.
 
 use clap::{Args, Subcommand};
-use occm_forge_core::Error;
-use occm_forge_core::build::go;
-use occm_forge_core::build::source;
 use occm_forge_core::commands::report;
 use occm_forge_core::commands::upstream;
+use occm_forge_core::pipeline::Error;
+use occm_forge_core::pipeline::go;
+use occm_forge_core::pipeline::source;
 
 use super::output::{note, print_stdout, warn};
 use super::{Cli, Inputs};

@@ -1,12 +1,12 @@
 //! `occm-forge verify`: the registry against the digest manifest (the `audit` module).
 
 use clap::Args;
-use occm_forge_core::Error;
-use occm_forge_core::build::plan;
-use occm_forge_core::build::progress::Terminal;
 use occm_forge_core::commands::report;
 use occm_forge_core::commands::verify::{self, AuditRequest};
 use occm_forge_core::config::Minor;
+use occm_forge_core::pipeline::Error;
+use occm_forge_core::pipeline::plan;
+use occm_forge_core::pipeline::progress::Terminal;
 
 use super::output::{note, print_stdout};
 use super::{Cli, Inputs, RegistryArgs};

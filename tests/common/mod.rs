@@ -1386,8 +1386,8 @@ pub fn entry(
     repository: &str,
     tag: &str,
     digest: &str,
-) -> occm_forge_core::build::digest_manifest::Entry {
-    occm_forge_core::build::digest_manifest::Entry {
+) -> occm_forge_core::pipeline::digest_manifest::Entry {
+    occm_forge_core::pipeline::digest_manifest::Entry {
         image: format!("{repository}:{tag}@{digest}"),
         repository: repository.to_string(),
         tag: tag.to_string(),

@@ -14,10 +14,10 @@ use std::time::{Duration, Instant};
 use crate::common::*;
 use occm_forge_accept::sim::capi::{self, Management};
 use occm_forge_accept::sim::provider::{self, Provider};
-use occm_forge_core::build::digest_manifest::DigestManifest;
 use occm_forge_core::config::ClusterApi;
 use occm_forge_core::consumers::mcapi::objects as magnum;
 use occm_forge_core::kubernetes::Kube;
+use occm_forge_core::pipeline::digest_manifest::DigestManifest;
 use serde_json::{Value, json};
 
 pub const NS: &str = "magnum-system";
@@ -57,7 +57,7 @@ pub fn real_parts(
     capi::Manager,
 ) {
     use occm_forge_accept::sim::control_plane::{self, Versions};
-    let toolchain = occm_forge_core::build::go::Toolchain::new("1.25.1", cache);
+    let toolchain = occm_forge_core::pipeline::go::Toolchain::new("1.25.1", cache);
     let bins = control_plane::build(
         &Versions {
             kubernetes: "v1.34.1".into(),

@@ -7,12 +7,12 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use super::AcceptError;
-use occm_forge_core::build::go::Toolchain;
 use occm_forge_core::config::Platform;
 use occm_forge_core::image::elf::check_elf;
 use occm_forge_core::image::layout;
 use occm_forge_core::image::spec::{Descriptor, Index, Manifest, keys};
+use occm_forge_core::pipeline::acceptance::AcceptError;
+use occm_forge_core::pipeline::go::Toolchain;
 
 /// The platform of this machine ([`occm_forge_core::image::elf::host_platform`]).
 ///
@@ -312,7 +312,9 @@ pub struct Control {
 ///
 /// Errors: source errors as in `build`; [`AcceptError::NotVerified`] when the Go module proxy
 /// refuses a module; [`AcceptError::Build`] for other build failures.
-pub fn build_control(req: &ControlRequest<'_>) -> Result<Control, occm_forge_core::Error> {
+pub fn build_control(
+    req: &ControlRequest<'_>,
+) -> Result<Control, occm_forge_core::pipeline::Error> {
     // Overrides make another control: their digest is part of the cache key.
     let overridden = if req.go_overrides.is_empty() {
         String::new()
@@ -334,7 +336,8 @@ pub fn build_control(req: &ControlRequest<'_>) -> Result<Control, occm_forge_cor
     ));
     let binary = dir.join("openstack-cloud-controller-manager");
     let go_mod_path = dir.join("go.mod");
-    let io = |e: std::io::Error| occm_forge_core::Error::Io(format!("{}: {e}", dir.display()));
+    let io =
+        |e: std::io::Error| occm_forge_core::pipeline::Error::Io(format!("{}: {e}", dir.display()));
     if binary.is_file()
         && let Ok(go_mod) = std::fs::read(&go_mod_path)
     {
@@ -345,24 +348,25 @@ pub fn build_control(req: &ControlRequest<'_>) -> Result<Control, occm_forge_cor
         });
     }
     let scratch = occm_forge_core::base::util::scratch_dir(req.cache_dir, "accept-control-")
-        .map_err(occm_forge_core::Error::Io)?;
-    let tree =
-        occm_forge_core::build::source::checkout(&occm_forge_core::build::source::SourceRequest {
+        .map_err(occm_forge_core::pipeline::Error::Io)?;
+    let tree = occm_forge_core::pipeline::source::checkout(
+        &occm_forge_core::pipeline::source::SourceRequest {
             url: req.source,
             tag: req.upstream_tag,
             pinned_commit: req.commit,
             config: req.config,
             cache_dir: req.cache_dir,
             tree_dir: &scratch.path().join("src"),
-        })?;
+        },
+    )?;
     if !req.go_overrides.is_empty() {
-        occm_forge_core::build::go::overrides::check(
+        occm_forge_core::pipeline::go::overrides::check(
             req.toolchain,
             &tree.path,
             req.upstream_tag,
             req.go_overrides,
         )?;
-        occm_forge_core::build::go::overrides::apply(
+        occm_forge_core::pipeline::go::overrides::apply(
             req.toolchain,
             &tree.path,
             req.go_overrides,
@@ -370,8 +374,8 @@ pub fn build_control(req: &ControlRequest<'_>) -> Result<Control, occm_forge_cor
         )?;
     }
     let go_mod = std::fs::read(tree.path.join("go.mod")).map_err(io)?;
-    let built = occm_forge_core::build::go::build::build(
-        &occm_forge_core::build::go::build::BuildRequest {
+    let built = occm_forge_core::pipeline::go::build::build(
+        &occm_forge_core::pipeline::go::build::BuildRequest {
             dir: &tree.path,
             toolchain: req.toolchain,
             version: req.upstream_tag,
@@ -380,10 +384,10 @@ pub fn build_control(req: &ControlRequest<'_>) -> Result<Control, occm_forge_cor
         },
     )
     .map_err(|e| match refused(&e.message) {
-        Some(m) => occm_forge_core::Error::Accept(AcceptError::NotVerified(format!(
+        Some(m) => occm_forge_core::pipeline::Error::Accept(AcceptError::NotVerified(format!(
             "the Go module proxy refuses {m}, needed to build the control"
         ))),
-        None => occm_forge_core::Error::Accept(AcceptError::Build {
+        None => occm_forge_core::pipeline::Error::Accept(AcceptError::Build {
             part: format!("control (upstream {})", req.upstream_tag),
             message: e.message,
         }),
@@ -410,16 +414,16 @@ fn refused(message: &str) -> Option<&str> {
 /// Reads the upstream go.mod of `tag` straight from the shared object store, after checking the
 /// tag still points at the pinned `commit` (no checkout, no build).
 ///
-/// Errors: the source errors of [`occm_forge_core::build::source::check_pin`]; a tree without go.mod.
+/// Errors: the source errors of [`occm_forge_core::pipeline::source::check_pin`]; a tree without go.mod.
 pub fn upstream_go_mod(
     source: &str,
     tag: &str,
     commit: &str,
     config: &str,
     cache_dir: &Path,
-) -> Result<Vec<u8>, occm_forge_core::Error> {
-    let fetched = occm_forge_core::build::source::check_pin(
-        &occm_forge_core::build::source::SourceRequest {
+) -> Result<Vec<u8>, occm_forge_core::pipeline::Error> {
+    let fetched = occm_forge_core::pipeline::source::check_pin(
+        &occm_forge_core::pipeline::source::SourceRequest {
             url: source,
             tag,
             pinned_commit: commit,
@@ -428,8 +432,10 @@ pub fn upstream_go_mod(
             tree_dir: Path::new(""),
         },
     )?;
-    occm_forge_core::build::source::read_file(&fetched.store, &fetched.commit, "go.mod")
-        .ok_or_else(|| occm_forge_core::Error::Io(format!("{source} {tag}: no go.mod at {commit}")))
+    occm_forge_core::pipeline::source::read_file(&fetched.store, &fetched.commit, "go.mod")
+        .ok_or_else(|| {
+            occm_forge_core::pipeline::Error::Io(format!("{source} {tag}: no go.mod at {commit}"))
+        })
 }
 
 #[cfg(test)]

@@ -14,12 +14,11 @@ pub mod binary;
 pub mod report;
 pub mod scenarios;
 pub mod sim;
-mod simulation;
+pub mod simulation;
 
 use sim::{cloud, control_plane, kube, process};
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use serde::Serialize;
 
@@ -27,16 +26,14 @@ pub use report::{
     AcceptReport, ScenarioRow, Verdict, document, render_markdown, require_accepted, write_document,
 };
 pub use scenarios::{Scenario, Side};
-pub use simulation::Simulation;
 
-use occm_forge_core::build::go::Toolchain;
-use occm_forge_core::build::stage::{Done, Reporter, Runner};
 use occm_forge_core::config::{Config, Minor};
+use occm_forge_core::pipeline::go::Toolchain;
+use occm_forge_core::pipeline::stage::{Done, Reporter, Runner};
 
-/// How long the apiserver may take to answer `/readyz`.
-pub const APISERVER_READY_TIMEOUT: Duration = Duration::from_secs(90);
+pub use sim::control_plane::APISERVER_READY_TIMEOUT;
 
-pub use occm_forge_core::build::acceptance::AcceptError;
+pub use occm_forge_core::pipeline::acceptance::AcceptError;
 
 /// Everything one acceptance run needs, as plain data: the parts already built or found
 /// ([`prepare_parts`] for [`accept_subject`]) and ours already taken out of the layout.
@@ -79,12 +76,7 @@ pub struct AcceptRequest<'a> {
     pub upstream_fixed: &'a [Scenario],
 }
 
-pub(crate) fn check_interrupt() -> Result<(), AcceptError> {
-    match occm_forge_core::base::interrupt::signal() {
-        Some(_) => Err(AcceptError::Interrupted),
-        None => Ok(()),
-    }
-}
+use sim::process::check_interrupt;
 
 /// Runs the acceptance scenarios on ours and on the control.
 ///
@@ -442,32 +434,32 @@ pub struct Subject {
     /// images.toml `go_overrides`: set in the control's go.mod too (it differs from ours by the
     /// patch series only), and they give the Kubernetes and etcd versions of the control plane.
     pub go_overrides: std::collections::BTreeMap<String, String>,
-    /// Scenarios whose bug upstream has fixed in this minor ([`occm_forge_core::build::plan::BuildPlan::upstream_fixed`]).
+    /// Scenarios whose bug upstream has fixed in this minor ([`occm_forge_core::pipeline::plan::BuildPlan::upstream_fixed`]).
     pub upstream_fixed: Vec<Scenario>,
 }
 
 impl Subject {
     /// `minor` as images.toml pins it, resolved as `build` resolves it
-    /// ([`occm_forge_core::build::plan::BuildPlan::resolve`]; the base is not needed, so an unpinned one is
+    /// ([`occm_forge_core::pipeline::plan::BuildPlan::resolve`]; the base is not needed, so an unpinned one is
     /// allowed); `source` overrides images.toml `upstream`.
     ///
-    /// Errors: as [`occm_forge_core::build::plan::BuildPlan::resolve`] (an unknown minor, an unreadable patch).
+    /// Errors: as [`occm_forge_core::pipeline::plan::BuildPlan::resolve`] (an unknown minor, an unreadable patch).
     pub fn from_config(
         config: &Config,
         minor: Minor,
         source: Option<&str>,
-    ) -> Result<Self, occm_forge_core::Error> {
-        let overrides = occm_forge_core::build::plan::Overrides {
+    ) -> Result<Self, occm_forge_core::pipeline::Error> {
+        let overrides = occm_forge_core::pipeline::plan::Overrides {
             source: source.map(str::to_string),
             allow_unpinned_base: true,
             ..Default::default()
         };
-        let plan = occm_forge_core::build::plan::BuildPlan::resolve(config, minor, &overrides)?;
+        let plan = occm_forge_core::pipeline::plan::BuildPlan::resolve(config, minor, &overrides)?;
         Ok(Self::from_plan(&plan))
     }
 
     /// The minor a build plan builds.
-    pub fn from_plan(plan: &occm_forge_core::build::plan::BuildPlan) -> Self {
+    pub fn from_plan(plan: &occm_forge_core::pipeline::plan::BuildPlan) -> Self {
         Subject {
             minor: plan.minor,
             upstream_tag: plan.upstream_tag.clone(),
@@ -515,10 +507,10 @@ impl Subject {
     /// The report of a run of this minor that ended in `e` before a verdict: NOT VERIFIED when
     /// ours is not in the layout, FAILED naming `e` otherwise; `None` for an interrupt (no
     /// report: the run did not end).
-    pub fn report_of_error(&self, e: &occm_forge_core::Error) -> Option<AcceptReport> {
+    pub fn report_of_error(&self, e: &occm_forge_core::pipeline::Error) -> Option<AcceptReport> {
         match e {
-            occm_forge_core::Error::Interrupted(_) => None,
-            occm_forge_core::Error::Accept(AcceptError::Input { part, .. })
+            occm_forge_core::pipeline::Error::Interrupted(_) => None,
+            occm_forge_core::pipeline::Error::Accept(AcceptError::Input { part, .. })
                 if part.starts_with("layout") =>
             {
                 Some(self.blank().not_verified(e.to_string()))
@@ -534,7 +526,7 @@ impl Subject {
 pub async fn accept_minor(
     req: &MinorRequest<'_>,
     reporter: &dyn Reporter,
-) -> Result<AcceptReport, occm_forge_core::Error> {
+) -> Result<AcceptReport, occm_forge_core::pipeline::Error> {
     let subject = Subject::from_config(req.config, req.minor, req.source)?;
     accept_subject(&subject, &req.run, reporter).await
 }
@@ -543,14 +535,14 @@ pub async fn accept_minor(
 /// control (built unless cached) from the pinned tag, the minor's toolchain. A Kubernetes module
 /// or an OCCM dependency the Go module proxy refuses makes the report `not-verified`, naming it.
 ///
-/// Errors: source errors; [`AcceptError`]s as in [`accept`] (as [`occm_forge_core::Error::Accept`]);
-/// any outcome after SIGINT/SIGTERM is [`occm_forge_core::Error::Interrupted`].
+/// Errors: source errors; [`AcceptError`]s as in [`accept`] (as [`occm_forge_core::pipeline::Error::Accept`]);
+/// any outcome after SIGINT/SIGTERM is [`occm_forge_core::pipeline::Error::Interrupted`].
 pub async fn accept_subject(
     subject: &Subject,
     run: &RunOptions<'_>,
     reporter: &dyn Reporter,
-) -> Result<AcceptReport, occm_forge_core::Error> {
-    occm_forge_core::build::stage::unless_interrupted(
+) -> Result<AcceptReport, occm_forge_core::pipeline::Error> {
+    occm_forge_core::pipeline::stage::unless_interrupted(
         accept_subject_inner(subject, run, reporter).await,
     )
 }
@@ -563,7 +555,7 @@ async fn accept_subject_inner(
     subject: &Subject,
     run: &RunOptions<'_>,
     reporter: &dyn Reporter,
-) -> Result<AcceptReport, occm_forge_core::Error> {
+) -> Result<AcceptReport, occm_forge_core::pipeline::Error> {
     let toolchain = Toolchain::new(&subject.go, run.cache_dir);
     let platform = binary::host_platform()?;
     let default_work: PathBuf = run
@@ -571,8 +563,9 @@ async fn accept_subject_inner(
         .join("accept")
         .join(subject.minor.to_string());
     // Absolute: etcd, kube-apiserver and OCCM get paths under it and run in other directories.
-    let work_dir = std::path::absolute(run.work_dir.unwrap_or(&default_work))
-        .map_err(|e| occm_forge_core::Error::Io(format!("{}: {e}", default_work.display())))?;
+    let work_dir = std::path::absolute(run.work_dir.unwrap_or(&default_work)).map_err(|e| {
+        occm_forge_core::pipeline::Error::Io(format!("{}: {e}", default_work.display()))
+    })?;
     let work_dir = work_dir.as_path();
     let mut runner = Runner::new(reporter);
     let ours = match take_ours(subject, run, work_dir, &platform, &mut runner).await {
@@ -794,7 +787,10 @@ enum PartsOutcome {
 }
 
 /// The upstream go.mod of the subject's pinned tag (the pin checked).
-fn upstream_go_mod(subject: &Subject, cache_dir: &Path) -> Result<Vec<u8>, occm_forge_core::Error> {
+fn upstream_go_mod(
+    subject: &Subject,
+    cache_dir: &Path,
+) -> Result<Vec<u8>, occm_forge_core::pipeline::Error> {
     binary::upstream_go_mod(
         &subject.fetch_from,
         &subject.upstream_tag,
@@ -815,7 +811,7 @@ async fn prepare_parts(
     platform: &occm_forge_core::config::Platform,
     with_cluster_api: bool,
     runner: &mut Runner<'_>,
-) -> Result<Parts, occm_forge_core::Error> {
+) -> Result<Parts, occm_forge_core::pipeline::Error> {
     let go_mod = tokio::task::block_in_place(|| upstream_go_mod(subject, cache_dir))?;
     let versions = subject.versions(&go_mod)?;
     let not_verified = |apiserver, cluster_api, reason| Parts {
@@ -884,12 +880,12 @@ async fn prepare_parts(
                 subject.go,
                 cached(c.cached)
             );
-            Ok::<_, occm_forge_core::Error>(Done::new(c, detail))
+            Ok::<_, occm_forge_core::pipeline::Error>(Done::new(c, detail))
         })
         .await;
     let control = match built {
         Ok(c) => c,
-        Err(occm_forge_core::Error::Accept(AcceptError::NotVerified(reason))) => {
+        Err(occm_forge_core::pipeline::Error::Accept(AcceptError::NotVerified(reason))) => {
             return Ok(not_verified(Some(apiserver), cluster_api, reason));
         }
         Err(e) => return Err(e),
@@ -993,12 +989,12 @@ pub fn cache_key(subject: &Subject, platform: &occm_forge_core::config::Platform
 ///
 /// Errors: source errors; [`AcceptError`]s of the builds; a refused module is not an error but
 /// a report with `not_verified` set; any outcome after SIGINT/SIGTERM is
-/// [`occm_forge_core::Error::Interrupted`].
+/// [`occm_forge_core::pipeline::Error::Interrupted`].
 pub async fn prepare_subject(
     subject: &Subject,
     cache_dir: &Path,
     reporter: &dyn Reporter,
-) -> Result<PrepareReport, occm_forge_core::Error> {
+) -> Result<PrepareReport, occm_forge_core::pipeline::Error> {
     let inner = async {
         let toolchain = Toolchain::new(&subject.go, cache_dir);
         let platform = binary::host_platform()?;
@@ -1032,7 +1028,7 @@ pub async fn prepare_subject(
             not_verified,
         })
     };
-    occm_forge_core::build::stage::unless_interrupted(inner.await)
+    occm_forge_core::pipeline::stage::unless_interrupted(inner.await)
 }
 
 /// A layout without the image gets the command that builds it there.
@@ -1063,7 +1059,7 @@ fn control(
     cache_dir: &Path,
     toolchain: &Toolchain,
     platform: &occm_forge_core::config::Platform,
-) -> Result<binary::Control, occm_forge_core::Error> {
+) -> Result<binary::Control, occm_forge_core::pipeline::Error> {
     binary::build_control(&binary::ControlRequest {
         source: &subject.fetch_from,
         upstream_tag: &subject.upstream_tag,
@@ -1085,7 +1081,7 @@ pub async fn matrix(
     req: &MinorRequest<'_>,
     minors: &[Minor],
     reporter: &dyn Fn(Minor) -> Box<dyn Reporter>,
-) -> Result<Vec<AcceptReport>, occm_forge_core::Error> {
+) -> Result<Vec<AcceptReport>, occm_forge_core::pipeline::Error> {
     let run = RunOptions {
         work_dir: None,
         ..req.run.clone()

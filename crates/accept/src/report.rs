@@ -8,8 +8,8 @@ use serde::{Deserialize, Serialize};
 use super::binary::Extracted;
 use super::scenarios::{RunResult, Scenario};
 use super::sim::control_plane::Versions;
-use occm_forge_core::build::stage::StageReport;
 use occm_forge_core::config::Minor;
+use occm_forge_core::pipeline::stage::StageReport;
 
 /// The verdict for one minor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -301,9 +301,11 @@ impl AcceptReport {
     }
 }
 
-/// `Ok` when every report is accepted, else [`super::AcceptError::Failed`] naming each minor
+/// `Ok` when every report is accepted, else [`occm_forge_core::pipeline::acceptance::AcceptError::Failed`] naming each minor
 /// that is not, its verdict and reason, and where its logs are.
-pub fn require_accepted(reports: &[AcceptReport]) -> Result<(), super::AcceptError> {
+pub fn require_accepted(
+    reports: &[AcceptReport],
+) -> Result<(), occm_forge_core::pipeline::acceptance::AcceptError> {
     let bad: Vec<String> = reports
         .iter()
         .filter(|r| !r.ok())
@@ -324,7 +326,9 @@ pub fn require_accepted(reports: &[AcceptReport]) -> Result<(), super::AcceptErr
     if bad.is_empty() {
         Ok(())
     } else {
-        Err(super::AcceptError::Failed(bad.join("; ")))
+        Err(occm_forge_core::pipeline::acceptance::AcceptError::Failed(
+            bad.join("; "),
+        ))
     }
 }
 
@@ -493,11 +497,13 @@ pub fn reports_path(document: &Path) -> PathBuf {
 /// none when that file does not exist. `accept --output` calls it before it runs anything, so a
 /// document it could not update is refused before minutes of scenarios, not after.
 ///
-/// Errors: [`occm_forge_core::Error::Io`] naming the reports file that cannot be read or is not a JSON
+/// Errors: [`occm_forge_core::pipeline::Error::Io`] naming the reports file that cannot be read or is not a JSON
 /// array of reports (an empty file included), or a document path ending in `.json`.
-pub fn recorded_reports(path: &Path) -> Result<Vec<AcceptReport>, occm_forge_core::Error> {
+pub fn recorded_reports(
+    path: &Path,
+) -> Result<Vec<AcceptReport>, occm_forge_core::pipeline::Error> {
     let io = |p: &Path, e: &dyn std::fmt::Display| {
-        occm_forge_core::Error::Io(format!("{}: {e}", p.display()))
+        occm_forge_core::pipeline::Error::Io(format!("{}: {e}", p.display()))
     };
     let json = reports_path(path);
     if json == path {
@@ -525,19 +531,19 @@ pub fn recorded_reports(path: &Path) -> Result<Vec<AcceptReport>, occm_forge_cor
 /// document. Both files are written atomically, under a `flock(2)` lock next to the document,
 /// so two runs never lose each other's rows. Returns every report now in the document, by minor.
 ///
-/// Errors: [`occm_forge_core::Error::Io`] naming the file that cannot be read, parsed or written, or a
+/// Errors: [`occm_forge_core::pipeline::Error::Io`] naming the file that cannot be read, parsed or written, or a
 /// document path ending in `.json` (it would be its own reports file).
 pub fn write_document(
     path: &Path,
     fresh: &[AcceptReport],
     now: i64,
-) -> Result<Vec<AcceptReport>, occm_forge_core::Error> {
+) -> Result<Vec<AcceptReport>, occm_forge_core::pipeline::Error> {
     let io = |p: &Path, e: &dyn std::fmt::Display| {
-        occm_forge_core::Error::Io(format!("{}: {e}", p.display()))
+        occm_forge_core::pipeline::Error::Io(format!("{}: {e}", p.display()))
     };
     let json = reports_path(path);
-    let _lock = occm_forge_core::build::digest_manifest::take_run_lock(path, true)
-        .map_err(|e| occm_forge_core::Error::Io(e.to_string()))?;
+    let _lock = occm_forge_core::pipeline::digest_manifest::take_run_lock(path, true)
+        .map_err(|e| occm_forge_core::pipeline::Error::Io(e.to_string()))?;
     let mut all = recorded_reports(path)?;
     for row in all.iter_mut().flat_map(|r| r.rows.iter_mut()) {
         row.title = row.scenario.title();

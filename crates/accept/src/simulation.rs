@@ -1,11 +1,11 @@
 //! [`Simulation`]: acceptance as `build --accept` runs it, behind the core's
-//! [`occm_forge_core::build::acceptance::Acceptance`].
+//! [`occm_forge_core::pipeline::acceptance::Acceptance`].
 
 use crate::{RunOptions, Scenario, Subject, accept_subject, require_accepted, write_document};
-use occm_forge_core::build::stage::Reporter;
+use occm_forge_core::pipeline::stage::Reporter;
 
 /// The acceptance the occm-forge binary hands `build --accept`
-/// ([`occm_forge_core::build::acceptance::Acceptance`]): every scenario against a real control plane and
+/// ([`occm_forge_core::pipeline::acceptance::Acceptance`]): every scenario against a real control plane and
 /// the simulated OpenStack, magnum-cluster-api's renderer and helm from `OCCM_FORGE_MCAPI_PYTHON`
 /// and `OCCM_FORGE_HELM` (else `python3` and `helm` on PATH), logs in `<output>/accept/<minor>`,
 /// kept when it is not accepted.
@@ -13,7 +13,7 @@ use occm_forge_core::build::stage::Reporter;
 pub struct Simulation;
 
 #[async_trait::async_trait]
-impl occm_forge_core::build::acceptance::Acceptance for Simulation {
+impl occm_forge_core::pipeline::acceptance::Acceptance for Simulation {
     fn scenarios(&self) -> Vec<String> {
         Scenario::ALL.iter().map(ToString::to_string).collect()
     }
@@ -23,9 +23,10 @@ impl occm_forge_core::build::acceptance::Acceptance for Simulation {
     /// `accept --all` records it).
     async fn accept(
         &self,
-        plan: &occm_forge_core::build::plan::BuildPlan,
+        plan: &occm_forge_core::pipeline::plan::BuildPlan,
         reporter: &dyn Reporter,
-    ) -> Result<occm_forge_core::build::acceptance::Accepted, occm_forge_core::Error> {
+    ) -> Result<occm_forge_core::pipeline::acceptance::Accepted, occm_forge_core::pipeline::Error>
+    {
         let subject = Subject::from_plan(plan);
         let run = RunOptions {
             layout_dir: &plan.output,
@@ -49,7 +50,7 @@ impl occm_forge_core::build::acceptance::Acceptance for Simulation {
         }
         let report = result?;
         require_accepted(std::slice::from_ref(&report))?;
-        Ok(occm_forge_core::build::acceptance::Accepted {
+        Ok(occm_forge_core::pipeline::acceptance::Accepted {
             scenarios: self.scenarios(),
             summary: report.summary_line(),
         })

@@ -10,10 +10,11 @@
 //! - [`registry`]: the `Registry` trait, its `oci-client` implementation, retries, credentials,
 //!   referrers, base pulls and the push.
 //! - [`signing`]: signing keys, statements and bundles; the signatures an image carries.
-//! - [`build`]: the build — its stages' implementations ([`build::source`], [`build::patches`],
-//!   [`build::go`], [`build::describe`], [`build::digest_manifest`]) beside the stage trait
-//!   ([`build::stage`]), the stages ([`build::stages`]), the plan and the pipeline, and the seam
-//!   acceptance plugs into ([`build::acceptance`]).
+//! - [`pipeline`]: the build — [`pipeline::build`] over its stages' implementations
+//!   ([`pipeline::source`], [`pipeline::patches`], [`pipeline::go`], [`pipeline::describe`],
+//!   [`pipeline::digest_manifest`]) beside the stage trait ([`pipeline::stage`]) and the stages
+//!   ([`pipeline::stages`]), the plan, [`pipeline::Error`], and the seam acceptance plugs into
+//!   ([`pipeline::acceptance`]).
 //! - [`consumers`]: what consumes the digest manifest — magnum-cluster-api's vocabulary
 //!   ([`consumers::mcapi`]), under [`consumers::render`] and [`consumers::clusters`].
 //! - [`commands`]: the commands built on them — [`commands::verify`], [`commands::prove`]
@@ -27,16 +28,14 @@
 #![warn(missing_docs)]
 
 pub mod base;
-pub mod build;
 pub mod commands;
 pub mod config;
 pub mod consumers;
 pub mod image;
 pub mod kubernetes;
+pub mod pipeline;
 pub mod registry;
 pub mod signing;
 
 #[cfg(test)]
 mod testing;
-
-pub use build::error::{Error, Failure};

@@ -6,10 +6,10 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use crate::base::reference::RepositoryName;
-use crate::build::digest_manifest::Entry;
 use crate::config::Platform;
 use crate::image::referrer::{self, Attachment};
 use crate::image::{self, BuiltImage, base};
+use crate::pipeline::digest_manifest::Entry;
 
 /// Where the fixture image lives and what describes it.
 pub struct FixtureImage {
@@ -89,7 +89,7 @@ pub fn image(tag: &str) -> FixtureImage {
             referrer::attach(
                 &layout,
                 &p.manifest,
-                crate::build::describe::SPDX_MEDIA_TYPE,
+                crate::pipeline::describe::SPDX_MEDIA_TYPE,
                 format!("sbom of {}", p.platform).as_bytes(),
                 0,
             )
@@ -100,7 +100,7 @@ pub fn image(tag: &str) -> FixtureImage {
         referrer::attach(
             &layout,
             &image.index,
-            crate::build::describe::IN_TOTO_MEDIA_TYPE,
+            crate::pipeline::describe::IN_TOTO_MEDIA_TYPE,
             b"provenance",
             0,
         )
@@ -189,10 +189,10 @@ pub async fn published() -> (FixtureImage, crate::registry::memory::MemoryRegist
 
 /// A published digest-manifest entry for `minor` at `repository`, tagged
 /// `v<minor>.1-occmforge.1`, with the digest `sha256:<hex of fill>…`.
-pub fn entry(minor: &str, repository: &str, fill: char) -> crate::build::digest_manifest::Entry {
+pub fn entry(minor: &str, repository: &str, fill: char) -> crate::pipeline::digest_manifest::Entry {
     let digest = format!("sha256:{}", fill.to_string().repeat(64));
     let tag = format!("v{minor}.1-occmforge.1");
-    crate::build::digest_manifest::Entry {
+    crate::pipeline::digest_manifest::Entry {
         image: format!("{repository}:{tag}@{digest}"),
         repository: repository.into(),
         tag,

@@ -26,10 +26,10 @@ use serde::Serialize;
 pub mod remediation;
 pub mod resource_set;
 
-use super::AcceptError;
 use super::sim::cloud::{CloudState, Server, SimulatedCloud};
 use super::sim::kube::{Kube, NodeInit, Nodes as _};
 use super::sim::process::{Process, free_port, klog_message, last_error, shorten};
+use occm_forge_core::pipeline::acceptance::AcceptError;
 
 /// How long a scenario's own check may take (S1 deletion, S2 exit, S3 initialisation, S4
 /// failover), counted from its start.

@@ -28,12 +28,12 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use super::{CapiBench, PATCH_0004_MESSAGE, RunResult, spawn_occm};
-use crate::AcceptError;
 use crate::sim::capi::Management;
 use crate::sim::cloud::CloudState;
 use crate::sim::kube::{Kube, NodeInit, Nodes as _};
 use crate::sim::process::{Process, klog_message, last_error, shorten};
 use crate::sim::provider::{self, GROUP, Provider};
+use occm_forge_core::pipeline::acceptance::AcceptError;
 
 /// The MachineHealthCheck's `nodeStartupTimeoutSeconds` (the webhook's 30 s minimum does not
 /// apply without the webhook; magnum-cluster-api sets none, so Cluster API's default 600 s
@@ -685,7 +685,7 @@ async fn round(
     provider: &mut Provider,
     occm: &mut Supervised<'_>,
 ) -> Result<Vec<MachineView>, AcceptError> {
-    crate::check_interrupt()?;
+    crate::sim::process::check_interrupt()?;
     if let Some(c) = m.crashed() {
         return Err(AcceptError::ControlPlane {
             part: "cluster-api".into(),

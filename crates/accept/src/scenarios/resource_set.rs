@@ -31,12 +31,12 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use super::{CapiBench, RunResult};
-use crate::AcceptError;
 use crate::sim::capi::Management;
 use crate::sim::kube::Kube;
 use crate::sim::provider::{self, Provider};
 use occm_forge_core::consumers::mcapi::objects::{self as magnum, NAMESPACE};
 use occm_forge_core::consumers::render::crs_secret as crs;
+use occm_forge_core::pipeline::acceptance::AcceptError;
 
 /// How long a change of the Secret may take to reach the workload DaemonSet (and the binding's
 /// hash); also how long the legacy Secret's change is watched not to.
@@ -304,7 +304,7 @@ async fn wait_for(
 ) -> Result<(Option<f64>, (String, String)), AcceptError> {
     let t = Instant::now();
     loop {
-        crate::check_interrupt()?;
+        crate::sim::process::check_interrupt()?;
         let now = seen(kube, cluster, secret).await?;
         if now.0 == image && now.1 == hash {
             return Ok((Some(t.elapsed().as_secs_f64()), now));

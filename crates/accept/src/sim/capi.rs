@@ -19,9 +19,9 @@ use super::control_plane::{Binaries, ControlPlane};
 use super::helper::{go_build, helper_failure, lock_entry, mod_download, run_go};
 use super::kube::Kube;
 use super::process::{Process, free_port, last_error, wait_ready};
-use crate::AcceptError;
-use occm_forge_core::build::go::Toolchain;
 use occm_forge_core::config::ClusterApi;
+use occm_forge_core::pipeline::acceptance::AcceptError;
+use occm_forge_core::pipeline::go::Toolchain;
 
 /// The module path of Cluster API's core.
 pub const MODULE: &str = "sigs.k8s.io/cluster-api";
@@ -362,7 +362,7 @@ impl Management {
         let cp = ControlPlane::start(
             binaries,
             &dir.join("control-plane"),
-            crate::APISERVER_READY_TIMEOUT,
+            super::control_plane::APISERVER_READY_TIMEOUT,
         )
         .await?;
         let started = async {

@@ -11,8 +11,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::kube::Kube;
-use crate::AcceptError;
 use occm_forge_core::consumers::mcapi::rbac::{OccmRbac, occm_rbac};
+use occm_forge_core::pipeline::acceptance::AcceptError;
 
 /// How long the ServiceAccount's token lasts: longer than any run.
 const TOKEN_SECONDS: u64 = 24 * 3600;

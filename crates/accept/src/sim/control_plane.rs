@@ -18,9 +18,12 @@ use serde::Serialize;
 use super::envtest;
 use super::helper::{go_build, helper_failure, lock_entry, mod_download, run_go};
 use super::process::{Process, free_port, last_error, wait_ready};
-use crate::AcceptError;
-use occm_forge_core::build::go::Toolchain;
 use occm_forge_core::kubernetes::Kube;
+use occm_forge_core::pipeline::acceptance::AcceptError;
+use occm_forge_core::pipeline::go::Toolchain;
+
+/// How long the apiserver may take to answer `/readyz`.
+pub const APISERVER_READY_TIMEOUT: Duration = Duration::from_secs(90);
 
 /// The Kubernetes and etcd versions an upstream tag builds against.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
@@ -144,7 +147,13 @@ pub fn build(
     cache_dir: &Path,
 ) -> Result<Binaries, AcceptError> {
     let dir = cache_dir.join("accept").join(&versions.kubernetes);
-    let found = envtest::find(versions, &envtest::Sources::from_env());
+    let found = envtest::find(
+        envtest::Wanted {
+            kubernetes: &versions.kubernetes,
+            etcd: &versions.etcd,
+        },
+        &envtest::Sources::from_env(),
+    );
     let apiserver = found
         .kube_apiserver
         .clone()

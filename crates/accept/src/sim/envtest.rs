@@ -13,8 +13,6 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use super::control_plane::Versions;
-
 /// Where to look.
 #[derive(Debug, Clone, Default)]
 pub struct Sources {
@@ -39,8 +37,8 @@ impl Sources {
         }
     }
 
-    /// The directories to look in for `versions`, in order.
-    fn dirs(&self, versions: &Versions) -> Vec<PathBuf> {
+    /// The directories to look in for Kubernetes `kubernetes` (`v1.34.1`), in order.
+    fn dirs(&self, kubernetes: &str) -> Vec<PathBuf> {
         let mut dirs: Vec<PathBuf> = self.assets.iter().cloned().collect();
         if let Some(store) = &self.store {
             let arch = match std::env::consts::ARCH {
@@ -49,11 +47,21 @@ impl Sources {
                 "powerpc64" => "ppc64le",
                 other => other,
             };
-            let v = versions.kubernetes.trim_start_matches('v');
+            let v = kubernetes.trim_start_matches('v');
             dirs.push(store.join(format!("{v}-{}-{arch}", std::env::consts::OS)));
         }
         dirs
     }
+}
+
+/// The versions to find: Kubernetes (`v1.34.1`) and etcd (`v3.6.5`), as an upstream go.mod
+/// requires them.
+#[derive(Debug, Clone, Copy)]
+pub struct Wanted<'a> {
+    /// `k8s.io/kubernetes`'s version.
+    pub kubernetes: &'a str,
+    /// etcd's version.
+    pub etcd: &'a str,
 }
 
 /// What [`find`] found: each binary whose version is the one asked for, else `None`.
@@ -68,9 +76,9 @@ pub struct Found {
 /// Looks for kube-apiserver and etcd at `versions` in `sources` ([module docs](self)); a binary
 /// that is missing, does not run or says another version is passed over, with a log line saying
 /// which and why.
-pub fn find(versions: &Versions, sources: &Sources) -> Found {
+pub fn find(versions: Wanted<'_>, sources: &Sources) -> Found {
     let mut found = Found::default();
-    for dir in sources.dirs(versions) {
+    for dir in sources.dirs(versions.kubernetes) {
         if found.kube_apiserver.is_none() {
             found.kube_apiserver = checked(
                 &dir.join("kube-apiserver"),
@@ -132,10 +140,10 @@ mod tests {
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
     }
 
-    fn versions() -> Versions {
-        Versions {
-            kubernetes: "v1.34.1".into(),
-            etcd: "v3.6.5".into(),
+    fn versions() -> Wanted<'static> {
+        Wanted {
+            kubernetes: "v1.34.1",
+            etcd: "v3.6.5",
         }
     }
 
@@ -168,7 +176,7 @@ mod tests {
             assets: Some(assets.clone()),
             store: Some(store.clone()),
         };
-        let found = find(&versions(), &sources);
+        let found = find(versions(), &sources);
         assert_eq!(
             found,
             Found {
@@ -183,7 +191,7 @@ mod tests {
         )
         .unwrap();
         program(&assets.join("etcd"), "etcd Version: 3.6.4");
-        assert_eq!(find(&versions(), &sources), Found::default());
-        assert_eq!(find(&versions(), &Sources::default()), Found::default());
+        assert_eq!(find(versions(), &sources), Found::default());
+        assert_eq!(find(versions(), &Sources::default()), Found::default());
     }
 }

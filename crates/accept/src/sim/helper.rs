@@ -7,8 +7,8 @@
 use std::path::Path;
 use std::process::Command;
 
-use crate::AcceptError;
-use occm_forge_core::build::go::Toolchain;
+use occm_forge_core::pipeline::acceptance::AcceptError;
+use occm_forge_core::pipeline::go::Toolchain;
 
 /// Takes `<dir>/.lock` (`flock`, released by the kernel when the process dies), creating `dir`.
 pub(crate) fn lock_entry(dir: &Path) -> Result<std::fs::File, AcceptError> {
@@ -31,8 +31,9 @@ pub(crate) fn run_go(cmd: &mut Command, part: &str) -> Result<std::process::Outp
 /// refuses ([`AcceptError::NotVerified`]), else [`AcceptError::Build`] with Go's cause; an
 /// incomplete go.mod/go.sum names the helper module as occm-forge's own.
 pub(crate) fn helper_failure(part: &str, module: &Path, stderr: &str) -> AcceptError {
-    use occm_forge_core::build::go::ModuleOwner;
-    let summary = occm_forge_core::build::go::summarize_stderr_of(stderr, 6, ModuleOwner::Helper);
+    use occm_forge_core::pipeline::go::ModuleOwner;
+    let summary =
+        occm_forge_core::pipeline::go::summarize_stderr_of(stderr, 6, ModuleOwner::Helper);
     if let Some(modules) = summary.strip_prefix("module downloads failed: ") {
         return AcceptError::NotVerified(format!(
             "the Go module proxy refuses {modules}, needed to build {part}"
@@ -46,7 +47,7 @@ pub(crate) fn helper_failure(part: &str, module: &Path, stderr: &str) -> AcceptE
             module.trim()
         ));
     }
-    let message = if occm_forge_core::build::go::module_graph_line(stderr).is_some() {
+    let message = if occm_forge_core::pipeline::go::module_graph_line(stderr).is_some() {
         // Go says the module graph is incomplete: the helper is ours to resolve, not upstream's.
         format!(
             "{summary}: the go.sum of occm-forge's helper module {} did not cover it after resolving (a bug in occm-forge; remove that directory to resolve it again)",

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::AcceptError;
 pub use occm_forge_core::kubernetes::Kube;
+use occm_forge_core::pipeline::acceptance::AcceptError;
 
 /// The taint a kubelet started with `--cloud-provider=external` puts on its Node until the cloud
 /// node controller has initialised it (k8s.io/cloud-provider/api `TaintExternalCloudProvider`).

@@ -11,8 +11,8 @@ use std::sync::mpsc;
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use crate::AcceptError;
 use occm_forge_core::base::interrupt;
+use occm_forge_core::pipeline::acceptance::AcceptError;
 
 type SpawnReply = mpsc::Sender<io::Result<(Child, interrupt::Guard)>>;
 
@@ -248,6 +248,14 @@ where
             });
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// Fails with [`AcceptError::Interrupted`] once SIGINT or SIGTERM has arrived.
+pub(crate) fn check_interrupt() -> Result<(), AcceptError> {
+    match occm_forge_core::base::interrupt::signal() {
+        Some(_) => Err(AcceptError::Interrupted),
+        None => Ok(()),
     }
 }
 

@@ -26,7 +26,7 @@ use serde_json::{Value, json};
 
 use super::cloud::{Server, SimulatedCloud};
 use super::kube::{Kube, Nodes as _};
-use crate::AcceptError;
+use occm_forge_core::pipeline::acceptance::AcceptError;
 
 /// The stand-in infrastructure provider's API group.
 pub const GROUP: &str = "infrastructure.accept.occm-forge.invalid";

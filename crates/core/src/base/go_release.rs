@@ -1,5 +1,5 @@
 //! A Go release (`1.26.8`) as a value: read, compared, written. What the proxy serves and which
-//! release a minor should use is [`crate::build::go::release`].
+//! release a minor should use is [`crate::pipeline::go::release`].
 
 use std::fmt;
 use std::str::FromStr;

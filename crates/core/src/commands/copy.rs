@@ -22,10 +22,10 @@ use bytes::Bytes;
 
 use crate::base::reference::RepositoryName;
 use crate::base::util::short;
-use crate::build::digest_manifest::{self, DigestManifestError, Entry};
 use crate::commands::verify::{self, Finding};
 use crate::config::{Config, Minor};
 use crate::image::spec::{self, Descriptor, Index, Manifest};
+use crate::pipeline::digest_manifest::{self, DigestManifestError, Entry};
 use crate::registry::publish::ReferrersPushed;
 use crate::registry::transfer::{
     BlobSource, ManifestBytes, Planned, push_manifests, read_tag_schemas, tag_last, transfer_blobs,
@@ -432,7 +432,7 @@ impl CopyError {
     }
 }
 
-impl crate::Failure for CopyError {
+impl crate::pipeline::Failure for CopyError {
     fn exit_code(&self) -> u8 {
         CopyError::exit_code(self)
     }

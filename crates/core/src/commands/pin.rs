@@ -7,12 +7,12 @@ use std::path::Path;
 
 use toml_edit::{DocumentMut, Item, Table, Value};
 
-use crate::Error;
 use crate::base::reference::ImageRef;
 use crate::base::util::write_file_atomically;
-use crate::build::go::release::{self as go_release, GoRelease};
-use crate::build::source;
 use crate::config::{self, Minor, STATIC_BASE};
+use crate::pipeline::Error;
+use crate::pipeline::go::release::{self as go_release, GoRelease};
+use crate::pipeline::source;
 use crate::registry::Registry;
 
 /// What to pin.
@@ -46,7 +46,7 @@ pub struct PinRequest<'a> {
 pub enum GoChoice {
     /// This release; the proxy must serve it.
     Release(GoRelease),
-    /// What `upstream check` proposes ([`crate::build::go::release::currency`]): the newest revision of
+    /// What `upstream check` proposes ([`crate::pipeline::go::release::currency`]): the newest revision of
     /// the minor's Go line, or on a line out of support the newest revision of the oldest
     /// supported line.
     Current,

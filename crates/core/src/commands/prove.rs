@@ -13,15 +13,15 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use crate::Error;
 use crate::base::util::scratch_dir;
-use crate::build::go::test::{self, Outcome, TestSummary};
-use crate::build::patches::{AppliedPatch, PatchFile, PatchOutcome};
-use crate::build::plan::{BuildPlan, Overrides};
-use crate::build::stage::{Reporter, Runner, StageReport};
-use crate::build::stages::test::{Judge, Tested};
-use crate::build::stages::{PatchStage, SourceStage, TestStage};
 use crate::config::{Config, Minor};
+use crate::pipeline::Error;
+use crate::pipeline::go::test::{self, Outcome, TestSummary};
+use crate::pipeline::patches::{AppliedPatch, PatchFile, PatchOutcome};
+use crate::pipeline::plan::{BuildPlan, Overrides};
+use crate::pipeline::stage::{Reporter, Runner, StageReport};
+use crate::pipeline::stages::test::{Judge, Tested};
+use crate::pipeline::stages::{PatchStage, SourceStage, TestStage};
 
 /// What to prove.
 #[derive(Debug, Clone)]
@@ -211,9 +211,9 @@ async fn tested_tree(
             prepared: None,
         })
         .await?;
-    crate::build::pipeline::check_go_line(plan, &tree)?;
+    crate::pipeline::check_go_line(plan, &tree)?;
     // images.toml's go_overrides, as the build sets them, in the red tree and the green.
-    crate::build::pipeline::overridden(plan, &mut run, &tree.path).await?;
+    crate::pipeline::overridden(plan, &mut run, &tree.path).await?;
     let mut tested = run
         .run(TestStage {
             dir: &tree.path,
@@ -500,7 +500,7 @@ pub fn render_markdown(reports: &[MinorReport]) -> String {
 #[error("prove: {0}")]
 pub struct NotProven(pub String);
 
-impl crate::Failure for NotProven {
+impl crate::pipeline::Failure for NotProven {
     /// 5, as a failing test.
     fn exit_code(&self) -> u8 {
         5

@@ -4,11 +4,11 @@
 use std::path::Path;
 
 use crate::base::util::{join, plural};
-use crate::build::digest_manifest::{Entry, Signature};
-use crate::build::pipeline::{BuildOutcome, MinorResult};
 use crate::commands::upstream::{MinorStatus, UpstreamReport};
 use crate::commands::verify::Finding;
 use crate::config::Minor;
+use crate::pipeline::digest_manifest::{Entry, Signature};
+use crate::pipeline::{BuildOutcome, MinorResult};
 
 /// `build`'s stdout line: the JSON object with `json`, else the pushed reference, else
 /// `oci:<layout>:<tag>` (the image exists only in the layout).
@@ -33,7 +33,7 @@ pub fn summary(results: &[MinorResult]) -> String {
         let (result, digest) = match &r.result {
             Ok(o) if o.up_to_date => ("up to date", o.entry.digest.clone()),
             Ok(o) => ("built", o.entry.digest.clone()),
-            Err(crate::Error::Interrupted(sig)) => {
+            Err(crate::pipeline::Error::Interrupted(sig)) => {
                 ("interrupted", format!("signal {sig}; not recorded"))
             }
             Err(e) => (
@@ -68,7 +68,7 @@ pub fn summary(results: &[MinorResult]) -> String {
 /// The signal that stopped this minor's build, if one did.
 pub fn interrupted_by(r: &MinorResult) -> Option<i32> {
     match r.result {
-        Err(crate::Error::Interrupted(sig)) => Some(sig),
+        Err(crate::pipeline::Error::Interrupted(sig)) => Some(sig),
         _ => None,
     }
 }
@@ -181,7 +181,7 @@ pub fn upstream(report: &UpstreamReport) -> String {
 
 /// `upstream check`'s words on a minor whose Go has a proposal: a newer revision of its line,
 /// or a line out of support (with the supported lines and what `--go current` moves it to).
-fn go_behind(minor: crate::config::Minor, g: &crate::build::go::release::GoCurrency) -> String {
+fn go_behind(minor: crate::config::Minor, g: &crate::pipeline::go::release::GoCurrency) -> String {
     let proposal = g.proposal.expect("only called with a proposal");
     if g.supported {
         format!(

@@ -43,7 +43,7 @@ pub struct SelfImageError {
     pub message: String,
 }
 
-impl crate::Failure for SelfImageError {
+impl crate::pipeline::Failure for SelfImageError {
     /// 2: the binary cannot be packaged.
     fn exit_code(&self) -> u8 {
         2
@@ -54,10 +54,10 @@ crate::command_failure!(SelfImageError);
 
 /// Packages the binary; see the module documentation.
 ///
-/// Errors: [`crate::Error::SelfImage`] when the binary cannot be read, is not an ELF executable
-/// for the platform or is dynamically linked; [`crate::Error::Image`] when the layout cannot be
+/// Errors: [`crate::pipeline::Error::SelfImage`] when the binary cannot be read, is not an ELF executable
+/// for the platform or is dynamically linked; [`crate::pipeline::Error::Image`] when the layout cannot be
 /// written.
-pub fn assemble(req: &SelfImageRequest<'_>) -> Result<BuiltImage, crate::Error> {
+pub fn assemble(req: &SelfImageRequest<'_>) -> Result<BuiltImage, crate::pipeline::Error> {
     let bad = |message: String| SelfImageError {
         path: req.binary.to_path_buf(),
         message,

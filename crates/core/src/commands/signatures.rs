@@ -16,8 +16,8 @@ use std::collections::BTreeMap;
 
 use crate::base::reference::RepositoryName;
 use crate::base::util::short;
-use crate::build::digest_manifest::{Entry, Signature, Signer};
 use crate::image::spec::{Descriptor, Manifest, keys::CREATED};
+use crate::pipeline::digest_manifest::{Entry, Signature, Signer};
 use crate::registry::{Registry, RegistryError, if_present};
 use crate::signing::{
     self, BUNDLE_MEDIA_TYPE, COSIGN_SIGN_PREDICATE, SLSA_PROVENANCE_V1, SPDX_PREDICATE,
@@ -55,7 +55,7 @@ pub enum FindError {
 #[error("signatures: {0}")]
 pub struct NotSigned(pub String);
 
-impl crate::Failure for NotSigned {
+impl crate::pipeline::Failure for NotSigned {
     /// 10: the registry does not hold what was asked for.
     fn exit_code(&self) -> u8 {
         10
@@ -64,18 +64,18 @@ impl crate::Failure for NotSigned {
 
 crate::command_failure!(NotSigned);
 
-impl From<FindError> for crate::Error {
+impl From<FindError> for crate::pipeline::Error {
     fn from(e: FindError) -> Self {
         match e {
-            FindError::Usage(m) => crate::Error::Usage(m),
+            FindError::Usage(m) => crate::pipeline::Error::Usage(m),
             FindError::NotSigned(m) => NotSigned(m).into(),
-            FindError::Registry(e) => crate::Error::Registry(e),
+            FindError::Registry(e) => crate::pipeline::Error::Registry(e),
         }
     }
 }
 
 /// The bundles by `signer` about `entry`'s index in its repository, for
-/// [`crate::build::digest_manifest::record_signature`].
+/// [`crate::pipeline::digest_manifest::record_signature`].
 ///
 /// # Errors
 /// [`FindError::Usage`] when the entry was not pushed; [`FindError::NotSigned`] when no

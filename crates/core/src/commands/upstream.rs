@@ -8,8 +8,8 @@
 
 use serde::Serialize;
 
-use crate::build::go::release::{GoCurrency, GoRelease};
 use crate::config::{Config, Minor};
+use crate::pipeline::go::release::{GoCurrency, GoRelease};
 
 /// One tracked minor.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -318,7 +318,7 @@ go_policy = "upstream"
         .map(|v| v.parse().unwrap())
         .collect();
         let today = time::macros::date!(2026 - 12 - 05);
-        let judge = |go| crate::build::go::release::currency(go, &served);
+        let judge = |go| crate::pipeline::go::release::currency(go, &served);
         let r = check(&cfg, &[], Some(&judge), today);
         assert!(r.go_behind && !r.new);
         let text = crate::commands::report::upstream(&r);

@@ -20,14 +20,14 @@ use serde_json::Value;
 
 use crate::base::reference::RepositoryName;
 use crate::base::util::{join, sha256_digest, short};
-use crate::build::describe::{IN_TOTO_MEDIA_TYPE, SPDX_MEDIA_TYPE};
-use crate::build::digest_manifest::{Entry, Signature, Signer};
-use crate::build::plan::{BuildPlan, Overrides};
-use crate::build::stage::Reporter;
 use crate::commands::signatures::Kinds;
 use crate::config::{Config, Minor, Platform};
 use crate::image::referrer::fallback_tag;
 use crate::image::spec::{Index, Manifest, keys};
+use crate::pipeline::describe::{IN_TOTO_MEDIA_TYPE, SPDX_MEDIA_TYPE};
+use crate::pipeline::digest_manifest::{Entry, Signature, Signer};
+use crate::pipeline::plan::{BuildPlan, Overrides};
+use crate::pipeline::stage::Reporter;
 use crate::registry::publish::ReferrersPushed;
 use crate::registry::{ErrorKind, Registry, RegistryError, if_present};
 use crate::signing::{self, BUNDLE_MEDIA_TYPE};
@@ -192,15 +192,15 @@ pub struct AuditRequest<'a> {
 /// reporter of each minor's rebuild.
 ///
 /// Returns every finding, in minor order. Errors: the digest manifest cannot be read; a minor
-/// has no entry ([`crate::Error::Usage`]); the registry cannot be asked; a rebuild fails.
+/// has no entry ([`crate::pipeline::Error::Usage`]); the registry cannot be asked; a rebuild fails.
 pub async fn audit(
     req: &AuditRequest<'_>,
     registry: &dyn Registry,
     note: &(dyn Fn(String) + Sync),
     rebuild_reporter: &dyn Fn(Minor) -> Box<dyn Reporter>,
-) -> Result<Vec<Finding>, crate::Error> {
+) -> Result<Vec<Finding>, crate::pipeline::Error> {
     let path = &req.config.digest_manifest;
-    let manifest = crate::build::digest_manifest::read(path)?;
+    let manifest = crate::pipeline::digest_manifest::read(path)?;
     let minors: Vec<Minor> = if req.minors.is_empty() {
         manifest.images.keys().copied().collect()
     } else {
@@ -209,7 +209,7 @@ pub async fn audit(
     let mut findings = Vec::new();
     for minor in minors {
         let Some(entry) = manifest.images.get(&minor) else {
-            return Err(crate::Error::Usage(format!(
+            return Err(crate::pipeline::Error::Usage(format!(
                 "{}: no entry for {minor}; it has {}",
                 path.display(),
                 join(manifest.images.keys())
@@ -247,8 +247,8 @@ async fn rebuild(
     entry: &Entry,
     registry: &dyn Registry,
     reporter: &dyn Reporter,
-) -> Result<Option<Finding>, crate::Error> {
-    let scratch = tempfile::tempdir().map_err(|e| crate::Error::Io(e.to_string()))?;
+) -> Result<Option<Finding>, crate::pipeline::Error> {
+    let scratch = tempfile::tempdir().map_err(|e| crate::pipeline::Error::Io(e.to_string()))?;
     let plan = rebuild_plan(
         req.config,
         minor,
@@ -257,7 +257,7 @@ async fn rebuild(
         req.cache_dir.to_path_buf(),
         scratch.path(),
     )?;
-    let rebuilt = crate::build::pipeline::build(&plan, registry, None, reporter).await?;
+    let rebuilt = crate::pipeline::build(&plan, registry, None, reporter).await?;
     Ok(rebuild_finding(
         minor,
         entry,
@@ -306,7 +306,7 @@ pub fn rebuild_plan(
     source: Option<String>,
     cache_dir: PathBuf,
     scratch: &Path,
-) -> Result<BuildPlan, crate::Error> {
+) -> Result<BuildPlan, crate::pipeline::Error> {
     let mut config = config.clone();
     config.digest_manifest = scratch.join("images.lock.yaml");
     let overrides = Overrides {
@@ -678,7 +678,7 @@ impl Checker<'_> {
 #[error("verify: {0}")]
 pub struct Mismatch(pub String);
 
-impl crate::Failure for Mismatch {
+impl crate::pipeline::Failure for Mismatch {
     /// 10.
     fn exit_code(&self) -> u8 {
         10

@@ -427,7 +427,7 @@ pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigError> {
 
 impl Config {
     /// Fails unless every `[patches."<file>"].shown_by` names one of `scenarios` (the
-    /// acceptance's, [`crate::build::acceptance::Acceptance::scenarios`]; given by the command layer,
+    /// acceptance's, [`crate::pipeline::acceptance::Acceptance::scenarios`]; given by the command layer,
     /// which loads images.toml once for every command).
     ///
     /// Errors: `images.toml:line:column: patches."<file>".shown_by `S9` is not an acceptance

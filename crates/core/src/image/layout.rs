@@ -305,7 +305,7 @@ pub fn holds(layout: &Path, ref_name: &str, digest: &str) -> Result<(), String> 
 mod tests {
     use super::super::referrer;
     use super::*;
-    use crate::build::describe;
+    use crate::pipeline::describe;
 
     /// Two images and their referrers written in either order, and a tag set again: the same
     /// `index.json` bytes.

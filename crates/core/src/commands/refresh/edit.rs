@@ -5,9 +5,9 @@ use std::path::{Path, PathBuf};
 use git2::{Repository, Status, StatusOptions};
 
 use super::{EditState, EditedPatch, RefreshError, Step, branch};
-use crate::build::patches::{self, PatchError, PatchFile, PatchOutcome};
-use crate::build::source::{self, SourceRequest};
 use crate::config::{Config, Minor};
+use crate::pipeline::patches::{self, PatchError, PatchFile, PatchOutcome};
+use crate::pipeline::source::{self, SourceRequest};
 
 /// What [`edit`] needs.
 #[derive(Debug, Clone)]

@@ -9,8 +9,8 @@ use toml_edit::{Array, DocumentMut, Item, Value};
 use super::edit::{Changes, check_git_idle, check_pin, current_series, first_change};
 use super::{EditState, Exported, RefreshError, Step};
 use crate::base::util::write_file_atomically;
-use crate::build::patches::{self, PatchFile};
 use crate::config::{Config, Minor};
+use crate::pipeline::patches::{self, PatchFile};
 
 /// What [`export`] needs.
 #[derive(Debug, Clone)]
@@ -288,18 +288,18 @@ fn check_commits(
 }
 
 /// Takes the digest manifest's run lock without waiting: a build reads patches_dir under it.
-fn lock(config: &Config) -> Result<crate::build::digest_manifest::RunLock, RefreshError> {
-    crate::build::digest_manifest::take_run_lock(&config.digest_manifest, false).map_err(
-        |e| match e {
-            crate::build::digest_manifest::DigestManifestError::Busy { path, holder } => {
+fn lock(config: &Config) -> Result<crate::pipeline::digest_manifest::RunLock, RefreshError> {
+    crate::pipeline::digest_manifest::take_run_lock(&config.digest_manifest, false).map_err(|e| {
+        match e {
+            crate::pipeline::digest_manifest::DigestManifestError::Busy { path, holder } => {
                 RefreshError::Busy { path, holder }
             }
             other => RefreshError::Io {
                 path: config.digest_manifest.clone(),
                 message: other.to_string(),
             },
-        },
-    )
+        }
+    })
 }
 
 /// Whether `patch`, read as the build reads a patch and applied plainly to the commit's parent,

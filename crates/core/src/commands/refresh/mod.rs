@@ -18,8 +18,8 @@ mod render;
 
 use std::path::{Path, PathBuf};
 
-use crate::build::patches::ConflictedFile;
 use crate::config::Minor;
+use crate::pipeline::patches::ConflictedFile;
 
 pub use edit::{EditReport, EditRequest, edit};
 pub use export::{ExportReport, ExportRequest, ExportedPatch, Written, export};
@@ -348,10 +348,10 @@ pub enum RefreshError {
     Config(#[from] crate::config::ConfigError),
     /// A patch does not apply at all (not even three-way with markers).
     #[error(transparent)]
-    Patch(#[from] crate::build::patches::PatchError),
+    Patch(#[from] crate::pipeline::patches::PatchError),
     /// Fetching or checking out upstream failed.
     #[error(transparent)]
-    Source(#[from] crate::build::source::SourceError),
+    Source(#[from] crate::pipeline::source::SourceError),
     /// A git operation in the work tree failed.
     #[error("{dir}: {message}")]
     Git {
@@ -405,7 +405,7 @@ impl RefreshError {
     }
 }
 
-impl crate::Failure for RefreshError {
+impl crate::pipeline::Failure for RefreshError {
     fn exit_code(&self) -> u8 {
         RefreshError::exit_code(self)
     }

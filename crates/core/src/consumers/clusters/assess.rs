@@ -5,9 +5,9 @@ use serde::Serialize;
 
 use super::{Observed, OccmSet};
 use crate::base::reference::{ImageRef, RepositoryName};
-use crate::build::digest_manifest::{DigestManifest, Entry};
 use crate::config::Minor;
 use crate::consumers::render::{self, RenderOptions};
+use crate::pipeline::digest_manifest::{DigestManifest, Entry};
 
 pub use crate::consumers::mcapi::objects::UPSTREAM_REPOSITORY;
 

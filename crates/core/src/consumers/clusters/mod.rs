@@ -135,7 +135,7 @@ pub enum ClustersError {
     Kube(#[from] crate::kubernetes::KubeError),
 }
 
-impl crate::Failure for ClustersError {
+impl crate::pipeline::Failure for ClustersError {
     /// 15: the management cluster cannot be read or written.
     fn exit_code(&self) -> u8 {
         15
@@ -148,7 +148,7 @@ impl crate::Failure for ClustersError {
 #[error("clusters: {0}")]
 pub struct NotPinned(pub String);
 
-impl crate::Failure for NotPinned {
+impl crate::pipeline::Failure for NotPinned {
     /// 14.
     fn exit_code(&self) -> u8 {
         14

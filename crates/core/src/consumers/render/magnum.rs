@@ -15,8 +15,8 @@
 //!   image. Refused unless [`super::RenderOptions::patched_magnum_cluster_api`].
 
 use super::{RenderOptions, pinned_tag, recorded_as};
-use crate::build::digest_manifest::Entry;
 use crate::config::Minor;
+use crate::pipeline::digest_manifest::Entry;
 
 pub use crate::consumers::mcapi::IMAGE_NAME as MCAPI_IMAGE_NAME;
 

@@ -24,8 +24,8 @@ use std::path::Path;
 use std::str::FromStr;
 
 use crate::base::reference::RepositoryName;
-use crate::build::digest_manifest::{DigestManifest, Entry};
 use crate::config::Minor;
+use crate::pipeline::digest_manifest::{DigestManifest, Entry};
 
 pub use magnum::{MCAPI_IMAGE_NAME, PREFIX_MOVES, mcapi_repository};
 
@@ -121,23 +121,23 @@ pub struct Rendered {
 
 /// The entries to render: `minor`'s, or every entry of the manifest when `None`.
 ///
-/// Errors: [`crate::Error::Usage`] when the manifest has no entry for `minor`, or none at all.
+/// Errors: [`crate::pipeline::Error::Usage`] when the manifest has no entry for `minor`, or none at all.
 pub fn select<'a>(
     manifest: &'a DigestManifest,
     path: &Path,
     minor: Option<Minor>,
-) -> Result<Vec<(Minor, &'a Entry)>, crate::Error> {
+) -> Result<Vec<(Minor, &'a Entry)>, crate::pipeline::Error> {
     let entries: Vec<(Minor, &Entry)> = match minor {
         Some(minor) => {
             let e = manifest.images.get(&minor).ok_or_else(|| {
-                crate::Error::Usage(format!("{}: no entry for {minor}", path.display()))
+                crate::pipeline::Error::Usage(format!("{}: no entry for {minor}", path.display()))
             })?;
             vec![(minor, e)]
         }
         None => manifest.images.iter().map(|(m, e)| (*m, e)).collect(),
     };
     if entries.is_empty() {
-        return Err(crate::Error::Usage(format!(
+        return Err(crate::pipeline::Error::Usage(format!(
             "{} has no entries",
             path.display()
         )));
@@ -364,7 +364,7 @@ mod tests {
     }
 }
 
-impl crate::Failure for RenderError {
+impl crate::pipeline::Failure for RenderError {
     /// 2: the entry cannot be rendered as asked.
     fn exit_code(&self) -> u8 {
         2

@@ -9,8 +9,8 @@
 //! 2026-12), its clusters run our 1.36 image, which the policy allows. Anything further is refused
 //! unless the operator passes `--allow-skew`.
 
-use crate::build::digest_manifest::{DigestManifest, Entry};
 use crate::config::Minor;
+use crate::pipeline::digest_manifest::{DigestManifest, Entry};
 
 /// How an OCCM minor stands to a cluster's minor under the policy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

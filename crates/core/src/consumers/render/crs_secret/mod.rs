@@ -161,7 +161,7 @@ pub fn is_legacy_name(name: &str) -> bool {
 #[error("crs-secret: {0}")]
 pub struct CrsError(pub String);
 
-impl crate::Failure for CrsError {
+impl crate::pipeline::Failure for CrsError {
     /// 2: the Secret cannot be rewritten as asked.
     fn exit_code(&self) -> u8 {
         2

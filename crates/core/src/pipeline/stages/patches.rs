@@ -2,10 +2,10 @@
 
 use async_trait::async_trait;
 
-use crate::Error;
-use crate::build::patches::{self, AppliedPatch, PatchFile, PatchOutcome};
-use crate::build::source::SourceTree;
-use crate::build::stage::{Done, Stage, StageContext};
+use crate::pipeline::Error;
+use crate::pipeline::patches::{self, AppliedPatch, PatchFile, PatchOutcome};
+use crate::pipeline::source::SourceTree;
+use crate::pipeline::stage::{Done, Stage, StageContext};
 
 /// Applies `series` to `tree`; a patch already upstream is a warning and is skipped.
 pub struct PatchStage<'a> {
@@ -34,7 +34,7 @@ impl Stage for PatchStage<'_> {
             None => {
                 let applied =
                     patches::apply_series(&self.tree.path, self.series, self.tree.commit_time)?;
-                crate::build::source::stamp_mtimes(&self.tree.path, self.tree.commit_time);
+                crate::pipeline::source::stamp_mtimes(&self.tree.path, self.tree.commit_time);
                 applied
             }
         };

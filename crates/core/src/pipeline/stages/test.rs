@@ -4,10 +4,10 @@ use std::path::Path;
 
 use async_trait::async_trait;
 
-use crate::Error;
-use crate::build::go::Toolchain;
-use crate::build::go::test::{self, TestSummary};
-use crate::build::stage::{Done, Stage, StageContext};
+use crate::pipeline::Error;
+use crate::pipeline::go::Toolchain;
+use crate::pipeline::go::test::{self, TestSummary};
+use crate::pipeline::stage::{Done, Stage, StageContext};
 
 /// How a test run is judged.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

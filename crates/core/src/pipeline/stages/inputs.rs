@@ -7,12 +7,12 @@
 
 use async_trait::async_trait;
 
-use crate::Error;
 use crate::base::util::{display_rel, short};
-use crate::build::digest_manifest::{self, Entry};
-use crate::build::plan::BuildPlan;
-use crate::build::stage::{Done, Stage, StageContext};
 use crate::image::layout;
+use crate::pipeline::Error;
+use crate::pipeline::digest_manifest::{self, Entry};
+use crate::pipeline::plan::BuildPlan;
+use crate::pipeline::stage::{Done, Stage, StageContext};
 use crate::registry::Registry;
 
 /// Whether the minor has to be built.
@@ -30,7 +30,7 @@ pub struct InputsStage<'a> {
     pub plan: &'a BuildPlan,
     /// Asked whether the tag still serves the recorded digest (with `--push`).
     pub registry: &'a dyn Registry,
-    /// With `--accept`, the scenarios the acceptance runs ([`crate::build::acceptance::Acceptance::scenarios`]):
+    /// With `--accept`, the scenarios the acceptance runs ([`crate::pipeline::acceptance::Acceptance::scenarios`]):
     /// an entry recorded as accepted without one of them is rebuilt.
     pub scenarios: &'a [String],
 }

@@ -15,8 +15,8 @@ use std::path::{Path, PathBuf};
 use git2::Repository;
 use serde::{Deserialize, Serialize};
 
-use crate::build::patches::AppliedPatch;
-use crate::build::source::{SourceTree, stamped_mtime};
+use crate::pipeline::patches::AppliedPatch;
+use crate::pipeline::source::{SourceTree, stamped_mtime};
 
 const STATE: &str = "occm-forge-state.json";
 

@@ -3,11 +3,11 @@
 
 use async_trait::async_trait;
 
-use crate::Error;
 use crate::base::util::display_rel;
-use crate::build::digest_manifest::{self, Entry, Recorded};
-use crate::build::plan::BuildPlan;
-use crate::build::stage::{Done, Stage, StageContext};
+use crate::pipeline::Error;
+use crate::pipeline::digest_manifest::{self, Entry, Recorded};
+use crate::pipeline::plan::BuildPlan;
+use crate::pipeline::stage::{Done, Stage, StageContext};
 
 /// Records `entry` for `plan.minor` at `plan.record_to`.
 pub struct RecordStage<'a> {

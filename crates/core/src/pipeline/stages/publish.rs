@@ -3,11 +3,11 @@
 
 use async_trait::async_trait;
 
-use crate::Error;
 use crate::base::reference::RepositoryName;
-use crate::build::stage::{Done, Stage, StageContext};
 use crate::image::BuiltImage;
 use crate::image::referrer::Attachment;
+use crate::pipeline::Error;
+use crate::pipeline::stage::{Done, Stage, StageContext};
 use crate::registry::publish::{ReferrersMode, ReferrersPushed};
 use crate::registry::{ErrorKind, Registry, RegistryError, publish};
 
@@ -93,7 +93,7 @@ impl Stage for PublishStage<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::build::stage::Silent;
+    use crate::pipeline::stage::Silent;
     use crate::registry::memory::MemoryRegistry;
     use crate::testing;
 

@@ -1,29 +1,50 @@
-//! The build pipeline: inputs → source → patches → test → build → image → describe → (accept) →
+//! The build of one minor's image (`build` and `build_many` here): the stage trait and its runner ([`stage`]), each stage's
+//! implementation — one public entry taking plain data — ([`source`], [`patches`], [`go`] (test,
+//! build), [`describe`], [`digest_manifest`] (the record); the image is [`crate::image`], the push
+//! [`crate::registry::publish`]) beside the stages that run them ([`stages`]), what determines an
+//! image ([`inputs`]), the settings resolved once ([`plan`]), //! the seam acceptance plugs into ([`acceptance`]), and the stage lines on stderr ([`progress`]).
+//!
+//! The pipeline: inputs → source → patches → test → build → image → describe → (accept) →
 //! publish → record.
 //!
-//! [`build`] takes a resolved [`BuildPlan`] and lists the stages (`crate::build::stages`); the
+//! [`build`] takes a resolved [`BuildPlan`] and lists the stages ([`stages`]); the
 //! [`Runner`] times and reports them. Nothing is recorded unless every stage succeeded, and all
 //! scratch space (work tree, binaries) lives in a temporary directory removed on return.
+
+pub mod acceptance;
+pub mod describe;
+pub mod digest_manifest;
+pub mod error;
+pub mod go;
+pub mod inputs;
+pub mod patches;
+pub mod plan;
+pub mod progress;
+pub mod source;
+pub mod stage;
+pub mod stages;
+pub mod worktree;
+
+pub use error::{Error, Failure};
 
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use crate::Error;
 use crate::base::util::{rfc3339, scratch_dir, short};
-use crate::build::acceptance::{Acceptance, Accepted};
-use crate::build::digest_manifest::{self, Entry};
-use crate::build::patches::{AppliedPatch, PatchOutcome};
-use crate::build::plan::{BaseSpec, BuildPlan};
-use crate::build::source::{SourceError, SourceTree};
-use crate::build::stage::{Reporter, Runner, StageReport};
-use crate::build::stages::test::Judge;
-use crate::build::stages::{self, Described, Freshness, Signed, image::Imaged};
 use crate::config::Minor;
 use crate::image::referrer::Attachment;
+use crate::pipeline::acceptance::{Acceptance, Accepted};
+use crate::pipeline::patches::{AppliedPatch, PatchOutcome};
+use crate::pipeline::plan::{BaseSpec, BuildPlan};
+use crate::pipeline::source::{SourceError, SourceTree};
+use crate::pipeline::stage::{Reporter, Runner, StageReport};
+use crate::pipeline::stages::test::Judge;
 use crate::registry::Registry;
 use crate::registry::publish::{Published, ReferrersPushed};
 use crate::registry::pull::PullError;
+use digest_manifest::Entry;
+use stages::{Described, Freshness, Signed, image::Imaged};
 
 /// What a successful build produced.
 #[derive(Debug, Clone, Serialize)]
@@ -141,7 +162,7 @@ async fn build_locked(
     reporter: &dyn Reporter,
 ) -> Result<BuildOutcome, Error> {
     crate::base::util::sweep_scratch(&plan.cache_dir);
-    crate::build::stage::unless_interrupted(steps(plan, registry, acceptance, reporter).await)
+    crate::pipeline::stage::unless_interrupted(steps(plan, registry, acceptance, reporter).await)
 }
 
 /// The stages, in order. `--accept` needs `acceptance`.
@@ -172,7 +193,7 @@ async fn steps(
     {
         return up_to_date(plan, *entry, run).await;
     }
-    let served_before = crate::build::stage::or_interrupted(preflight(plan, registry)).await?;
+    let served_before = crate::pipeline::stage::or_interrupted(preflight(plan, registry)).await?;
     let (scratch, tree_dir, tree_lock) = workspace(plan)?;
     let (tree, applied) = patched_tree(plan, &mut run, &tree_dir, tree_lock.is_some()).await?;
     let epoch = plan.source_date_epoch.unwrap_or(tree.commit_time);
@@ -246,7 +267,7 @@ async fn assemble(
     registry: &dyn Registry,
     run: &mut Runner<'_>,
     tree: &SourceTree,
-    binaries: &[crate::build::go::build::Binary],
+    binaries: &[crate::pipeline::go::build::Binary],
     epoch: i64,
 ) -> Result<Assembled, Error> {
     let layout_lock = crate::image::layout::lock(&plan.output)
@@ -307,7 +328,7 @@ async fn patched_tree(
     reusable: bool,
 ) -> Result<(SourceTree, Vec<AppliedPatch>), Error> {
     let prepared = reusable
-        .then(|| crate::build::worktree::prepared(tree_dir, &plan.commit, &plan.series_sha256))
+        .then(|| crate::pipeline::worktree::prepared(tree_dir, &plan.commit, &plan.series_sha256))
         .flatten();
     let tree = run
         .run(stages::SourceStage {
@@ -324,18 +345,18 @@ async fn patched_tree(
         })
         .await?;
     if reusable && prepared.is_none() {
-        crate::build::worktree::remember(&tree, &plan.series_sha256, &applied);
+        crate::pipeline::worktree::remember(&tree, &plan.series_sha256, &applied);
     }
     Ok((tree, applied))
 }
 
 /// The `go` line of upstream's go.mod and of the series against the pinned Go, before any Go
-/// process ([`crate::build::go::directive::check`]): exit 2 naming both.
+/// process ([`crate::pipeline::go::directive::check`]): exit 2 naming both.
 pub(crate) fn check_go_line(
     plan: &BuildPlan,
-    tree: &crate::build::source::SourceTree,
+    tree: &crate::pipeline::source::SourceTree,
 ) -> Result<(), Error> {
-    crate::build::go::directive::check(
+    crate::pipeline::go::directive::check(
         &tree.path,
         &tree.commit,
         &plan.upstream_tag,
@@ -351,7 +372,7 @@ pub(crate) async fn overridden(
     plan: &BuildPlan,
     run: &mut Runner<'_>,
     dir: &Path,
-) -> Result<Vec<crate::build::go::overrides::MovedRequirement>, Error> {
+) -> Result<Vec<crate::pipeline::go::overrides::MovedRequirement>, Error> {
     if plan.go_overrides.is_empty() {
         return Ok(Vec::new());
     }
@@ -374,7 +395,7 @@ fn workspace(
     let scratch =
         scratch_dir(&plan.cache_dir, &format!("build-{}-", plan.minor)).map_err(Error::Io)?;
     Ok(
-        match crate::build::source::reusable_tree(&plan.cache_dir, &plan.minor.to_string()) {
+        match crate::pipeline::source::reusable_tree(&plan.cache_dir, &plan.minor.to_string()) {
             Some((dir, lock)) => (scratch, dir, Some(lock)),
             None => {
                 let dir = scratch.path().join("src");
@@ -420,7 +441,7 @@ async fn preflight(plan: &BuildPlan, registry: &dyn Registry) -> Result<Option<S
         // check_pin fetches into the object store and checks out nothing.
         let req = stages::SourceStage::of(plan, Path::new("")).request();
         return Err(
-            match tokio::task::block_in_place(|| crate::build::source::check_pin(&req)) {
+            match tokio::task::block_in_place(|| crate::pipeline::source::check_pin(&req)) {
                 Err(pin @ (SourceError::PinIsTagObject(_) | SourceError::TagMoved(_))) => {
                     pin.into()
                 }

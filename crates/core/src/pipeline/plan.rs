@@ -20,12 +20,12 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use crate::Error;
 use crate::base::reference::{ImageRef, RepositoryName};
-use crate::build::go::Toolchain;
-use crate::build::inputs::{BuildInputs, IMAGE_FORMAT};
-use crate::build::patches::{self, PatchFile};
 use crate::config::{self, Config, Minor, Platform};
+use crate::pipeline::Error;
+use crate::pipeline::go::Toolchain;
+use crate::pipeline::inputs::{BuildInputs, IMAGE_FORMAT};
+use crate::pipeline::patches::{self, PatchFile};
 use crate::registry::auth::{AuthFiles, Keychains};
 use crate::registry::oci::{OciRegistry, OciRegistryConfig};
 use crate::registry::proxy::ProxyEnv;
@@ -205,9 +205,9 @@ pub struct BuildPlan {
     pub fragment_reset: bool,
     /// Build even when the recorded entry is up to date.
     pub force: bool,
-    /// Run the acceptance stage (`crate::build::stages::AcceptStage`) after describe, before publish.
+    /// Run the acceptance stage (`crate::pipeline::stages::AcceptStage`) after describe, before publish.
     pub accept: bool,
-    /// The acceptance document the stage writes its report into (see [`crate::build::acceptance::Acceptance::accept`]).
+    /// The acceptance document the stage writes its report into (see [`crate::pipeline::acceptance::Acceptance::accept`]).
     pub accept_output: Option<PathBuf>,
     /// How the referrers are pushed; not an input of the image (its digest is the same).
     pub referrers: ReferrersMode,
@@ -271,7 +271,7 @@ impl BuildPlan {
                 .filter(|(name, _)| {
                     !m.patches
                         .iter()
-                        .any(|p| crate::build::patches::catalogue_name(p) == name.as_str())
+                        .any(|p| crate::pipeline::patches::catalogue_name(p) == name.as_str())
                 })
                 .flat_map(|(_, info)| info.shown_by.iter().cloned())
                 .collect(),
@@ -344,12 +344,12 @@ impl BuildPlan {
             upstream_commit: self.commit.clone(),
             patch_series_sha256: self.series_sha256.clone(),
             go_version: self.toolchain.version.clone(),
-            go_env: crate::build::go::platforms_env(&self.platforms),
+            go_env: crate::pipeline::go::platforms_env(&self.platforms),
             base: self.base_text.clone(),
             platforms: self.platform_names(),
             repository: self.repository.clone(),
             tag: self.tag.clone(),
-            ldflags: crate::build::go::build::ldflags(&self.binary_version()),
+            ldflags: crate::pipeline::go::build::ldflags(&self.binary_version()),
             source_date_epoch: self.source_date_epoch,
             test_packages: self.test_packages.clone(),
             required_tests: self.required_tests.clone(),

@@ -13,7 +13,7 @@ use std::time::Instant;
 use async_trait::async_trait;
 use serde::Serialize;
 
-use crate::Error;
+use crate::pipeline::Error;
 
 /// One finished stage, as shown on stderr and written by `--timings`.
 #[derive(Debug, Clone, Serialize, serde::Deserialize)]

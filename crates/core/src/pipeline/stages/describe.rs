@@ -6,15 +6,15 @@ use std::path::Path;
 
 use async_trait::async_trait;
 
-use crate::Error;
 use crate::base::util::{short, write_file_atomically};
-use crate::build::describe::{self, PatchRef};
-use crate::build::go::build::{self as gobuild, Binary};
-use crate::build::plan::BuildPlan;
-use crate::build::source::SourceTree;
-use crate::build::stage::{Done, Stage, StageContext};
 use crate::image::referrer::{self, Attachment};
 use crate::image::{ImageError, PlatformImage, layout};
+use crate::pipeline::Error;
+use crate::pipeline::describe::{self, PatchRef};
+use crate::pipeline::go::build::{self as gobuild, Binary};
+use crate::pipeline::plan::BuildPlan;
+use crate::pipeline::source::SourceTree;
+use crate::pipeline::stage::{Done, Stage, StageContext};
 
 use super::image::Imaged;
 
@@ -157,7 +157,7 @@ impl DescribeStage<'_> {
             platforms: &plan.platform_names(),
             manifests: &manifests,
             go_version: &plan.toolchain.version,
-            go_env: &crate::build::go::platforms_env(&plan.platforms),
+            go_env: &crate::pipeline::go::platforms_env(&plan.platforms),
             ldflags: &gobuild::ldflags(&plan.binary_version()),
             go_overrides: &plan.go_overrides,
             base: (&plan.base_text, self.imaged.base.digest.as_deref()),

@@ -1,5 +1,5 @@
 //! The build's stages, one file each, in pipeline order (`inputs` first: is it built already?). Each stage is a struct of borrowed
-//! inputs implementing [`crate::build::stage::Stage`]; its `run` calls the one public entry of the
+//! inputs implementing [`crate::pipeline::stage::Stage`]; its `run` calls the one public entry of the
 //! module that does the work (`source::checkout`, `patches::apply_series`, `go::test::run`,
 //! `go::build::build`, `image::assemble`, `describe`, `sign`, `registry::publish`,
 //! `digest_manifest::record`) and words its stage line. `pipeline::build` lists them;

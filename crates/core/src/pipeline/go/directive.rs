@@ -9,7 +9,7 @@ use std::path::Path;
 use git2::{Oid, Repository};
 
 use super::release::GoRelease;
-use crate::build::patches::PatchFile;
+use crate::pipeline::patches::PatchFile;
 
 /// The Go release a go.mod's `go` line requires (`go 1.22` → 1.22.0, `go 1.26.9` → 1.26.9);
 /// `None` without one, or for a pre-release (`go 1.27rc1`).

@@ -6,10 +6,10 @@ use std::path::Path;
 
 use async_trait::async_trait;
 
-use crate::Error;
-use crate::build::go::Toolchain;
-use crate::build::go::overrides::{self, MovedRequirement};
-use crate::build::stage::{Done, Stage, StageContext};
+use crate::pipeline::Error;
+use crate::pipeline::go::Toolchain;
+use crate::pipeline::go::overrides::{self, MovedRequirement};
+use crate::pipeline::stage::{Done, Stage, StageContext};
 
 /// Checks the overrides against upstream's go.mod and the module proxy, then applies them.
 pub struct OverridesStage<'a> {

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use crate::build::stage::{Reporter, StageReport};
+use crate::pipeline::stage::{Reporter, StageReport};
 
 /// The stderr reporter of the command line.
 pub struct Terminal {

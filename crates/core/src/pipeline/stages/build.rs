@@ -4,11 +4,11 @@ use std::path::Path;
 
 use async_trait::async_trait;
 
-use crate::Error;
-use crate::build::go::Toolchain;
-use crate::build::go::build::{self, Binary};
-use crate::build::stage::{Done, Stage, StageContext};
 use crate::config::Platform;
+use crate::pipeline::Error;
+use crate::pipeline::go::Toolchain;
+use crate::pipeline::go::build::{self, Binary};
+use crate::pipeline::stage::{Done, Stage, StageContext};
 
 /// Builds `./cmd/openstack-cloud-controller-manager` of `dir` for `platforms` into `out_dir`.
 pub struct BuildStage<'a> {
@@ -27,8 +27,8 @@ pub struct BuildStage<'a> {
 impl<'a> BuildStage<'a> {
     /// The build stage of `plan` on `tree`, writing into `out_dir`.
     pub fn of(
-        plan: &'a crate::build::plan::BuildPlan,
-        tree: &'a crate::build::source::SourceTree,
+        plan: &'a crate::pipeline::plan::BuildPlan,
+        tree: &'a crate::pipeline::source::SourceTree,
         out_dir: &'a Path,
     ) -> Self {
         BuildStage {

@@ -22,7 +22,7 @@ use std::collections::BTreeMap;
 use serde_json::{Value, json};
 
 use crate::base::util::rfc3339;
-use crate::build::go::build::BuildInfo;
+use crate::pipeline::go::build::BuildInfo;
 
 /// SPDX JSON media type (and referrer artifact type).
 pub const SPDX_MEDIA_TYPE: &str = "application/spdx+json";
@@ -505,7 +505,7 @@ pub fn slsa_provenance(i: &ProvenanceInput<'_>) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::build::go::build::Module;
+    use crate::pipeline::go::build::Module;
 
     fn info() -> BuildInfo {
         BuildInfo {

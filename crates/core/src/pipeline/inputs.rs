@@ -332,7 +332,7 @@ mod tests {
             upstream_commit: "63ec67a04b40fee4ff43fec11c3d31f2a90c9ad2".into(),
             patch_series_sha256: "1".repeat(64),
             go_version: "1.25.1".into(),
-            go_env: crate::build::go::platforms_env(&[
+            go_env: crate::pipeline::go::platforms_env(&[
                 "linux/amd64".parse().unwrap(),
                 "linux/arm64".parse().unwrap(),
             ]),

@@ -14,20 +14,20 @@ pub enum Error {
     Config(#[from] crate::config::ConfigError),
     /// Fetching or checking out upstream failed, or the tag moved.
     #[error("source: {0}")]
-    Source(#[from] crate::build::source::SourceError),
+    Source(#[from] crate::pipeline::source::SourceError),
     /// A patch does not apply.
     #[error("patches: {0}")]
-    Patch(#[from] crate::build::patches::PatchError),
+    Patch(#[from] crate::pipeline::patches::PatchError),
     /// images.toml `go_overrides` cannot be applied (the message starts with `go_overrides:`
     /// and names the module and version).
     #[error("overrides: {0}")]
-    Overrides(#[from] crate::build::go::overrides::OverrideError),
+    Overrides(#[from] crate::pipeline::go::overrides::OverrideError),
     /// Go tests failed or required tests did not pass.
     #[error("test: {0}")]
-    Test(#[from] crate::build::go::test::TestError),
+    Test(#[from] crate::pipeline::go::test::TestError),
     /// Cross-compiling failed.
     #[error("build: {0}")]
-    Build(#[from] crate::build::go::build::BuildError),
+    Build(#[from] crate::pipeline::go::build::BuildError),
     /// The layout could not be written, or the base does not fit (a missing platform, mixed
     /// media types).
     #[error("image: {0}")]
@@ -50,7 +50,7 @@ pub enum Error {
     /// starts with `digest manifest <path>` or names the fragments; it is not always the record
     /// stage: the tag guard and the run lock come first).
     #[error(transparent)]
-    DigestManifest(#[from] crate::build::digest_manifest::DigestManifestError),
+    DigestManifest(#[from] crate::pipeline::digest_manifest::DigestManifestError),
     /// SIGINT or SIGTERM stopped the run; nothing was recorded.
     #[error("interrupted by signal {0}: stopped, nothing recorded, no tag moved")]
     Interrupted(i32),
@@ -60,7 +60,7 @@ pub enum Error {
     /// `accept`: a scenario failed on ours, the minor could not be verified, or the acceptance
     /// run itself failed (the message names the part).
     #[error("accept: {0}")]
-    Accept(#[from] crate::build::acceptance::error::AcceptError),
+    Accept(#[from] crate::pipeline::acceptance::error::AcceptError),
     /// `--sign-key` cannot be read or opened (wrong password, not a P-256 key), or signing
     /// failed; one line naming the key file, never the password.
     #[error(transparent)]
@@ -85,8 +85,8 @@ impl Error {
             Error::Usage(_) | Error::Config(_) | Error::Sign(_) => 2,
             Error::Source(_) => 3,
             Error::Patch(_) | Error::Overrides(_) => 4,
-            Error::Test(crate::build::go::test::TestError::Toolchain { .. }) => 6,
-            Error::Test(crate::build::go::test::TestError::ModuleGraph { .. }) => 4,
+            Error::Test(crate::pipeline::go::test::TestError::Toolchain { .. }) => 6,
+            Error::Test(crate::pipeline::go::test::TestError::ModuleGraph { .. }) => 4,
             Error::Test(_) => 5,
             Error::Build(_) => 6,
             Error::Image(_) | Error::Base(_) => 7,
@@ -139,9 +139,9 @@ impl Error {
 #[macro_export]
 macro_rules! command_failure {
     ($($t:ty),* $(,)?) => {
-        $(impl From<$t> for $crate::Error {
+        $(impl From<$t> for $crate::pipeline::Error {
             fn from(e: $t) -> Self {
-                $crate::Error::command(e)
+                $crate::pipeline::Error::command(e)
             }
         })*
     };

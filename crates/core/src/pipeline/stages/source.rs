@@ -4,9 +4,9 @@ use std::path::Path;
 
 use async_trait::async_trait;
 
-use crate::Error;
-use crate::build::source::{self, SourceTree};
-use crate::build::stage::{Done, Stage, StageContext};
+use crate::pipeline::Error;
+use crate::pipeline::source::{self, SourceTree};
+use crate::pipeline::stage::{Done, Stage, StageContext};
 
 /// Fetches `tag` from `url` into the shared object store, refuses a moved tag, checks out.
 pub struct SourceStage<'a> {
@@ -29,7 +29,7 @@ pub struct SourceStage<'a> {
 
 impl<'a> SourceStage<'a> {
     /// The source stage of `plan`, checking out into `tree_dir`.
-    pub fn of(plan: &'a crate::build::plan::BuildPlan, tree_dir: &'a Path) -> Self {
+    pub fn of(plan: &'a crate::pipeline::plan::BuildPlan, tree_dir: &'a Path) -> Self {
         SourceStage {
             url: &plan.fetch_from,
             tag: &plan.upstream_tag,

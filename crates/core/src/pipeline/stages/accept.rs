@@ -4,10 +4,10 @@
 
 use async_trait::async_trait;
 
-use crate::Error;
-use crate::build::acceptance::{Acceptance, Accepted};
-use crate::build::plan::BuildPlan;
-use crate::build::stage::{Done, Stage, StageContext};
+use crate::pipeline::Error;
+use crate::pipeline::acceptance::{Acceptance, Accepted};
+use crate::pipeline::plan::BuildPlan;
+use crate::pipeline::stage::{Done, Stage, StageContext};
 
 /// Accepts the image `plan` built into its layout (`plan.output`).
 pub struct AcceptStage<'a> {

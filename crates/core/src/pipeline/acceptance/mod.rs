@@ -1,15 +1,15 @@
 //! The seam between a build and acceptance (the shape of ko's `publish.Interface` handed to its
 //! builder): `build --accept` runs the [`Acceptance`] the command layer passes to
-//! [`crate::build::pipeline::build`], and the core knows nothing else of it. The occm-forge binary
+//! [`crate::pipeline::build`], and the core knows nothing else of it. The occm-forge binary
 //! passes crates/accept's, which runs the image's binary and the unpatched control against a real
 //! kube-apiserver (and Cluster API's manager) and a simulated OpenStack; a test may pass a
 //! stand-in.
 
 use async_trait::async_trait;
 
-use crate::Error;
-use crate::build::plan::BuildPlan;
-use crate::build::stage::Reporter;
+use crate::pipeline::Error;
+use crate::pipeline::plan::BuildPlan;
+use crate::pipeline::stage::Reporter;
 
 pub mod error;
 

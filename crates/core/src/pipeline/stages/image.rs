@@ -5,13 +5,13 @@ use std::path::PathBuf;
 
 use async_trait::async_trait;
 
-use crate::Error;
-use crate::build::go::build::Binary;
-use crate::build::plan::{BaseSpec, BuildPlan};
-use crate::build::stage::{Done, Stage, StageContext};
 use crate::config::Platform;
 use crate::image::base::{self, ResolvedBase};
 use crate::image::{self, BuiltImage};
+use crate::pipeline::Error;
+use crate::pipeline::go::build::Binary;
+use crate::pipeline::plan::{BaseSpec, BuildPlan};
+use crate::pipeline::stage::{Done, Stage, StageContext};
 use crate::registry::{Registry, pull};
 
 /// What the image stage hands on: the image and the base it was stacked on.

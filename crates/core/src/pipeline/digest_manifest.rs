@@ -12,8 +12,8 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::base::util::short;
-use crate::build::inputs::BuildInputs;
 use crate::config::Minor;
+use crate::pipeline::inputs::BuildInputs;
 use crate::registry::publish::ReferrersPushed;
 
 /// Current `schema_version`.
