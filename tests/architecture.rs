@@ -109,6 +109,9 @@ fn named_paths(module: &[String], is_mod_file: bool, code: &str) -> Vec<Vec<Stri
     out
 }
 
+/// A name a module re-exports: (the module's path, the name).
+type Reexport = (Vec<String>, String);
+
 /// Whether `code` defines an item named `name`.
 fn defines(code: &str, name: &str) -> bool {
     regex::Regex::new(&format!(
@@ -124,7 +127,7 @@ fn defines(code: &str, name: &str) -> bool {
 fn file_of(
     path: &[String],
     modules: &BTreeMap<Vec<String>, String>,
-    reexports: &BTreeMap<(Vec<String>, String), Vec<String>>,
+    reexports: &BTreeMap<Reexport, Vec<String>>,
 ) -> Option<String> {
     for n in (1..=path.len()).rev() {
         let module = &path[..n];
@@ -144,7 +147,7 @@ fn file_of(
 /// The names `code` (the file of `module`) re-exports from its own submodules, as
 /// `(module, name) → module path`: `pub use error::{Error, Failure};` in `pipeline` gives
 /// `(pipeline, Error) → pipeline::error`.
-fn reexports_of(module: &[String], code: &str) -> Vec<((Vec<String>, String), Vec<String>)> {
+fn reexports_of(module: &[String], code: &str) -> Vec<(Reexport, Vec<String>)> {
     let re = regex::Regex::new(r"pub use ((?:\w+::)*\w+)::(?:\{([^}]*)\}|(\w+));").unwrap();
     let mut out = Vec::new();
     for c in re.captures_iter(code) {
