@@ -1,4 +1,4 @@
-//! `occm-forge verify`: the registry against the digest manifest (the `audit` module).
+//! `occm-forge verify`: the registry against the digest manifest (`commands::verify`).
 
 use clap::Args;
 use occm_forge_core::commands::report;

@@ -3,12 +3,14 @@
 //! them against a real etcd + kube-apiserver and a simulated OpenStack, through the bug report's
 //! scenarios (see [`scenarios::Scenario`]).
 //!
-//! Parts: [`binary`] (ours out of the OCI layout; the control build), [`control_plane`] (etcd
-//! and kube-apiserver built through the Go module proxy, cached per Kubernetes version, started
-//! on loopback), [`cloud`] (the simulated Keystone, Nova and Neutron), [`kube`] (the API calls
-//! the scenarios make), [`scenarios`] and [`report`]. [`accept`] is the entry given everything
-//! as plain data; [`accept_minor`] derives that data from images.toml for one minor (builds
-//! the control as needed); [`matrix`] does it for several minors.
+//! Parts: [`binary`] (ours out of the OCI layout; the control build), [`sim`] (the simulated
+//! environment: [`sim::control_plane`] etcd and kube-apiserver built through the Go module proxy
+//! or envtest's, cached per Kubernetes version, started on loopback; [`sim::cloud`] the simulated
+//! Keystone, Nova and Neutron; [`sim::kube`] the API calls the scenarios make; Cluster API and its
+//! stand-ins), [`scenarios`] and [`report`]. [`accept`] is the entry given everything as plain
+//! data; [`accept_subject`] and [`prepare_subject`] derive it for one minor (building what is
+//! needed), [`accept_minor`] from images.toml, [`matrix`] for several minors;
+//! [`simulation::Simulation`] is what `build --accept` runs, behind the core's `Acceptance`.
 
 pub mod binary;
 pub mod report;

@@ -3,7 +3,8 @@
 //! one per Kubernetes minor. A folder per layer, each importing only the ones before it (the
 //! rules are docs/architecture.md's, checked by tests/architecture.rs):
 //!
-//! - [`base`]: digests, atomic writes, times, image references, signals, progress output.
+//! - [`base`]: digests, atomic writes, times, image references, Go releases, signals, an HTTP
+//!   client's error chain said plainly.
 //! - [`config`]: images.toml, validated with file:line:column.
 //! - [`image`]: OCI types, deterministic layers, pure image composition, the OCI layout.
 //! - [`kubernetes`]: the Kubernetes API for every command that talks to a cluster.
@@ -19,9 +20,9 @@
 //!   ([`consumers::mcapi`]), under [`consumers::render`] and [`consumers::clusters`].
 //! - [`commands`]: the commands built on them — [`commands::verify`], [`commands::prove`]
 //!   (`patches prove`), [`commands::pin`], [`commands::upstream`], [`commands::copy`],
-//!   [`commands::refresh`] (`patches edit`/`export`), [`commands::self_image`], and
-//!   [`commands::report`] (the text every command prints); [`Error`], every failure with its
-//!   exit code.
+//!   [`commands::refresh`] (`patches edit`/`export`), [`commands::self_image`],
+//!   [`commands::signatures`] (`manifest record-signatures`), and [`commands::report`] (the text
+//!   every command prints); each command's own failure is a [`pipeline::Failure`].
 //!
 //! The binary only parses arguments, calls one of these, and prints.
 

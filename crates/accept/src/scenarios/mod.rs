@@ -14,7 +14,8 @@
 //! `kube-system/cloud-controller-manager`, lease 15 s).
 //!
 //! Each scenario is data ([`Spec`]) in a file of its own (`s1.rs` … `s8.rs`: its `SCENARIO` and
-//! its run), listed once by [`register!`]: a new scenario is its file and one word there.
+//! its run), listed once by [`register!`]: a new scenario is its file and one word there. The
+//! Cluster API runs they share are [`remediation`] (S5, S7, S8) and [`resource_set`] (S6).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

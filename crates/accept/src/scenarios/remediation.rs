@@ -1,4 +1,4 @@
-//! S5, the bug report's symptom where it lives: Cluster API's MachineHealthCheck replacing a worker
+//! The Cluster API runs of S5, S7 and S8 (each its own [`Fault`]): the bug report's symptom where it lives, Cluster API's MachineHealthCheck replacing a worker
 //! Machine again and again because its Node never gets a provider ID.
 //!
 //! Each side runs on a control plane of its own (a fresh etcd and kube-apiserver, Cluster API's

@@ -1,6 +1,6 @@
 //! Red/green proof (`patches prove` / `patches matrix`): each fix patch is guarded by its
 //! regression tests on the real upstream tree. In the code this is the *proof*; the `verify`
-//! command, which checks the registry against the digest manifest, is the `audit` module.
+//! command, which checks the registry against the digest manifest, is `commands::verify`.
 //!
 //! For a minor, two work trees are tested: the series without its fix patches (every patch with
 //! a `[patches."…"]` entry in images.toml), where each fix's guard tests must FAIL, and the whole

@@ -1,4 +1,4 @@
-//! Image stage: assemble the OCI image without a daemon and write it as an OCI image layout.
+//! The image: assemble the OCI image without a daemon and write it as an OCI image layout.
 //!
 //! Per platform: the base's layers, plus one layer holding `/bin/openstack-cloud-controller-manager`
 //! (mode 0755, root), a config that keeps the base's `Entrypoint`, sets
@@ -70,7 +70,7 @@ pub const OCCM_FORGE: Program = Program {
     start: Start::Entrypoint,
 };
 
-/// Image-stage failures.
+/// Failures of assembling the image (the image stage, `pipeline::stages::image`).
 #[derive(Debug, thiserror::Error)]
 pub enum ImageError {
     /// The base could not be pulled or did not verify.

@@ -1,11 +1,13 @@
-//! The build of one minor's image (`build` and `build_many` here): the stage trait and its runner ([`stage`]), each stage's
-//! implementation — one public entry taking plain data — ([`source`], [`patches`], [`go`] (test,
-//! build), [`describe`], [`digest_manifest`] (the record); the image is [`crate::image`], the push
-//! [`crate::registry::publish`]) beside the stages that run them ([`stages`]), what determines an
-//! image ([`inputs`]), the settings resolved once ([`plan`]), //! the seam acceptance plugs into ([`acceptance`]), and the stage lines on stderr ([`progress`]).
+//! The build of one minor's image ([`build`] and [`build_many`] here): the stage trait and its
+//! runner ([`stage`]), each stage's implementation — one public entry taking plain data —
+//! ([`source`], [`patches`], [`go`] (overrides, test, build), [`describe`], [`digest_manifest`]
+//! (the record); the image is [`crate::image`], the push [`crate::registry::publish`]) beside the
+//! stages that run them ([`stages`]), what determines an image ([`inputs`]), the settings resolved
+//! once ([`plan`]), every failure ([`Error`]), the seam acceptance plugs into ([`acceptance`]),
+//! and the stage lines on stderr ([`progress`]).
 //!
-//! The pipeline: inputs → source → patches → test → build → image → describe → (accept) →
-//! publish → record.
+//! The pipeline: inputs → (preflight) → source → patches → overrides → test → build → image →
+//! describe → (sign) → (accept) → (publish) → record.
 //!
 //! [`build`] takes a resolved [`BuildPlan`] and lists the stages ([`stages`]); the
 //! [`Runner`] times and reports them. Nothing is recorded unless every stage succeeded, and all

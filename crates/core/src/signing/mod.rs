@@ -10,7 +10,7 @@
 //! secure-systems-lab/dsse `protocol.md`). The cryptography is the `sigstore` crate's
 //! (sigstore-rs); this module only assembles the envelope.
 //!
-//! `build --sign-key` signs through the sign stage (`stages::sign`); `verify` checks with
+//! `build --sign-key` signs through the sign stage (`pipeline::stages::sign`); `verify` checks with
 //! [`verify_bundle`].
 
 use std::path::{Path, PathBuf};

@@ -1,5 +1,5 @@
 # occm-forge's driver of magnum-cluster-api's compiled renderer (run as `python -c`, see
-# src/mcapi/renderer.rs). It needs only `pip install --no-deps magnum-cluster-api` and `helm` on
+# crates/core/src/consumers/mcapi/renderer.rs). It needs only `pip install --no-deps magnum-cluster-api` and `helm` on
 # PATH: the compiled module renders the OCCM chart it carries with `helm template`.
 #
 # With the argument `--version`: prints the installed magnum-cluster-api version.

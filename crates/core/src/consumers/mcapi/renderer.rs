@@ -14,7 +14,7 @@ use std::process::{Command, Stdio};
 
 use super::MagnumCluster;
 
-/// The Python program that calls the compiled renderer (src/mcapi/render.py).
+/// The Python program that calls the compiled renderer (render.py beside it).
 pub const SCRIPT: &str = include_str!("render.py");
 /// The environment variable naming the Python interpreter that has magnum-cluster-api.
 pub const PYTHON_ENV: &str = "OCCM_FORGE_MCAPI_PYTHON";
