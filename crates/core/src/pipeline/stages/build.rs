@@ -1,4 +1,4 @@
-//! Stage 4, `build`: OCCM cross-compiled for every platform with upstream's ldflags.
+//! The `build` stage: OCCM cross-compiled for every platform with upstream's ldflags.
 
 use std::path::Path;
 

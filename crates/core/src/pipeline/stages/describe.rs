@@ -1,4 +1,4 @@
-//! Stage 6, `describe`: an SPDX SBOM per platform image and the build's SLSA provenance, written
+//! The `describe` stage: an SPDX SBOM per platform image and the build's SLSA provenance, written
 //! as files under `<output>/attestations/<tag>/` and into the layout as OCI 1.1 referrers.
 
 use std::collections::BTreeMap;

@@ -1,4 +1,4 @@
-//! Stage 5, `image`: the base resolved (built in, or pulled by digest) and the OCI image
+//! The `image` stage: the base resolved (built in, or pulled by digest) and the OCI image
 //! assembled into the layout.
 
 use std::path::PathBuf;

@@ -1,4 +1,4 @@
-//! Stage 0, `inputs`: is this minor already built? When the inputs fingerprint equals the
+//! The `inputs` stage: is this minor already built? When the inputs fingerprint equals the
 //! recorded entry's, the entry's own fields still hash to that fingerprint (a hand-edited entry
 //! is rebuilt: `Entry::edited`), and the result is still there — with `--push`, the registry serves the
 //! recorded digest under the tag (one HEAD); without, the OCI layout holds the tag and its

@@ -1,4 +1,4 @@
-//! Stage 2b, `overrides`: images.toml `go_overrides` set in upstream's go.mod after the series
+//! The `overrides` stage: images.toml `go_overrides` set in upstream's go.mod after the series
 //! (`go::overrides`); it runs only for a minor that has overrides.
 
 use std::collections::BTreeMap;

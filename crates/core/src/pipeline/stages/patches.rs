@@ -1,4 +1,4 @@
-//! Stage 2, `patches`: the patch series applied and committed in the work tree.
+//! The `patches` stage: the patch series applied and committed in the work tree.
 
 use async_trait::async_trait;
 

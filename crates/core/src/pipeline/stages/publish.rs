@@ -1,4 +1,4 @@
-//! Stage 7, `publish` (`--push`): the image and its referrers, pushed in the order registries
+//! The `publish` stage (`--push`): the image and its referrers, pushed in the order registries
 //! require, the tag last (`registry::publish`).
 
 use async_trait::async_trait;

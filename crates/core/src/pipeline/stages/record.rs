@@ -1,4 +1,4 @@
-//! Stage 8, `record`: the minor's entry written into the digest manifest (or a fragment),
+//! The `record` stage: the minor's entry written into the digest manifest (or a fragment),
 //! atomically, after every other stage succeeded.
 
 use async_trait::async_trait;

@@ -1,4 +1,4 @@
-//! Stage 7, `sign` (with `--sign-key`): the image index signed by digest and the SBOMs and the
+//! The `sign` stage (with `--sign-key`): the image index signed by digest and the SBOMs and the
 //! provenance attested, each a Sigstore bundle (v0.3, DSSE over an in-toto Statement) written
 //! into the layout as a referrer of the index, the layout cosign v3 writes and verifies by
 //! default (`cosign verify --key`, `cosign verify-attestation --type spdxjson|slsaprovenance1`).

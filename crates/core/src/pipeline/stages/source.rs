@@ -1,4 +1,4 @@
-//! Stage 1, `source`: the pinned upstream tag checked out into a scratch work tree.
+//! The `source` stage: the pinned upstream tag checked out into a scratch work tree.
 
 use std::path::Path;
 

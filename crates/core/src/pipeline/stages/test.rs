@@ -1,4 +1,4 @@
-//! Stage 3, `test`: `go test -json` on the minor's packages, judged against the required tests.
+//! The `test` stage: `go test -json` on the minor's packages, judged against the required tests.
 
 use std::path::Path;
 
