@@ -45,6 +45,35 @@ fn assert_failed(f: &Fixture, o: &Output, code: i32, lock_before: &[u8]) -> Stri
     error_line(o)
 }
 
+/// `verify` without a digest manifest, or with one without entries, checks nothing and says so
+/// (it passed silently without `--k8s`, and named "no entry …; it has " with `--k8s`).
+#[test]
+fn verify_without_a_digest_manifest_fails_instead_of_checking_nothing() {
+    let f = fixture(&["linux/amd64"]);
+    let _ = std::fs::remove_file(&f.lock);
+    for args in [&["verify"][..], &["verify", "--k8s", "1.34"]] {
+        let o = occm_forge(f.path()).args(args).output().unwrap();
+        assert_eq!(o.status.code(), Some(9), "{args:?}: {}", stderr(&o));
+        let line = error_line(&o);
+        assert!(
+            line.ends_with(
+                "images.lock.yaml: no such file (a digest manifest is written by `occm-forge build`)"
+            ),
+            "{line}"
+        );
+    }
+    std::fs::write(&f.lock, "schema_version: 1\nimages: {}\n").unwrap();
+    let o = occm_forge(f.path()).arg("verify").output().unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        error_line(&o).ends_with(
+            "images.lock.yaml: no entries to verify (a digest manifest is written by `occm-forge build`)"
+        ),
+        "{}",
+        stderr(&o)
+    );
+}
+
 #[test]
 fn moved_tag_is_refused_naming_both_commits() {
     let f = fixture(&["linux/amd64"]);

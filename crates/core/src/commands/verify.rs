@@ -200,7 +200,14 @@ pub async fn audit(
     rebuild_reporter: &dyn Fn(Minor) -> Box<dyn Reporter>,
 ) -> Result<Vec<Finding>, crate::pipeline::Error> {
     let path = &req.config.digest_manifest;
-    let manifest = crate::pipeline::digest_manifest::read(path)?;
+    // A lost digest manifest is not a registry that matches it.
+    let manifest = crate::pipeline::digest_manifest::read_existing(path)?;
+    if manifest.images.is_empty() {
+        return Err(crate::pipeline::Error::Usage(format!(
+            "{}: no entries to verify (a digest manifest is written by `occm-forge build`)",
+            path.display()
+        )));
+    }
     let minors: Vec<Minor> = if req.minors.is_empty() {
         manifest.images.keys().copied().collect()
     } else {
