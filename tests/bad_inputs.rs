@@ -46,12 +46,17 @@ fn assert_failed(f: &Fixture, o: &Output, code: i32, lock_before: &[u8]) -> Stri
 }
 
 /// `verify` without a digest manifest, or with one without entries, checks nothing and says so
-/// (it passed silently without `--k8s`, and named "no entry …; it has " with `--k8s`).
+/// (it passed silently without `--k8s`, and named "no entry …; it has " with `--k8s`); `render`
+/// names the missing file too (it said "no entry for 1.34").
 #[test]
 fn verify_without_a_digest_manifest_fails_instead_of_checking_nothing() {
     let f = fixture(&["linux/amd64"]);
     let _ = std::fs::remove_file(&f.lock);
-    for args in [&["verify"][..], &["verify", "--k8s", "1.34"]] {
+    for args in [
+        &["verify"][..],
+        &["verify", "--k8s", "1.34"],
+        &["render", "--format", "helm-values", "--k8s", "1.34"],
+    ] {
         let o = occm_forge(f.path()).args(args).output().unwrap();
         assert_eq!(o.status.code(), Some(9), "{args:?}: {}", stderr(&o));
         let line = error_line(&o);

@@ -113,7 +113,7 @@ pub fn run(args: &RenderArgs, quiet: bool) -> Result<u8, Error> {
         Format::Entries(format) => format,
     };
     let config = args.config.load()?;
-    let manifest = digest_manifest::read(&config.digest_manifest)?;
+    let manifest = digest_manifest::read_existing(&config.digest_manifest)?;
     let entries = render::select(&manifest, &config.digest_manifest, args.k8s)?;
     let out = render::render_with(format, &entries, &opts)?;
     for w in &out.warnings {
@@ -133,7 +133,7 @@ fn run_crs_secret(args: &RenderArgs, opts: &RenderOptions, quiet: bool) -> Resul
         (Some(image), _) => image.clone(),
         (None, Some(minor)) => {
             let config = args.config.load()?;
-            let manifest = digest_manifest::read(&config.digest_manifest)?;
+            let manifest = digest_manifest::read_existing(&config.digest_manifest)?;
             let Some((built, entry)) = render::skew::serving(&manifest, minor) else {
                 return Err(Error::Usage(format!(
                     "{}: no entry for {minor} and none of an older minor to serve it; build it (occm-forge build --k8s {minor})",
