@@ -605,7 +605,19 @@ fn check_patch_catalogue(
     }
     for (name, info) in patches.iter_mut() {
         // Checked against the acceptance's scenarios by `Config::check_shown_by`.
-        info.shown_by_at = s.err(s.of(&["patches", name]), String::new()).location;
+        let names = s
+            .doc
+            .get("patches")
+            .and_then(|t| t.get(name))
+            .and_then(|t| t.get("shown_by"))
+            .and_then(|v| v.as_array());
+        info.shown_by_at = (0..info.shown_by.len())
+            .map(|i| {
+                let span = names.and_then(|a| a.get(i)).and_then(|v| v.span());
+                let span = span.or_else(|| s.of(&["patches", name]));
+                s.err(span, String::new()).location
+            })
+            .collect();
         if info.guarded_by.is_empty() {
             return Err(s.err(
                 s.of(&["patches", name]),

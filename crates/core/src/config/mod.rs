@@ -309,9 +309,10 @@ pub struct PatchInfo {
     /// unpatched control to pass them too. Empty: none named.
     #[serde(default)]
     pub shown_by: Vec<String>,
-    /// Where the entry is in images.toml (`:line:column`), for [`Config::check_shown_by`].
+    /// Where each `shown_by` name is in images.toml (`:line:column`, one per name, in order),
+    /// for [`Config::check_shown_by`].
     #[serde(skip)]
-    pub shown_by_at: String,
+    pub shown_by_at: Vec<String>,
 }
 
 /// `[minors."1.34"]` with `[defaults]` applied: everything needed to build one Kubernetes minor.
@@ -434,14 +435,19 @@ impl Config {
     /// scenario (S1 to S8)`.
     pub fn check_shown_by(&self, scenarios: &[String]) -> Result<(), ConfigError> {
         for (name, info) in &self.patches {
-            if let Some(bad) = info.shown_by.iter().find(|s| !scenarios.contains(s)) {
+            if let Some((i, bad)) = info
+                .shown_by
+                .iter()
+                .enumerate()
+                .find(|(_, s)| !scenarios.contains(s))
+            {
                 let range = match (scenarios.first(), scenarios.last()) {
                     (Some(first), Some(last)) => format!(" ({first} to {last})"),
                     _ => String::new(),
                 };
                 return Err(ConfigError {
                     file: self.path.clone(),
-                    location: info.shown_by_at.clone(),
+                    location: info.shown_by_at.get(i).cloned().unwrap_or_default(),
                     message: format!(
                         "patches.\"{name}\".shown_by `{bad}` is not an acceptance scenario{range}"
                     ),
@@ -663,16 +669,23 @@ test_packages = ["./pkg/openstack/"]
         assert_eq!(c.patches["0002-fix.patch"].shown_by, ["S1", "S5"]);
         let scenarios: Vec<String> = (1..=8).map(|n| format!("S{n}")).collect();
         c.check_shown_by(&scenarios).unwrap();
-        let e = parse_str(&with("[\"S9\"]"))
+        let text = with("[\"S1\", \"S9\"]");
+        let e = parse_str(&text)
             .unwrap()
             .check_shown_by(&scenarios)
             .unwrap_err()
             .to_string();
-        assert!(
-            e.contains(
-                "patches.\"0002-fix.patch\".shown_by `S9` is not an acceptance scenario (S1 to S8)"
-            ),
-            "{e}"
+        // The position is the bad name's own, not its table's.
+        let (line, column) = text
+            .lines()
+            .enumerate()
+            .find_map(|(n, l)| l.find("\"S9\"").map(|c| (n + 1, c + 1)))
+            .unwrap();
+        assert_eq!(
+            e,
+            format!(
+                "/x/images.toml:{line}:{column}: patches.\"0002-fix.patch\".shown_by `S9` is not an acceptance scenario (S1 to S8)"
+            )
         );
     }
 
