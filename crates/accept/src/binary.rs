@@ -48,17 +48,21 @@ fn input(part: impl Into<String>, message: impl Into<String>) -> AcceptError {
     }
 }
 
+/// The layout at `layout_dir` does not hold what it must ([`AcceptError::Layout`]).
+fn bad_layout(layout_dir: &Path, message: impl Into<String>) -> AcceptError {
+    AcceptError::Layout {
+        layout: layout_dir.to_path_buf(),
+        message: message.into(),
+    }
+}
+
 /// Reads a blob and checks it against its digest.
 fn verified_blob(layout_dir: &Path, digest: &str) -> Result<Vec<u8>, AcceptError> {
-    let bytes = layout::read_blob(layout_dir, digest).map_err(|e| {
-        input(
-            format!("layout {}", layout_dir.display()),
-            format!("blob {digest}: {e}"),
-        )
-    })?;
+    let bytes = layout::read_blob(layout_dir, digest)
+        .map_err(|e| bad_layout(layout_dir, format!("blob {digest}: {e}")))?;
     if occm_forge_core::base::util::sha256_digest(&bytes) != digest {
-        return Err(input(
-            format!("layout {}", layout_dir.display()),
+        return Err(bad_layout(
+            layout_dir,
             format!("blob {digest} does not match its digest"),
         ));
     }
@@ -70,37 +74,34 @@ fn verified_blob(layout_dir: &Path, digest: &str) -> Result<Vec<u8>, AcceptError
 /// last layer holding the file; every blob checked against its digest) and writes it to `dest`
 /// (mode 0755), then checks that it is an ELF executable for `platform`.
 ///
-/// Errors: [`AcceptError::Input`] naming the layout, the tag (listing the tags it has), the
-/// platform (listing those it has) or the binary (not in any layer; not an ELF for this host).
+/// Errors: [`AcceptError::Layout`] naming the layout: no `index.json`, no entry tagged `tag`
+/// (listing the tags it has), a blob missing, unreadable or not matching its digest;
+/// [`AcceptError::Input`] naming the image: no manifest for `platform` (listing those it has),
+/// the binary in no layer or not an ELF executable for this host.
 pub fn extract_from_layout(
     layout_dir: &Path,
     tag: &str,
     platform: &Platform,
     dest: &Path,
 ) -> Result<Extracted, AcceptError> {
-    let part = format!("layout {}", layout_dir.display());
-    let entry = tagged_entry(layout_dir, &part, tag)?;
+    let entry = tagged_entry(layout_dir, tag)?;
     let index: Index = serde_json::from_slice(&verified_blob(layout_dir, &entry.digest)?)
-        .map_err(|e| input(&part, format!("image index {}: {e}", entry.digest)))?;
+        .map_err(|e| bad_layout(layout_dir, format!("image index {}: {e}", entry.digest)))?;
     let md = platform_entry(&index, tag, platform)?;
     let manifest: Manifest = serde_json::from_slice(&verified_blob(layout_dir, &md.digest)?)
-        .map_err(|e| input(&part, format!("manifest {}: {e}", md.digest)))?;
+        .map_err(|e| bad_layout(layout_dir, format!("manifest {}: {e}", md.digest)))?;
     for layer in manifest.layers.iter().rev() {
-        if !binary_in_layer(layout_dir, &part, layer, dest)? {
+        if !binary_in_layer(layout_dir, layer, dest)? {
             continue;
         }
-        check_binary(dest, platform, &format!("image {tag}")).map_err(|e| {
+        elf_of(dest, platform).map_err(|e| {
             let _ = std::fs::remove_file(dest);
             match e {
-                AcceptError::Input { message, .. } => input(
+                ElfCheck::Io(e) => AcceptError::Io(format!("{}: {e}", dest.display())),
+                ElfCheck::Not(why) => input(
                     format!("image {tag}"),
-                    format!(
-                        "{LAYER_PATH} in layer {}: {}",
-                        layer.digest,
-                        message.rsplit(": ").next().unwrap_or(&message)
-                    ),
+                    format!("{LAYER_PATH} in layer {}: {why}", layer.digest),
                 ),
-                e => e,
             }
         })?;
         return Ok(Extracted {
@@ -121,19 +122,27 @@ pub fn extract_from_layout(
 
 /// The entry of the layout's `index.json` whose `org.opencontainers.image.ref.name` is `tag`.
 ///
-/// Errors: [`AcceptError::Input`] naming the layout (`part`): `index.json` unreadable or not
-/// an image index, or no entry tagged `tag` (listing the tags it has).
-fn tagged_entry(layout_dir: &Path, part: &str, tag: &str) -> Result<Descriptor, AcceptError> {
+/// Errors: [`AcceptError::Layout`]: `index.json` unreadable or not an image index, or no entry
+/// tagged `tag` (listing the tags it has).
+fn tagged_entry(layout_dir: &Path, tag: &str) -> Result<Descriptor, AcceptError> {
     let index_json = layout_dir.join("index.json");
     let bytes = match std::fs::read(&index_json) {
         Ok(b) => b,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Err(input(part, "no OCI layout there (no index.json)"));
+            return Err(bad_layout(
+                layout_dir,
+                "no OCI layout there (no index.json)",
+            ));
         }
-        Err(e) => return Err(input(part, format!("{}: {e}", index_json.display()))),
+        Err(e) => {
+            return Err(bad_layout(
+                layout_dir,
+                format!("{}: {e}", index_json.display()),
+            ));
+        }
     };
-    let top: Index =
-        serde_json::from_slice(&bytes).map_err(|e| input(part, format!("index.json: {e}")))?;
+    let top: Index = serde_json::from_slice(&bytes)
+        .map_err(|e| bad_layout(layout_dir, format!("index.json: {e}")))?;
     let Some(entry) = top
         .manifests
         .iter()
@@ -144,8 +153,8 @@ fn tagged_entry(layout_dir: &Path, part: &str, tag: &str) -> Result<Descriptor, 
             .iter()
             .filter_map(|d| d.annotations.get(keys::REF_NAME).map(String::as_str))
             .collect();
-        return Err(input(
-            part,
+        return Err(bad_layout(
+            layout_dir,
             format!(
                 "no image tagged {tag} (it has: {})",
                 if tags.is_empty() {
@@ -196,27 +205,25 @@ fn platform_entry<'a>(
 /// is read, then decompressed into the file, never held in memory whole. `false` when the layer
 /// does not hold that file.
 ///
-/// Errors: [`AcceptError::Input`] naming the layout (`part`) and the layer: the blob is
-/// missing or does not match its digest, or the tar cannot be read; [`AcceptError::Io`] for
-/// `dest`.
+/// Errors: [`AcceptError::Layout`] naming the layer: the blob is missing or does not match its
+/// digest, or the tar cannot be read; [`AcceptError::Io`] for `dest`.
 fn binary_in_layer(
     layout_dir: &Path,
-    part: &str,
     layer: &Descriptor,
     dest: &Path,
 ) -> Result<bool, AcceptError> {
     let path = layout::blob_path(layout_dir, &layer.digest);
-    let bad = |e: String| input(part, format!("layer {}: {e}", layer.digest));
+    let bad = |e: String| bad_layout(layout_dir, format!("layer {}: {e}", layer.digest));
     let open = || {
         std::fs::File::open(&path)
             .map(std::io::BufReader::new)
-            .map_err(|e| input(part, format!("blob {}: {e}", layer.digest)))
+            .map_err(|e| bad_layout(layout_dir, format!("blob {}: {e}", layer.digest)))
     };
     if occm_forge_core::base::util::sha256_of_reader(open()?).map_err(|e| bad(e.to_string()))?
         != layer.digest
     {
-        return Err(input(
-            part,
+        return Err(bad_layout(
+            layout_dir,
             format!("blob {} does not match its digest", layer.digest),
         ));
     }
@@ -264,13 +271,30 @@ fn write_executable(dest: &Path, data: &mut dyn Read) -> Result<(), AcceptError>
 
 /// Checks the file at `path` with [`check_elf`]; `part` names it in the error.
 pub fn check_binary(path: &Path, platform: &Platform, part: &str) -> Result<(), AcceptError> {
+    elf_of(path, platform).map_err(|e| {
+        let why = match e {
+            ElfCheck::Io(e) => e.to_string(),
+            ElfCheck::Not(why) => why,
+        };
+        input(part, format!("{}: {why}", path.display()))
+    })
+}
+
+/// Why the file at a path is no executable for a platform.
+enum ElfCheck {
+    /// It cannot be read.
+    Io(std::io::Error),
+    /// [`check_elf`]'s reason.
+    Not(String),
+}
+
+/// [`check_elf`] on the first bytes of the file at `path`.
+fn elf_of(path: &Path, platform: &Platform) -> Result<(), ElfCheck> {
     let mut head = [0u8; 20];
-    let mut f =
-        std::fs::File::open(path).map_err(|e| input(part, format!("{}: {e}", path.display())))?;
-    let n = f
-        .read(&mut head)
-        .map_err(|e| input(part, format!("{}: {e}", path.display())))?;
-    check_elf(&head[..n], platform).map_err(|m| input(part, format!("{}: {m}", path.display())))
+    let n = std::fs::File::open(path)
+        .and_then(|mut f| f.read(&mut head))
+        .map_err(ElfCheck::Io)?;
+    check_elf(&head[..n], platform).map_err(ElfCheck::Not)
 }
 
 /// What to build as the control.

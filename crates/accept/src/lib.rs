@@ -89,8 +89,9 @@ use sim::process::check_interrupt;
 /// otherwise. The work directory is removed when accepted and kept (named in the report)
 /// otherwise.
 ///
-/// Errors (every process stopped, the work directory kept): bad input ([`AcceptError::Input`]:
-/// no such tag in the layout, no host-platform manifest, a binary that is not an ELF for this
+/// Errors (every process stopped, the work directory kept): a layout without the image
+/// ([`AcceptError::Layout`]: no such tag, a blob missing or not matching its digest), bad input
+/// ([`AcceptError::Input`]: no host-platform manifest, a binary that is not an ELF for this
 /// host), a control plane that does not start or get ready ([`AcceptError::ControlPlane`]),
 /// an OCCM that cannot be started, build failures, interruption.
 pub async fn accept(
@@ -512,9 +513,7 @@ impl Subject {
     pub fn report_of_error(&self, e: &occm_forge_core::pipeline::Error) -> Option<AcceptReport> {
         match e {
             occm_forge_core::pipeline::Error::Interrupted(_) => None,
-            occm_forge_core::pipeline::Error::Accept(AcceptError::Input { part, .. })
-                if part.starts_with("layout") =>
-            {
+            occm_forge_core::pipeline::Error::Accept(AcceptError::Layout { .. }) => {
                 Some(self.blank().not_verified(e.to_string()))
             }
             _ => Some(self.blank().failed(e.to_string())),
@@ -1036,14 +1035,14 @@ pub async fn prepare_subject(
 /// A layout without the image gets the command that builds it there.
 fn with_build_hint(e: AcceptError, subject: &Subject, run: &RunOptions<'_>) -> AcceptError {
     match e {
-        AcceptError::Input { part, message } if part.starts_with("layout") => {
+        AcceptError::Layout { layout, message } => {
             let config = if subject.config_name == "images.toml" {
                 String::new()
             } else {
                 format!(" --config {}", subject.config_name)
             };
-            AcceptError::Input {
-                part,
+            AcceptError::Layout {
+                layout,
                 message: format!(
                     "{message}; build it with `occm-forge build --k8s {}{config} --output {}`",
                     subject.minor,
@@ -1097,4 +1096,67 @@ pub async fn matrix(
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use report::Verdict;
+
+    fn subject() -> Subject {
+        Subject {
+            minor: "1.34".parse().unwrap(),
+            upstream_tag: "v1.34.1".into(),
+            commit: "0".repeat(40),
+            go: "1.25.1".into(),
+            tag: "v1.34.1-occmforge.1".into(),
+            fetch_from: String::new(),
+            config_name: "images.toml".into(),
+            cluster_api: occm_forge_core::config::ClusterApi {
+                version: "v1.13.2".into(),
+                go: "1.25.0".into(),
+            },
+            repository: "registry.example/occm".into(),
+            magnum_cluster_api: "0.38.2".into(),
+            go_overrides: Default::default(),
+            upstream_fixed: Vec::new(),
+        }
+    }
+
+    /// A run that ended before a verdict: a layout without the image could not be tested
+    /// (NOT VERIFIED), a bad image failed (FAILED), an interrupt has no report. Told by the
+    /// error's variant, not by its text.
+    #[test]
+    fn a_layout_without_the_image_is_not_verified_and_a_bad_binary_failed() {
+        let dir = tempfile::tempdir().unwrap();
+        let platform = binary::host_platform().unwrap();
+        let no_layout = binary::extract_from_layout(
+            dir.path(),
+            "v1.34.1-occmforge.1",
+            &platform,
+            &dir.path().join("occm"),
+        )
+        .unwrap_err();
+        let no_layout = occm_forge_core::pipeline::Error::Accept(no_layout);
+        let report = subject().report_of_error(&no_layout).unwrap();
+        assert_eq!(report.verdict, Verdict::NotVerified);
+        assert_eq!(report.reason.as_deref(), Some(&*no_layout.to_string()));
+        assert!(
+            no_layout
+                .to_string()
+                .contains("no OCI layout there (no index.json)"),
+            "{no_layout}"
+        );
+
+        let script = dir.path().join("occm-script");
+        std::fs::write(&script, "#!/bin/sh\n").unwrap();
+        let not_elf =
+            binary::check_binary(&script, &platform, "image v1.34.1-occmforge.1").unwrap_err();
+        let not_elf = occm_forge_core::pipeline::Error::Accept(not_elf);
+        let report = subject().report_of_error(&not_elf).unwrap();
+        assert_eq!(report.verdict, Verdict::Failed, "{not_elf}");
+
+        let interrupted = occm_forge_core::pipeline::Error::Interrupted(2);
+        assert!(subject().report_of_error(&interrupted).is_none());
+    }
 }

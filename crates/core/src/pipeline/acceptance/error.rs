@@ -6,10 +6,20 @@ pub enum AcceptError {
     /// The minor cannot be tested here (e.g. the Go module proxy refuses a module): never a pass.
     #[error("NOT VERIFIED: {0}")]
     NotVerified(String),
-    /// Bad input: the layout, the image, its binary, go.mod, the host.
+    /// The OCI layout does not hold the image to accept (no `index.json`, no entry with the tag,
+    /// a blob missing or not matching its digest): build it there first. Its own variant because
+    /// callers act on it (the report says NOT VERIFIED, the error gives the build command).
+    #[error("layout {}: {message}", layout.display())]
+    Layout {
+        /// The OCI layout directory.
+        layout: std::path::PathBuf,
+        /// Why.
+        message: String,
+    },
+    /// Bad input: the image, its binary, go.mod, the host.
     #[error("{part}: {message}")]
     Input {
-        /// What is wrong (`layout out`, `image v1.34.1-occmforge.1`, `go.mod`, `control`).
+        /// What is wrong (`image v1.34.1-occmforge.1`, `go.mod`, `control`, `host`).
         part: String,
         /// Why.
         message: String,
