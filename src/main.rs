@@ -10,6 +10,20 @@ use clap::Parser;
 use occm_forge_core::base::interrupt;
 use occm_forge_core::pipeline::Error;
 
+/// How long an interrupted command has to stop by itself (its stages stop at their boundaries,
+/// child process groups get SIGTERM) before the process exits anyway.
+const STOP_GRACE: std::time::Duration = std::time::Duration::from_secs(15);
+
+/// Ends the process at once after an interruption the command did not finish handling (`why`),
+/// with the signal's exit status (128 + signal). Nothing is recorded half-way: the digest manifest
+/// is only ever replaced by a rename, the run lock is an `flock` the kernel releases.
+fn exit_now(sig: i32, why: &str) -> ! {
+    eprintln!(
+        "occm-forge: error: interrupted, and {why}: stopping without waiting for the running operation"
+    );
+    std::process::exit(128 + sig)
+}
+
 fn main() -> ExitCode {
     let cli = cli::Cli::parse();
     let level = match (cli.quiet, cli.verbose) {
@@ -57,6 +71,20 @@ fn main() -> ExitCode {
                 _ = term.recv() => libc::SIGTERM,
             };
             interrupt::interrupt(sig);
+            // What cannot look at the flag (a git fetch from a server that never answers) must
+            // not keep the process: a second signal, or the grace period, ends it.
+            std::thread::spawn(move || {
+                std::thread::sleep(STOP_GRACE);
+                exit_now(
+                    sig,
+                    &format!("still running {} s after the signal", STOP_GRACE.as_secs()),
+                );
+            });
+            let again = tokio::select! {
+                _ = int.recv() => libc::SIGINT,
+                _ = term.recv() => libc::SIGTERM,
+            };
+            exit_now(again, "a second signal");
         });
         tokio::select! {
             r = cli::run(&cli) => r,

@@ -152,7 +152,7 @@ fn sigint_during_go_tests_stops_everything_and_records_nothing() {
     let scratch = scratch_dirs(&cache);
     assert_eq!(scratch.len(), 1, "{scratch:?}");
     signal(&child, "INT");
-    let (code, err) = finish(child);
+    let (code, err) = finish_within(child, Duration::from_secs(10));
     assert_eq!(code, Some(130), "{err}");
     assert!(
         err.trim_end().ends_with(
@@ -225,7 +225,7 @@ fn sigterm_during_publish_moves_no_tag() {
         std::thread::sleep(Duration::from_millis(50));
     }
     signal(&child, "TERM");
-    let (code, err) = finish(child);
+    let (code, err) = finish_within(child, Duration::from_secs(90));
     assert_eq!(code, Some(143), "{err}");
     assert!(err.contains("interrupted by signal 15"), "{err}");
     assert_eq!(
@@ -528,5 +528,74 @@ fn sigterm_while_the_third_minor_waits_for_the_registry_prints_the_two_pushed() 
     assert_eq!(
         reg.get_status("/v2/occm/openstack-cloud-controller-manager/manifests/v1.35.0-occmforge.1"),
         Some(404)
+    );
+}
+
+/// A git server that accepts connections and never answers: a fetch from it blocks in libgit2,
+/// where no stage boundary looks at the signal. Returns its URL and a receiver that gets one
+/// message per connection.
+fn silent_git_server() -> (String, std::sync::mpsc::Receiver<()>) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/x.git", listener.local_addr().unwrap());
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for conn in listener.incoming().flatten() {
+            held.push(conn);
+            let _ = tx.send(());
+        }
+    });
+    (url, rx)
+}
+
+/// [`finish`], killing the child (SIGKILL: exit status `None`) if it has not ended in `limit`,
+/// so that a process that ignores signals fails the test instead of hanging it.
+fn finish_within(child: Child, limit: Duration) -> (Option<i32>, String) {
+    let pid = child.id().to_string();
+    let (done, wait) = std::sync::mpsc::channel::<()>();
+    std::thread::spawn(move || {
+        if wait.recv_timeout(limit) == Err(std::sync::mpsc::RecvTimeoutError::Timeout) {
+            let _ = Command::new("kill").args(["-KILL", &pid]).status();
+        }
+    });
+    let result = finish(child);
+    drop(done);
+    result
+}
+
+#[test]
+fn a_signal_stops_a_fetch_that_never_returns_and_a_second_one_at_once() {
+    let f = fixture(&["linux/amd64"]);
+    let (url, connected) = silent_git_server();
+    let spawn = || {
+        occm_forge(f.path())
+            .args(["build", "--k8s", "1.34", "--source", &url])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    // One SIGTERM: the fetch cannot see it, so the process ends after its grace period.
+    let child = spawn();
+    connected.recv_timeout(Duration::from_secs(60)).unwrap();
+    signal(&child, "TERM");
+    let (code, err) = finish_within(child, Duration::from_secs(90));
+    assert_eq!(code, Some(143), "{err}");
+    assert!(
+        err.contains("occm-forge: error: interrupted, and still running 15 s after the signal"),
+        "{err}"
+    );
+    assert!(!f.lock.exists(), "a digest manifest was written");
+    // Two SIGINTs: the second ends it without waiting.
+    let child = spawn();
+    connected.recv_timeout(Duration::from_secs(60)).unwrap();
+    signal(&child, "INT");
+    std::thread::sleep(Duration::from_millis(300));
+    signal(&child, "INT");
+    let (code, err) = finish_within(child, Duration::from_secs(10));
+    assert_eq!(code, Some(130), "{err}");
+    assert!(
+        err.contains("occm-forge: error: interrupted, and a second signal"),
+        "{err}"
     );
 }
