@@ -641,3 +641,52 @@ new file mode 100644
     );
     assert_eq!(line.matches("-trimpath").count(), 1, "{line}");
 }
+
+/// An output flag (`accept --output`, `build --accept-output`, `patches matrix --output`,
+/// `build --timings`) naming one of the project's own files is refused before anything runs,
+/// and the file is unchanged (`accept --all --output images.toml` replaced images.toml with the
+/// acceptance document, found by a break-it pass).
+#[test]
+fn output_flags_never_replace_images_toml_the_digest_manifest_or_a_patch() {
+    let f = fixture(&["linux/amd64"]);
+    let o = build(&f, "1.34", &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let patch = std::fs::read_dir(&f.patches)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|x| x == "patch"))
+        .unwrap();
+    let files = [f.config.clone(), f.lock.clone(), patch];
+    let before: Vec<Vec<u8>> = files.iter().map(|p| std::fs::read(p).unwrap()).collect();
+    for file in &files {
+        let file = file.to_str().unwrap();
+        let runs: [&[&str]; 4] = [
+            &[
+                "accept", "--k8s", "1.34", "--layout", "out", "--output", file,
+            ],
+            &[
+                "build",
+                "--k8s",
+                "1.34",
+                "--accept",
+                "--accept-output",
+                file,
+            ],
+            &["patches", "matrix", "--k8s", "1.34", "--output", file],
+            &["build", "--k8s", "1.34", "--timings", file],
+        ];
+        for args in runs {
+            let o = occm_forge(f.path()).args(args).output().unwrap();
+            assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+            let line = error_line(&o);
+            assert!(
+                line.contains(&format!("{file}: that is"))
+                    || line.contains("that is in the patches directory"),
+                "{args:?}: {line}"
+            );
+            assert!(stdout(&o).is_empty(), "{args:?}: {}", stdout(&o));
+        }
+    }
+    let after: Vec<Vec<u8>> = files.iter().map(|p| std::fs::read(p).unwrap()).collect();
+    assert!(before == after, "a project file changed");
+}

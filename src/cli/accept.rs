@@ -77,6 +77,9 @@ pub async fn run(cli: &Cli, args: &AcceptArgs) -> Result<u8, Error> {
         return prepare(args, &config, &minors, &cache, quiet).await;
     }
     if let Some(path) = &args.output {
+        for p in [path.clone(), path.with_extension("json")] {
+            super::check_output_path("--output", &p, &config, None)?;
+        }
         accept::report::recorded_reports(path)?;
     }
     let tools = occm_forge_core::consumers::mcapi::Tools {

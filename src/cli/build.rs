@@ -5,7 +5,6 @@ use std::path::{Path, PathBuf};
 
 use clap::Args;
 use occm_forge_core::commands::report;
-use occm_forge_core::config::Config;
 use occm_forge_core::pipeline::Error;
 use occm_forge_core::pipeline::plan::{self, BuildPlan, Environment, Overrides};
 use occm_forge_core::pipeline::progress::Terminal;
@@ -140,8 +139,23 @@ pub async fn run(cli: &Cli, args: &BuildArgs) -> Result<u8, Error> {
             note(cli.quiet, &format!("warning: {line}"));
         }
     }
+    if let Some(path) = &args.accept_output {
+        for p in [path.clone(), path.with_extension("json")] {
+            super::check_output_path(
+                "--accept-output",
+                &p,
+                &config,
+                overrides.manifest_fragment.as_deref(),
+            )?;
+        }
+    }
     if let Some(path) = &args.timings {
-        check_timings_path(path, &config, &overrides)?;
+        super::check_output_path(
+            "--timings",
+            path,
+            &config,
+            overrides.manifest_fragment.as_deref(),
+        )?;
     }
     if let ([minor], false) = (minors.as_slice(), args.which.all) {
         let plan = BuildPlan::resolve(&config, *minor, &overrides)?;
@@ -234,37 +248,6 @@ fn finish_many(
         .iter()
         .find_map(|r| r.result.as_ref().err().map(Error::exit_code))
         .unwrap_or(0))
-}
-
-/// `--timings FILE` must not name one of the build's own inputs or outputs (it is written at the
-/// end, atomically, and would replace them) and its directory must exist: both are refused
-/// before any stage runs.
-fn check_timings_path(path: &Path, config: &Config, o: &Overrides) -> Result<(), Error> {
-    let same = |other: &Path| match (std::fs::canonicalize(path), std::fs::canonicalize(other)) {
-        (Ok(a), Ok(b)) => a == b,
-        _ => false,
-    };
-    let mut taken = vec![config.path.clone(), config.digest_manifest.clone()];
-    taken.extend(o.manifest_fragment.clone());
-    if let Some(t) = taken.iter().find(|t| same(t)) {
-        return Err(Error::Usage(format!(
-            "--timings {}: that is {}; give another file",
-            path.display(),
-            t.display()
-        )));
-    }
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
-    if !dir.is_dir() {
-        return Err(Error::Usage(format!(
-            "--timings {}: {} is not a directory",
-            path.display(),
-            dir.display()
-        )));
-    }
-    Ok(())
 }
 
 /// Writes the stage timings after the run (atomically); nothing is written when a single-minor

@@ -193,6 +193,51 @@ impl Inputs {
     }
 }
 
+/// An output file given by `flag` (written at the end, atomically) must not be one of the
+/// project's own files, which it would replace: images.toml, the digest manifest, a manifest
+/// fragment (`fragment`), a file in the patches directory. Its directory must exist. Both are
+/// refused before anything runs (exit 2).
+pub(crate) fn check_output_path(
+    flag: &str,
+    path: &std::path::Path,
+    config: &Config,
+    fragment: Option<&std::path::Path>,
+) -> Result<(), Error> {
+    let canonical = |p: &std::path::Path| std::fs::canonicalize(p).ok();
+    let mut taken = vec![config.path.clone(), config.digest_manifest.clone()];
+    taken.extend(fragment.map(std::path::Path::to_path_buf));
+    let given = canonical(path);
+    if let Some(t) = taken
+        .iter()
+        .find(|t| given.is_some() && canonical(t) == given)
+    {
+        return Err(Error::Usage(format!(
+            "{flag} {}: that is {}; give another file",
+            path.display(),
+            t.display()
+        )));
+    }
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => std::path::Path::new("."),
+    };
+    if !dir.is_dir() {
+        return Err(Error::Usage(format!(
+            "{flag} {}: {} is not a directory",
+            path.display(),
+            dir.display()
+        )));
+    }
+    if canonical(dir).is_some() && canonical(dir) == canonical(&config.patches_dir) {
+        return Err(Error::Usage(format!(
+            "{flag} {}: that is in the patches directory {}; give a file elsewhere",
+            path.display(),
+            config.patches_dir.display()
+        )));
+    }
+    Ok(())
+}
+
 /// images.toml at `path`, checked ([`config::load`]) and its `shown_by` names held against the
 /// scenarios the acceptance runs: how every command reads it.
 pub(crate) fn load_config(path: &std::path::Path) -> Result<Config, Error> {

@@ -129,6 +129,9 @@ async fn verify(cli: &Cli, args: &VerifyArgs) -> Result<u8, Error> {
 
 async fn matrix(cli: &Cli, args: &MatrixArgs) -> Result<u8, Error> {
     let config = args.inputs.load()?;
+    if let Some(path) = &args.output {
+        super::check_output_path("--output", path, &config, None)?;
+    }
     let cache = cli.cache_dir();
     let minors: Vec<Minor> = if args.k8s.is_empty() {
         config.minors.keys().copied().collect()
