@@ -255,6 +255,28 @@ fn accept_refuses_a_layout_without_the_image_in_one_line() {
     );
 }
 
+/// A digest in the layout is checked before it names a file: `sha256:../…` read a file outside
+/// the layout and said "does not match its digest" (found by a break-it pass).
+#[test]
+fn accept_refuses_a_digest_that_is_no_digest_without_reading_outside_the_layout() {
+    let (f, out) = fixture_layout(&["linux/amd64"]);
+    let index = out.join("index.json");
+    let mut v: Value = serde_json::from_slice(&std::fs::read(&index).unwrap()).unwrap();
+    let bad = "sha256:../../../../../../../../etc/passwd";
+    v["manifests"][0]["digest"] = bad.into();
+    std::fs::write(&index, serde_json::to_vec(&v).unwrap()).unwrap();
+    let o = accept_cmd(&f, &out);
+    assert_eq!(o.status.code(), Some(12), "{}", stderr(&o));
+    let line = error_line(&o);
+    assert!(
+        line.starts_with(&format!(
+            "occm-forge: error: accept: layout {}: blob {bad}: `{bad}` is not a sha256 digest",
+            out.display()
+        )),
+        "{line}"
+    );
+}
+
 #[test]
 fn accept_refuses_an_image_without_a_binary_for_this_host() {
     let other = match std::env::consts::ARCH {

@@ -212,8 +212,8 @@ fn binary_in_layer(
     layer: &Descriptor,
     dest: &Path,
 ) -> Result<bool, AcceptError> {
-    let path = layout::blob_path(layout_dir, &layer.digest);
     let bad = |e: String| bad_layout(layout_dir, format!("layer {}: {e}", layer.digest));
+    let path = layout::blob_path(layout_dir, &layer.digest).map_err(|e| bad(e.to_string()))?;
     let open = || {
         std::fs::File::open(&path)
             .map(std::io::BufReader::new)

@@ -9,15 +9,25 @@ use super::compose::{BlobData, Composed};
 use super::spec::{self, Descriptor, Index};
 use crate::base::util::write_file_atomically;
 
-/// `<layout>/blobs/sha256/<hex>` for `digest`.
-pub fn blob_path(layout: &Path, digest: &str) -> PathBuf {
+/// `<layout>/blobs/sha256/<hex>` for `digest` (image-spec `image-layout.md`, "Blobs").
+///
+/// Errors: `InvalidInput` when `digest` is not `sha256:` and 64 lowercase hex digits (the only
+/// algorithm occm-forge writes); a digest read from a layout is never joined onto a path
+/// unchecked (`sha256:../../x` would name a file outside the layout).
+pub fn blob_path(layout: &Path, digest: &str) -> std::io::Result<PathBuf> {
+    if !crate::base::util::is_sha256_digest(digest) {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("`{digest}` is not a sha256 digest"),
+        ));
+    }
     let (alg, hex) = digest.split_once(':').unwrap_or(("sha256", digest));
-    layout.join("blobs").join(alg).join(hex)
+    Ok(layout.join("blobs").join(alg).join(hex))
 }
 
 /// Stores a blob under its digest unless it is already there.
 pub fn write_blob(layout: &Path, digest: &str, data: &[u8]) -> std::io::Result<()> {
-    let path = blob_path(layout, digest);
+    let path = blob_path(layout, digest)?;
     if path.exists() {
         return Ok(());
     }
@@ -27,7 +37,7 @@ pub fn write_blob(layout: &Path, digest: &str, data: &[u8]) -> std::io::Result<(
 /// Stores the blob in file `from` under its digest unless it is already there, copying the file
 /// (no read into memory) through a temporary file and a rename.
 pub fn copy_blob(layout: &Path, digest: &str, from: &Path) -> std::io::Result<()> {
-    let path = blob_path(layout, digest);
+    let path = blob_path(layout, digest)?;
     if path.exists() {
         return Ok(());
     }
@@ -47,7 +57,7 @@ pub fn copy_blob(layout: &Path, digest: &str, from: &Path) -> std::io::Result<()
 
 /// Reads a blob.
 pub fn read_blob(layout: &Path, digest: &str) -> std::io::Result<Vec<u8>> {
-    std::fs::read(blob_path(layout, digest))
+    std::fs::read(blob_path(layout, digest)?)
 }
 
 /// Points the layout's `index.json` entry named `ref_name` at `top` (replacing an older entry of
@@ -281,7 +291,7 @@ pub fn holds(layout: &Path, ref_name: &str, digest: &str) -> Result<(), String> 
         ));
     }
     let present = |d: &Descriptor| -> Result<(), String> {
-        match std::fs::metadata(blob_path(layout, &d.digest)) {
+        match blob_path(layout, &d.digest).and_then(std::fs::metadata) {
             Ok(m) if m.len() == d.size => Ok(()),
             _ => Err(format!("{} lacks blob {}", layout.display(), d.digest)),
         }
