@@ -197,8 +197,37 @@ impl Signature {
 pub struct DigestManifest {
     /// Format version, currently 1.
     pub schema_version: u32,
-    /// Minor → entry, in numeric order.
+    /// Minor → entry, in numeric order. A minor given twice is an error, not the last one
+    /// silently winning (YAML 1.2 requires mapping keys to be unique).
+    #[serde(deserialize_with = "unique_minors")]
     pub images: BTreeMap<Minor, Entry>,
+}
+
+/// `images` as a map whose keys are each given once.
+fn unique_minors<'de, D>(d: D) -> Result<BTreeMap<Minor, Entry>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    struct Unique;
+    impl<'de> serde::de::Visitor<'de> for Unique {
+        type Value = BTreeMap<Minor, Entry>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a map of Kubernetes minors to entries")
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(
+            self,
+            mut map: A,
+        ) -> Result<Self::Value, A::Error> {
+            let mut out = BTreeMap::new();
+            while let Some((minor, entry)) = map.next_entry::<Minor, Entry>()? {
+                if out.insert(minor, entry).is_some() {
+                    return Err(serde::de::Error::custom(format!("{minor} is given twice")));
+                }
+            }
+            Ok(out)
+        }
+    }
+    d.deserialize_map(Unique)
 }
 
 impl Default for DigestManifest {
@@ -839,6 +868,28 @@ mod tests {
         assert_eq!(
             m.images[&"1.30".parse().unwrap()],
             entry("v1.30.3-occmforge.1")
+        );
+    }
+
+    /// A minor given twice (a hand edit that renamed '1.32' to a second '1.31') is refused,
+    /// naming the file and the minor; the last one used to win silently (found by a break-it
+    /// pass: `render --k8s 1.31` printed 1.32's image).
+    #[test]
+    fn a_minor_given_twice_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("images.lock.yaml");
+        for (minor, tag) in [
+            ("1.31", "v1.31.4-occmforge.1"),
+            ("1.32", "v1.32.1-occmforge.1"),
+        ] {
+            record(&p, "images.toml", minor.parse().unwrap(), entry(tag)).unwrap();
+        }
+        let text = std::fs::read_to_string(&p).unwrap();
+        std::fs::write(&p, text.replace("'1.32':", "'1.31':")).unwrap();
+        let e = read(&p).unwrap_err().to_string();
+        assert!(
+            e.contains(&p.display().to_string()) && e.contains("images: 1.31 is given twice"),
+            "{e}"
         );
     }
 
