@@ -396,6 +396,14 @@ fn a_signed_build_verifies_with_cosign_and_verify_and_copy_keep_the_signature() 
         "{}",
         text(&o)
     );
+    // The build says the mirror lacks the new bundles, as record-signatures does.
+    assert!(
+        stderr(&o).contains(&format!(
+            "1.34: the mirrors {mirror} do not have these bundles until they are copied again"
+        )),
+        "{}",
+        text(&o)
+    );
     let lock = read_lock(&f.lock);
     assert_eq!(
         lock["images"]["1.34"]["digest"].as_str(),

@@ -186,11 +186,8 @@ fn record_found(
             cli.quiet,
             &format!("{minor}: recorded in {}{replaced}", path.display()),
         );
-        if !entry.mirrors.is_empty() {
-            warn(&format!(
-                "{minor}: the mirrors {} do not have these bundles until they are copied again (`occm-forge copy --k8s {minor} --to <mirror>`); verify reports them until then",
-                entry.mirrors.join(", ")
-            ));
+        if let Some(line) = report::mirrors_lack_new_bundles(minor, entry) {
+            warn(&line);
         }
     }
     print_stdout(&report::signature_recorded(minor, entry, &found.signature))
