@@ -253,6 +253,10 @@ fn accept_refuses_a_layout_without_the_image_in_one_line() {
             none.display()
         )
     );
+    assert!(
+        !none.exists(),
+        "a wrong --layout path was left as a directory"
+    );
 }
 
 /// A digest in the layout is checked before it names a file: `sha256:../…` read a file outside

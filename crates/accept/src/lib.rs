@@ -569,12 +569,17 @@ async fn accept_subject_inner(
     })?;
     let work_dir = work_dir.as_path();
     let mut runner = Runner::new(reporter);
+    let layout_existed = run.layout_dir.exists();
     let ours = match take_ours(subject, run, work_dir, &platform, &mut runner).await {
         Ok(o) => o,
         Err(e) => {
             let _ = std::fs::remove_dir_all(work_dir);
             if let Some(parent) = work_dir.parent() {
                 let _ = std::fs::remove_dir(parent);
+            }
+            if !layout_existed {
+                // A wrong --layout path is not left behind as an empty directory.
+                let _ = std::fs::remove_dir(run.layout_dir);
             }
             // A minor whose Kubernetes version the proxy refuses cannot have an image either;
             // say that rather than "no image". A layout that is not there at all is a wrong
