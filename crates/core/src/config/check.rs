@@ -605,17 +605,10 @@ fn check_patch_catalogue(
     }
     for (name, info) in patches.iter_mut() {
         // Checked against the acceptance's scenarios by `Config::check_shown_by`.
-        let names = s
-            .doc
-            .get("patches")
-            .and_then(|t| t.get(name))
-            .and_then(|t| t.get("shown_by"))
-            .and_then(|v| v.as_array());
         info.shown_by_at = (0..info.shown_by.len())
             .map(|i| {
-                let span = names.and_then(|a| a.get(i)).and_then(|v| v.span());
-                let span = span.or_else(|| s.of(&["patches", name]));
-                s.err(span, String::new()).location
+                s.err(name_at(s, name, "shown_by", i), String::new())
+                    .location
             })
             .collect();
         if info.guarded_by.is_empty() {
@@ -624,6 +617,38 @@ fn check_patch_catalogue(
                 format!("patches.\"{name}\".guarded_by must name at least one regression test"),
             ));
         }
+        check_names(s, name, "guarded_by", &info.guarded_by)?;
+        check_names(s, name, "shown_by", &info.shown_by)?;
+    }
+    Ok(())
+}
+
+/// Where the `i`th name of `patches."<patch>".<key>` is, else the patch's table.
+fn name_at(s: &Spans<'_>, patch: &str, key: &str, i: usize) -> Option<Range<usize>> {
+    s.doc
+        .get("patches")
+        .and_then(|t| t.get(patch))
+        .and_then(|t| t.get(key))
+        .and_then(|v| v.as_array())
+        .and_then(|a| a.get(i))
+        .and_then(|v| v.span())
+        .or_else(|| s.of(&["patches", patch]))
+}
+
+/// A list of names in a patch's entry (`guarded_by`, `shown_by`) names each once, none empty.
+fn check_names(s: &Spans<'_>, patch: &str, key: &str, names: &[String]) -> Result<(), ConfigError> {
+    for (i, n) in names.iter().enumerate() {
+        let problem = if n.trim().is_empty() {
+            "an empty name".to_string()
+        } else if names[..i].contains(n) {
+            format!("`{n}` given twice")
+        } else {
+            continue;
+        };
+        return Err(s.err(
+            name_at(s, patch, key, i),
+            format!("patches.\"{patch}\".{key}: {problem}"),
+        ));
     }
     Ok(())
 }

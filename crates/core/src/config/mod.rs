@@ -689,6 +689,52 @@ test_packages = ["./pkg/openstack/"]
         );
     }
 
+    /// A name given twice, or empty, in `guarded_by` or `shown_by` is refused at its own
+    /// position (both were accepted; found by a break-it pass).
+    #[test]
+    fn guarded_by_and_shown_by_name_each_once_and_none_empty() {
+        for (guarded_by, shown_by, says, bad) in [
+            (
+                "[\"TestFix\", \"TestFix\"]",
+                "[]",
+                "guarded_by: `TestFix` given twice",
+                "\"TestFix\"]",
+            ),
+            (
+                "[\"TestFix\", \"\"]",
+                "[]",
+                "guarded_by: an empty name",
+                "\"\"]",
+            ),
+            (
+                "[\"TestFix\"]",
+                "[\"S1\", \"S1\"]",
+                "shown_by: `S1` given twice",
+                "\"S1\"]",
+            ),
+        ] {
+            let text = GOOD.replace(
+                "guarded_by = [\"TestFix\"]",
+                &format!("guarded_by = {guarded_by}\nshown_by = {shown_by}"),
+            );
+            let e = parse_str(&text).unwrap_err().to_string();
+            let (line, column) = text
+                .lines()
+                .enumerate()
+                .find_map(|(n, l)| {
+                    l.rfind(bad)
+                        .filter(|_| l.contains(says.split(':').next().unwrap()))
+                        .map(|c| (n + 1, c + 1))
+                })
+                .unwrap();
+            assert_eq!(
+                e,
+                format!("/x/images.toml:{line}:{column}: patches.\"0002-fix.patch\".{says}"),
+                "{guarded_by} {shown_by}"
+            );
+        }
+    }
+
     #[test]
     fn type_and_duplicate_key_errors_name_the_key() {
         let e = parse_str(&GOOD.replace("revision = 1", "revision = \"1\"")).unwrap_err();
