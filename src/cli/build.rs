@@ -6,7 +6,6 @@ use std::path::{Path, PathBuf};
 use clap::Args;
 use occm_forge_core::commands::report;
 use occm_forge_core::pipeline::Error;
-use occm_forge_core::pipeline::digest_manifest;
 use occm_forge_core::pipeline::plan::{self, BuildPlan, Environment, Overrides};
 use occm_forge_core::pipeline::progress::Terminal;
 use occm_forge_core::pipeline::{self, BuildOutcome, MinorResult};
@@ -158,7 +157,6 @@ pub async fn run(cli: &Cli, args: &BuildArgs) -> Result<u8, Error> {
             overrides.manifest_fragment.as_deref(),
         )?;
     }
-    let recorded_before = recorded_entries(&overrides, &config);
     if let ([minor], false) = (minors.as_slice(), args.which.all) {
         let plan = BuildPlan::resolve(&config, *minor, &overrides)?;
         let outcome = pipeline::build(
@@ -172,7 +170,6 @@ pub async fn run(cli: &Cli, args: &BuildArgs) -> Result<u8, Error> {
             args,
             &serde_json::to_value(&outcome.timings).expect("timings"),
         )?;
-        warn_mirrors_lacking_signature(&recorded_before, &outcome);
         print_stdout(&report::build_result(&outcome, args.json))?;
         return Ok(0);
     }
@@ -197,45 +194,7 @@ pub async fn run(cli: &Cli, args: &BuildArgs) -> Result<u8, Error> {
         args.fail_fast,
     )
     .await?;
-    for outcome in results.iter().filter_map(|r| r.result.as_ref().ok()) {
-        warn_mirrors_lacking_signature(&recorded_before, outcome);
-    }
     finish_many(cli, args, &results, &record_to)
-}
-
-/// Each minor's recorded entry before the build (none when the digest manifest cannot be read:
-/// the build says why).
-fn recorded_entries(
-    overrides: &Overrides,
-    config: &occm_forge_core::config::Config,
-) -> BTreeMap<occm_forge_core::config::Minor, digest_manifest::Entry> {
-    let path = overrides
-        .manifest_fragment
-        .as_deref()
-        .unwrap_or(&config.digest_manifest);
-    digest_manifest::read(path)
-        .map(|m| m.images)
-        .unwrap_or_default()
-}
-
-/// A build that signed anew an entry with mirrors (`copy`; kept across the re-record) says they
-/// lack the new bundles, as `manifest record-signatures` does.
-fn warn_mirrors_lacking_signature(
-    before: &BTreeMap<occm_forge_core::config::Minor, digest_manifest::Entry>,
-    outcome: &BuildOutcome,
-) {
-    let Some(old) = before.get(&outcome.minor) else {
-        return;
-    };
-    if outcome.up_to_date
-        || outcome.entry.signature.is_none()
-        || outcome.entry.signature == old.signature
-    {
-        return;
-    }
-    if let Some(line) = report::mirrors_lack_new_bundles(outcome.minor, old) {
-        super::output::warn(&line);
-    }
 }
 
 /// Prints what several minors gave: each error as it is, one result per built minor on stdout

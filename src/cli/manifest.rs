@@ -186,7 +186,7 @@ fn record_found(
             cli.quiet,
             &format!("{minor}: recorded in {}{replaced}", path.display()),
         );
-        if let Some(line) = report::mirrors_lack_new_bundles(minor, entry) {
+        if let Some(line) = digest_manifest::mirrors_lack_new_bundles(minor, &entry.mirrors) {
             warn(&line);
         }
     }

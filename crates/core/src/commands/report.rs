@@ -228,18 +228,6 @@ pub fn merged(minors: &[Minor], into: &Path) -> String {
     format!("merged {} into {}", join(minors), into.display())
 }
 
-/// The warning when `entry`'s signature was just recorded anew (`build --sign-key`, `manifest
-/// record-signatures`) while it names mirrors (`copy`): they lack the new bundles until copied
-/// again. `None` without mirrors.
-pub fn mirrors_lack_new_bundles(minor: Minor, entry: &Entry) -> Option<String> {
-    (!entry.mirrors.is_empty()).then(|| {
-        format!(
-            "{minor}: the mirrors {} do not have these bundles until they are copied again (`occm-forge copy --k8s {minor} --to <mirror>`); verify reports them until then",
-            entry.mirrors.join(", ")
-        )
-    })
-}
-
 /// `manifest record-signatures`' line per minor on stdout: `<minor> <repository>@<index digest>
 /// signature <repository>@<bundle referrer digest> by <signer>; attested: <names>`.
 pub fn signature_recorded(minor: Minor, entry: &Entry, signature: &Signature) -> String {

@@ -595,12 +595,28 @@ pub fn replacement_conflict(old: &Entry, new: &Entry) -> Option<String> {
 }
 
 /// What [`record`] did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Recorded {
-    /// The entry was written.
-    Written,
+    /// The entry was written. `stale_mirrors`: the mirrors (`copy`) the same image was recorded
+    /// at, kept across the re-record, that lack the signature it now records (signed anew).
+    Written {
+        /// Mirror repositories without the new signature bundles; empty for most records.
+        stale_mirrors: Vec<String>,
+    },
     /// An unpublished build left the published entry of its minor alone.
     KeptPublished,
+}
+
+/// The warning for `mirrors` that lack `minor`'s newly recorded signature bundles (`build
+/// --sign-key` signing anew, `manifest record-signatures`): they have them once copied again.
+/// `None` without mirrors.
+pub fn mirrors_lack_new_bundles(minor: Minor, mirrors: &[String]) -> Option<String> {
+    (!mirrors.is_empty()).then(|| {
+        format!(
+            "{minor}: the mirrors {} do not have these bundles until they are copied again (`occm-forge copy --k8s {minor} --to <mirror>`); verify reports them until then",
+            mirrors.join(", ")
+        )
+    })
 }
 
 /// Sets `minor`'s entry, leaving the others untouched, and rewrites the file atomically. An
@@ -614,8 +630,12 @@ pub fn record(
     mut entry: Entry,
 ) -> Result<Recorded, DigestManifestError> {
     let mut m = read(path)?;
+    let mut stale_mirrors = Vec::new();
     if let Some(old) = m.images.get(&minor) {
         keep_mirrors_and_signature(old, &mut entry);
+        if entry.signature != old.signature {
+            stale_mirrors = entry.mirrors.clone();
+        }
         if old.published && !entry.published {
             return Ok(Recorded::KeptPublished);
         }
@@ -631,7 +651,7 @@ pub fn record(
     }
     m.images.insert(minor, entry);
     write(path, &m)?;
-    Ok(Recorded::Written)
+    Ok(Recorded::Written { stale_mirrors })
 }
 
 /// Folds fragments (digest manifests written by `build --manifest-fragment`, one per parallel
@@ -1023,7 +1043,9 @@ mod tests {
         let published = entry("v1.30.3-occmforge.1");
         assert_eq!(
             record(&p, "images.toml", minor, published.clone()).unwrap(),
-            Recorded::Written
+            Recorded::Written {
+                stale_mirrors: vec![]
+            }
         );
         let same = published.recorded_inputs();
         assert!(check_tag(&p, "images.toml", minor, "v1.30.3-occmforge.1", &same).is_ok());

@@ -34,8 +34,15 @@ impl Stage for RecordStage<'_> {
         let recorded =
             digest_manifest::record(&plan.record_to, &plan.config_name, plan.minor, self.entry)?;
         let at = display_rel(&plan.record_to);
-        let detail = match recorded {
-            Recorded::Written => format!("{} in {at}", plan.minor),
+        let detail = match &recorded {
+            Recorded::Written { stale_mirrors } => {
+                if let Some(line) =
+                    digest_manifest::mirrors_lack_new_bundles(plan.minor, stale_mirrors)
+                {
+                    tracing::warn!("{line}");
+                }
+                format!("{} in {at}", plan.minor)
+            }
             Recorded::KeptPublished => format!(
                 "{} in {at} kept: it is published and this build was not pushed",
                 plan.minor
