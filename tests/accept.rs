@@ -257,6 +257,34 @@ fn accept_refuses_a_layout_without_the_image_in_one_line() {
         !none.exists(),
         "a wrong --layout path was left as a directory"
     );
+    // With --output the run is recorded all the same, as `accept --all` records it: the
+    // minor's row says NOT VERIFIED and why (single-minor accept wrote nothing).
+    let doc = f.path().join("acceptance.md");
+    let o = occm_forge(f.path())
+        .args(["accept", "--k8s", "1.34", "--source"])
+        .arg(&f.upstream)
+        .arg("--config")
+        .arg(&f.config)
+        .arg("--layout")
+        .arg(&none)
+        .arg("--output")
+        .arg(&doc)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(12), "{}", stderr(&o));
+    assert!(
+        error_line(&o).contains("no OCI layout there"),
+        "{}",
+        stderr(&o)
+    );
+    let text = std::fs::read_to_string(&doc).unwrap_or_else(|e| panic!("no document: {e}"));
+    assert!(
+        text.contains(&format!(
+            "NOT VERIFIED: accept: layout {}: no OCI layout there (no index.json)",
+            none.display()
+        )),
+        "{text}"
+    );
 }
 
 /// A digest in the layout is checked before it names a file: `sha256:../…` read a file outside

@@ -101,7 +101,13 @@ pub async fn run(cli: &Cli, args: &AcceptArgs) -> Result<u8, Error> {
         },
     };
     let reports = if minors.len() == 1 {
-        vec![accept::accept_minor(&req, &Terminal::new(quiet, "")).await?]
+        let subject = accept::Subject::from_config(&config, first, req.source)?;
+        let result = accept::accept_subject(&subject, &req.run, &Terminal::new(quiet, "")).await;
+        if let (Err(_), Some(path)) = (&result, &args.output) {
+            // A run that ended in an error is recorded too, as `accept --all` records it.
+            accept::record_run(path, &subject, &result)?;
+        }
+        vec![result?]
     } else {
         accept::matrix(&req, &minors, &|m| {
             Box::new(Terminal::new(quiet, format!("{m} ")))

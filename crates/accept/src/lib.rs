@@ -9,7 +9,8 @@
 //! Keystone, Nova and Neutron; [`sim::kube`] the API calls the scenarios make; Cluster API and its
 //! stand-ins), [`scenarios`] and [`report`]. [`accept`] is the entry given everything as plain
 //! data; [`accept_subject`] and [`prepare_subject`] derive it for one minor (building what is
-//! needed), [`accept_minor`] from images.toml, [`matrix`] for several minors;
+//! needed) ([`Subject::from_config`] from images.toml), [`matrix`] for several minors,
+//! [`record_run`] a run's row in the acceptance document;
 //! [`simulation::Simulation`] is what `build --accept` runs, behind the core's `Acceptance`.
 
 pub mod binary;
@@ -521,15 +522,26 @@ impl Subject {
     }
 }
 
-/// [`accept_subject`] for one minor of images.toml.
+/// Writes the acceptance document at `path` with this run's row: its report, or for a run that
+/// ended in an error the report of it ([`Subject::report_of_error`]: FAILED or NOT VERIFIED);
+/// nothing for an interrupt. How `build --accept-output` and `accept --output` record a run
+/// whatever its end (`accept --all` records errors through [`matrix`]).
 ///
-/// Errors: as [`Subject::from_config`] and [`accept_subject`].
-pub async fn accept_minor(
-    req: &MinorRequest<'_>,
-    reporter: &dyn Reporter,
-) -> Result<AcceptReport, occm_forge_core::pipeline::Error> {
-    let subject = Subject::from_config(req.config, req.minor, req.source)?;
-    accept_subject(&subject, &req.run, reporter).await
+/// Errors: the document cannot be read or written ([`write_document`]).
+pub fn record_run(
+    path: &Path,
+    subject: &Subject,
+    result: &Result<AcceptReport, occm_forge_core::pipeline::Error>,
+) -> Result<(), occm_forge_core::pipeline::Error> {
+    let recorded = match result {
+        Ok(report) => Some(report.clone()),
+        Err(e) => subject.report_of_error(e),
+    };
+    if let Some(report) = recorded {
+        let now = time::OffsetDateTime::now_utc().unix_timestamp();
+        write_document(path, &[report], now)?;
+    }
+    Ok(())
 }
 
 /// [`accept`] for one minor: our image's binary from the layout, the upstream go.mod and the
@@ -1078,7 +1090,7 @@ fn control(
     })
 }
 
-/// [`accept_minor`] for each of `minors`, with everything else taken from `req` (its `minor`
+/// [`accept_subject`] for each of `minors` of images.toml, with everything else taken from `req` (its `minor`
 /// and `work_dir` are ignored: each minor works in `<layout>/accept/<minor>`). A minor whose run
 /// fails before a verdict becomes a report saying why (`not-verified` for an image missing from
 /// the layout, `failed` for other faults), so that the matrix still covers it; images.toml

@@ -1,7 +1,7 @@
 //! [`Simulation`]: acceptance as `build --accept` runs it, behind the core's
 //! [`occm_forge_core::pipeline::acceptance::Acceptance`].
 
-use crate::{RunOptions, Scenario, Subject, accept_subject, require_accepted, write_document};
+use crate::{RunOptions, Scenario, Subject, accept_subject, record_run, require_accepted};
 use occm_forge_core::pipeline::stage::Reporter;
 
 /// The acceptance the occm-forge binary hands `build --accept`
@@ -39,14 +39,7 @@ impl occm_forge_core::pipeline::acceptance::Acceptance for Simulation {
         };
         let result = accept_subject(&subject, &run, reporter).await;
         if let Some(path) = &plan.accept_output {
-            let recorded = match &result {
-                Ok(report) => Some(report.clone()),
-                Err(e) => subject.report_of_error(e),
-            };
-            if let Some(report) = recorded {
-                let now = time::OffsetDateTime::now_utc().unix_timestamp();
-                write_document(path, &[report], now)?;
-            }
+            record_run(path, &subject, &result)?;
         }
         let report = result?;
         require_accepted(std::slice::from_ref(&report))?;
