@@ -590,6 +590,39 @@ fn a_source_owned_by_another_user_names_the_owner_and_safe_directory() {
             )),
         "{line}"
     );
+
+    // safe.directory is the one setting of git's configuration occm-forge honours: in the
+    // user's ~/.gitconfig (also as `<dir>/*`), or in GIT_CONFIG_GLOBAL, it trusts the source.
+    let home = f.path().join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let parent = f.upstream.parent().unwrap().display().to_string();
+    for (file, value) in [
+        (home.join(".gitconfig"), path.clone()),
+        (home.join(".gitconfig"), format!("{parent}/*")),
+        (f.path().join("global.gitconfig"), "*".to_string()),
+    ] {
+        std::fs::write(&file, format!("[safe]\n\tdirectory = {value}\n")).unwrap();
+        let mut cmd = occm_forge(f.path());
+        cmd.args(["build", "--k8s", "1.34", "--source"])
+            .arg(&f.upstream)
+            .arg("--output")
+            .arg(f.path().join("out"))
+            .env("HOME", &home)
+            .env_remove("XDG_CONFIG_HOME")
+            .env_remove("GIT_CONFIG_GLOBAL");
+        if !file.starts_with(&home) {
+            cmd.env("GIT_CONFIG_GLOBAL", &file);
+        }
+        let o = cmd.output().unwrap();
+        assert!(
+            o.status.success(),
+            "safe.directory = {value}: {}",
+            stderr(&o)
+        );
+        std::fs::remove_file(&file).unwrap();
+        std::fs::remove_file(&f.lock).unwrap();
+        std::fs::write(&f.lock, &before).unwrap();
+    }
 }
 
 /// A test that finds its testdata through `runtime.Caller` fails under `-trimpath`

@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 use git2::{FetchOptions, Oid, Repository};
 use sha2::{Digest, Sha256};
 
+use crate::base::git;
 use crate::registry::proxy::{Proxy, ProxyEnv};
 
 /// What the source stage needs.
@@ -190,9 +191,9 @@ pub fn fetch_tag(url: &str, tag: &str, cache_dir: &Path) -> Result<FetchedTag, S
     lock.lock().map_err(io_err(&lock_path))?;
 
     let store_path = store_dir.join("objects.git");
-    let store = match Repository::open_bare(&store_path) {
+    let store = match git::open_bare(&store_path) {
         Ok(r) => r,
-        Err(_) => Repository::init_bare(&store_path).map_err(cache_err(&store_path))?,
+        Err(_) => git::init_bare(&store_path).map_err(cache_err(&store_path))?,
     };
 
     let normalised = normalise_url(url);
@@ -210,7 +211,7 @@ pub fn fetch_tag(url: &str, tag: &str, cache_dir: &Path) -> Result<FetchedTag, S
     if let Some(advice) = unreadable_partial_clone(&normalised, tag) {
         return Err(fetch_err(advice));
     }
-    match local_repository(&normalised) {
+    match local_repository(&normalised).map_err(fetch_err)? {
         Some(src) => {
             tag_object = copy_tag(&src, &store, tag, &local_ref).map_err(|e| {
                 fetch_err(
@@ -258,7 +259,7 @@ pub fn fetch_tag(url: &str, tag: &str, cache_dir: &Path) -> Result<FetchedTag, S
 
 /// Reads `path` in the tree of `commit` from the object store `store`; `None` when absent.
 pub fn read_file(store: &Path, commit: &str, path: &str) -> Option<Vec<u8>> {
-    let repo = Repository::open_bare(store).ok()?;
+    let repo = git::open_bare(store).ok()?;
     let commit = repo.find_commit(Oid::from_str(commit).ok()?).ok()?;
     let entry = commit.tree().ok()?.get_path(Path::new(path)).ok()?;
     let blob = repo.find_blob(entry.id()).ok()?;
@@ -278,7 +279,7 @@ pub fn list_tags(url: &str) -> Result<Vec<(String, String)>, SourceError> {
         return Err(err("no such directory".into()));
     }
     let mut tags = std::collections::BTreeMap::new();
-    if let Some(repo) = local_repository(&normalised) {
+    if let Some(repo) = local_repository(&normalised).map_err(err)? {
         let refs = repo
             .references_glob("refs/tags/*")
             .map_err(|e| err(e.message().to_string()))?;
@@ -289,7 +290,7 @@ pub fn list_tags(url: &str) -> Result<Vec<(String, String)>, SourceError> {
         }
     } else {
         let dir = tempfile::tempdir().map_err(|e| err(e.to_string()))?;
-        let repo = Repository::init_bare(dir.path()).map_err(|e| err(e.message().to_string()))?;
+        let repo = git::init_bare(dir.path()).map_err(|e| err(e.message().to_string()))?;
         let mut remote = repo
             .remote_anonymous(&normalised)
             .map_err(|e| err(e.message().to_string()))?;
@@ -344,9 +345,6 @@ fn git_proxy(url: &str) -> (git2::ProxyOptions<'static>, Option<Proxy>) {
 /// had credentials; other failures add the proxy and that `NO_PROXY` does not list the host.
 /// The proxy's password never appears.
 fn remote_message(e: &git2::Error, proxy: Option<&Proxy>, url: &str) -> String {
-    if e.code() == git2::ErrorCode::Owner || e.message().contains("not owned by current user") {
-        return not_owned(url);
-    }
     let Some(proxy) = proxy else {
         return e.message().to_string();
     };
@@ -378,32 +376,6 @@ fn remote_message(e: &git2::Error, proxy: Option<&Proxy>, url: &str) -> String {
     )
 }
 
-/// libgit2's refusal of a repository another user owns (`safe.directory`, CVE-2022-24765;
-/// libgit2/libgit2#6663), naming the owner and the remedy git itself gives.
-fn not_owned(url: &str) -> String {
-    use std::os::unix::fs::MetadataExt;
-    let path = url.strip_prefix("file://").unwrap_or(url);
-    let uid = |p: &str| std::fs::metadata(p).map(|m| m.uid()).ok();
-    let name = |uid: u32| {
-        std::fs::read_to_string("/etc/passwd")
-            .ok()
-            .and_then(|t| {
-                t.lines().find_map(|l| {
-                    let f: Vec<&str> = l.split(':').collect();
-                    (f.get(2) == Some(&uid.to_string().as_str())).then(|| f[0].to_string())
-                })
-            })
-            .map_or(format!("uid {uid}"), |n| format!("{n} (uid {uid})"))
-    };
-    let owner = uid(path).map_or("another user".to_string(), name);
-    // libgit2 compares the owner with the effective uid.
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    let me = name(unsafe { libc::geteuid() });
-    format!(
-        "it is owned by {owner}, not by {me}, who runs occm-forge, and git refuses such repositories unless trusted (safe.directory): if you trust it, run `git config --global --add safe.directory {path}`"
-    )
-}
-
 /// Whether `url` names a path on this machine rather than a remote.
 fn is_local_path(url: &str) -> bool {
     !url.contains("://") && !url.starts_with("git@")
@@ -414,26 +386,30 @@ fn local_path(url: &str) -> &str {
     url.strip_prefix("file://").unwrap_or(url)
 }
 
-/// The source as a repository on this machine, if it is one (a path or a `file://` URL).
-fn local_repository(url: &str) -> Option<Repository> {
+/// The source as a repository on this machine, if it is one (a path or a `file://` URL),
+/// refused in one line when another user owns it and no `safe.directory` trusts it
+/// ([`git::check_owner`]).
+fn local_repository(url: &str) -> Result<Option<Repository>, String> {
     let path = local_path(url);
     if path.contains("://") || path.starts_with("git@") {
-        return None;
+        return Ok(None);
     }
-    Repository::open(path).ok()
+    git::open_users(Path::new(path))
 }
 
 /// When a local source is a partial clone that libgit2 cannot open at all (the older marker
 /// `extensions.partialclone`, which libgit2 1.9 refuses as an unknown extension), what to do.
 fn unreadable_partial_clone(url: &str, tag: &str) -> Option<String> {
     let path = Path::new(local_path(url));
-    if url.contains("://") && !url.starts_with("file://") || local_repository(url).is_some() {
+    if url.contains("://") && !url.starts_with("file://")
+        || !matches!(local_repository(url), Ok(None))
+    {
         return None;
     }
     let config = [path.join("config"), path.join(".git/config")]
         .into_iter()
         .find(|c| c.is_file())?;
-    let config = git2::Config::open(&config).ok()?;
+    let config = git::config_file(&config).ok()?;
     partial_clone_advice(&config, local_path(url), tag)
 }
 
@@ -562,18 +538,19 @@ fn create_tree(store_path: &Path, tree_dir: &Path, commit: Oid) -> Result<PathBu
         fs::remove_dir_all(tree_dir).map_err(io_err(tree_dir))?;
     }
     fs::create_dir_all(tree_dir).map_err(io_err(tree_dir))?;
-    let repo = Repository::init(tree_dir).map_err(cache_err(tree_dir))?;
+    let repo = git::init(tree_dir).map_err(cache_err(tree_dir))?;
     let alternates = repo.path().join("objects/info/alternates");
     fs::create_dir_all(alternates.parent().expect("alternates has a parent"))
         .map_err(io_err(&alternates))?;
     let objects = store_path.join("objects");
     fs::write(&alternates, format!("{}\n", objects.display())).map_err(io_err(&alternates))?;
     drop(repo);
-    let repo = Repository::open(tree_dir).map_err(cache_err(tree_dir))?;
+    let repo = git::open(tree_dir).map_err(cache_err(tree_dir))?;
     repo.set_head_detached(commit)
         .map_err(cache_err(tree_dir))?;
     let mut co = git2::build::CheckoutBuilder::new();
-    co.force();
+    // The blobs' bytes, whatever an attribute says (also `git::init`'s `info/attributes`).
+    co.force().disable_filters(true);
     repo.checkout_head(Some(&mut co))
         .map_err(cache_err(tree_dir))?;
     Ok(tree_dir.to_path_buf())
@@ -601,7 +578,7 @@ pub fn reusable_tree(cache_dir: &Path, minor: &str) -> Option<(PathBuf, File)> {
 /// compares the size and time of the files a test opened, then hits for unchanged files and
 /// misses for changed ones. Errors are ignored: the times only make caching better.
 pub fn stamp_mtimes(tree: &Path, commit_time: i64) {
-    let Ok(repo) = Repository::open(tree) else {
+    let Ok(repo) = git::open(tree) else {
         return;
     };
     let Ok(index) = repo.index() else {

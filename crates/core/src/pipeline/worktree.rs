@@ -41,7 +41,7 @@ pub struct Prepared {
 
 /// Records what the tree at `tree.path` holds after the patches stage.
 pub fn remember(tree: &SourceTree, series_sha256: &str, applied: &[AppliedPatch]) {
-    let Ok(repo) = Repository::open(&tree.path) else {
+    let Ok(repo) = crate::base::git::open(&tree.path) else {
         return;
     };
     let Some(head) = repo.head().ok().and_then(|h| h.target()) else {
@@ -61,7 +61,7 @@ pub fn remember(tree: &SourceTree, series_sha256: &str, applied: &[AppliedPatch]
 /// The prepared tree at `dir` for `commit` and the series `series_sha256`, if it is untouched;
 /// see the module documentation.
 pub fn prepared(dir: &Path, commit: &str, series_sha256: &str) -> Option<Prepared> {
-    let repo = Repository::open(dir).ok()?;
+    let repo = crate::base::git::open(dir).ok()?;
     let state: State =
         serde_json::from_slice(&std::fs::read(repo.path().join(STATE)).ok()?).ok()?;
     if state.commit != commit || state.series_sha256 != series_sha256 {

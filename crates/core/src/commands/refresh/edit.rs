@@ -82,7 +82,7 @@ pub fn edit(req: &EditRequest<'_>) -> Result<EditReport, RefreshError> {
         cache_dir: req.cache_dir,
         tree_dir: req.dir,
     })?;
-    let repo = Repository::open(req.dir).map_err(RefreshError::git(req.dir))?;
+    let repo = crate::base::git::open(req.dir).map_err(RefreshError::git(req.dir))?;
     lay_out_branch(&repo, req.dir, req.minor, &m.upstream_tag, &tree.commit)?;
     let series = patches::load_series(&req.config.patches_dir, &m.patches)?;
     let mut state = EditState {
@@ -278,7 +278,7 @@ fn resume(req: &EditRequest<'_>) -> Result<EditReport, RefreshError> {
     };
     check_pin(req.config, &state, dir)?;
     let series = current_series(req.config, &state)?;
-    let repo = Repository::open(dir).map_err(RefreshError::git(dir))?;
+    let repo = crate::base::git::open(dir).map_err(RefreshError::git(dir))?;
     check_git_idle(&repo, dir)?;
     check_resolved(&repo, dir, &state, i)?;
     let head_now = head(&repo, dir)?;

@@ -1,7 +1,6 @@
 //! `patches export`: the edit's commits written back to `patches_dir` in `git format-patch` form.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use git2::{Oid, Repository};
 use toml_edit::{Array, DocumentMut, Item, Value};
@@ -98,7 +97,7 @@ pub fn export(req: &ExportRequest<'_>) -> Result<ExportReport, RefreshError> {
             dir: dir.to_path_buf(),
             minor: req.minor,
         })?;
-    let repo = Repository::open(dir).map_err(RefreshError::git(dir))?;
+    let repo = crate::base::git::open(dir).map_err(RefreshError::git(dir))?;
     check_finished(&repo, dir, &state)?;
     check_pin(req.config, &state, dir)?;
     let commits = branch_commits(&repo, dir, &state)?;
@@ -365,9 +364,7 @@ fn format_patch_checked(
 /// `git format-patch` of one commit, with the `From:` and `Date:` lines of `was` (the series
 /// keeps fixed ones).
 fn format_patch(dir: &Path, commit: Oid, was: &PatchFile) -> Result<Vec<u8>, RefreshError> {
-    let output = Command::new("git")
-        .arg("-C")
-        .arg(dir)
+    let output = crate::base::git::command(dir)
         .args([
             "format-patch",
             "-1",
@@ -376,8 +373,6 @@ fn format_patch(dir: &Path, commit: Oid, was: &PatchFile) -> Result<Vec<u8>, Ref
             "--abbrev=9",
         ])
         .arg(commit.to_string())
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
         .output()
         .map_err(|e| RefreshError::Git {
             dir: dir.to_path_buf(),

@@ -6,7 +6,7 @@
 
 use std::path::Path;
 
-use git2::{Oid, Repository};
+use git2::Oid;
 
 use super::release::GoRelease;
 use crate::pipeline::patches::PatchFile;
@@ -57,7 +57,7 @@ pub fn check(
             "go.mod requires go >= {need} ({from}), but images.toml pins go {pinned}: move the minor to a Go that has it (`occm-forge pin --k8s <minor> --go {need}` or newer, README \"Go versions\")"
         )
     };
-    let upstream_go_mod = Repository::open(dir).ok().and_then(|repo| {
+    let upstream_go_mod = crate::base::git::open(dir).ok().and_then(|repo| {
         let commit = repo
             .find_commit(Oid::from_str(upstream_commit).ok()?)
             .ok()?;

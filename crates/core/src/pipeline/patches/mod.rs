@@ -336,7 +336,7 @@ pub fn apply_series(
 
 /// Opens the work tree at `tree` (errors as [`PatchError::Commit`]).
 pub fn open(tree: &Path) -> Result<Repository, PatchError> {
-    Repository::open(tree).map_err(|e| PatchError::Commit {
+    crate::base::git::open(tree).map_err(|e| PatchError::Commit {
         name: String::new(),
         tree: tree.to_path_buf(),
         message: e.message().to_string(),
