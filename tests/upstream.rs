@@ -17,6 +17,12 @@ use common::*;
 
 /// The mirror named by OCCM_FORGE_UPSTREAM_MIRROR; panics when it is unset (the tests are
 /// ignored unless asked for with `--ignored`, and then they must not pass without running).
+/// The image index digest of upstream v1.34.1 with the project's patch series, go1.25.1 and
+/// `--base static`, both platforms, as every build of these pins has given it since the image
+/// format 4 (README's example; the gated runs of earlier issues).
+const V1_34_1_STATIC: &str =
+    "sha256:bc42e125d6cc85cf94578425a2dc3292a6af6e38fb79d0ddab9e2f28eb6a08e6";
+
 fn mirror() -> String {
     std::env::var("OCCM_FORGE_UPSTREAM_MIRROR")
         .ok()
@@ -107,11 +113,25 @@ fn real_v1_34_build_push_and_run() {
         "the binary does not report v1.34.1+occmforge.1: {version}"
     );
 
+    // The image the pins give, on any machine: the digest of this build as every earlier run
+    // recorded it (README's example; docs/acceptance.md).
+    assert_eq!(
+        digest, V1_34_1_STATIC,
+        "the pins of v1.34.1 on the static base no longer give the image they gave"
+    );
+
     // A second build from scratch — an empty cache (git objects, Go modules and build cache),
-    // another working directory, HOME and umask — gives the same index digest for both platforms.
+    // another build path, a HOME whose ~/.gitconfig turns on core.autocrlf, CRLF attributes and
+    // filters, umask 077, another time zone and locale — gives the same index digest for both
+    // platforms.
     let other = tempfile::tempdir().unwrap();
-    let cwd = other.path().join("elsewhere");
+    let cwd = other.path().join("another build path").join("ünïcödé");
     std::fs::create_dir_all(other.path().join("home")).unwrap();
+    std::fs::write(
+        other.path().join("home/.gitconfig"),
+        hostile_gitconfig(&other.path().join("git")),
+    )
+    .unwrap();
     std::fs::create_dir_all(&cwd).unwrap();
     let o = Command::new("sh")
         .current_dir(&cwd)
@@ -130,6 +150,9 @@ fn real_v1_34_build_push_and_run() {
         .arg("--cache-dir")
         .arg(other.path().join("cache"))
         .env("HOME", other.path().join("home"))
+        .env("TZ", "Pacific/Chatham")
+        .env("LANG", "tr_TR.UTF-8")
+        .env("LC_ALL", "tr_TR.UTF-8")
         .output()
         .unwrap();
     eprintln!("clean rebuild: {}", stderr(&o));

@@ -6,6 +6,7 @@ mod accept;
 mod build;
 mod clusters;
 mod copy;
+mod doctor;
 mod manifest;
 mod minors;
 mod output;
@@ -49,6 +50,11 @@ pub struct Cli {
 enum Command {
     /// Build one Kubernetes minor: source → patches → test → build → image → publish → record.
     Build(build::BuildArgs),
+    /// Check in seconds what `build` needs on this machine (Go and the pinned toolchains, the
+    /// cache, room on disk; with --push the registry's push rights, with --accept acceptance's
+    /// tools) and print it as a table, each missing one with its fix. Exit status of the first
+    /// missing one (16 for a missing tool), 0 when nothing is missing.
+    Doctor(doctor::DoctorArgs),
     /// Check that the registry serves what the digest manifest records (and, with --rebuild, that
     /// the pins rebuild to the same digest).
     Verify(verify::AuditArgs),
@@ -259,6 +265,7 @@ impl Cli {
 pub async fn run(cli: &Cli) -> Result<u8, Error> {
     match &cli.command {
         Command::Build(args) => build::run(cli, args).await,
+        Command::Doctor(args) => doctor::run(cli, args).await,
         Command::Verify(args) => verify::run(cli, args).await,
         Command::Pin(args) => pin::run(cli, args).await,
         Command::Upstream(cmd) => upstream::run(cli, cmd),

@@ -55,6 +55,23 @@ pub fn git(dir: &Path) -> Command {
     c
 }
 
+/// A git configuration that changes every byte git and libgit2 could change in a checkout, an
+/// applied patch or a commit: CRLF line endings (`core.autocrlf`, `core.eol`, and an attributes
+/// file marking everything as text with CRLF and `ident`), no symlinks, no file modes, and the
+/// same again through `include.path`.
+pub fn hostile_gitconfig(dir: &Path) -> String {
+    let attributes = dir.join("hostile-attributes");
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::write(&attributes, "* text eol=crlf ident\n*.go filter=hostile\n").unwrap();
+    let included = dir.join("hostile-included");
+    std::fs::write(&included, "[core]\n\tautocrlf = true\n\teol = crlf\n").unwrap();
+    format!(
+        "[core]\n\tautocrlf = true\n\teol = crlf\n\tsafecrlf = false\n\tsymlinks = false\n\tfilemode = false\n\tattributesFile = {}\n\tignorecase = true\n[include]\n\tpath = {}\n[filter \"hostile\"]\n\tclean = sed s/package/pkg/\n\tsmudge = sed s/package/pkg/\n[init]\n\tdefaultBranch = hostile\n[diff]\n\tnoprefix = true\n\tmnemonicPrefix = true\n",
+        attributes.display(),
+        included.display()
+    )
+}
+
 /// The local Go version without the `go` prefix, e.g. `1.26.8`.
 pub fn local_go_version() -> String {
     let v = run(Command::new("go")

@@ -36,23 +36,52 @@ pub fn write_blob(layout: &Path, digest: &str, data: &[u8]) -> std::io::Result<(
 
 /// Stores the blob in file `from` under its digest unless it is already there, copying the file
 /// (no read into memory) through a temporary file and a rename.
-pub fn copy_blob(layout: &Path, digest: &str, from: &Path) -> std::io::Result<()> {
-    let path = blob_path(layout, digest)?;
+///
+/// Errors: one line naming the side that failed — `from` when it cannot be read, the blob's
+/// path in the layout when it cannot be written, with its file system's room when that is full
+/// ([`crate::base::disk::write_failed`]).
+pub fn copy_blob(layout: &Path, digest: &str, from: &Path) -> Result<(), String> {
+    use crate::base::disk::write_failed;
+    let path = blob_path(layout, digest).map_err(|e| e.to_string())?;
     if path.exists() {
         return Ok(());
     }
     let dir = path.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir)?;
-    let tmp = tempfile::NamedTempFile::new_in(dir)?;
-    std::fs::copy(from, tmp.path())?;
+    std::fs::create_dir_all(dir).map_err(|e| write_failed(dir, &e))?;
+    let mut source = std::fs::File::open(from).map_err(|e| format!("{}: {e}", from.display()))?;
+    let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(|e| write_failed(dir, &e))?;
+    copy_to(&mut source, tmp.as_file_mut(), from, &path)?;
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
         tmp.as_file()
-            .set_permissions(std::fs::Permissions::from_mode(0o644))?;
+            .set_permissions(std::fs::Permissions::from_mode(0o644))
+            .map_err(|e| write_failed(&path, &e))?;
     }
-    tmp.persist(&path).map_err(|e| e.error)?;
+    tmp.persist(&path)
+        .map_err(|e| write_failed(&path, &e.error))?;
     Ok(())
+}
+
+/// Copies `source` (the file `from`) into `dest` (the blob at `to`), naming the side that failed.
+fn copy_to(
+    source: &mut std::fs::File,
+    dest: &mut std::fs::File,
+    from: &Path,
+    to: &Path,
+) -> Result<(), String> {
+    use std::io::{Read, Write};
+    let mut buf = vec![0u8; 1 << 16];
+    loop {
+        let n = source
+            .read(&mut buf)
+            .map_err(|e| format!("{}: {e}", from.display()))?;
+        if n == 0 {
+            return Ok(());
+        }
+        dest.write_all(&buf[..n])
+            .map_err(|e| crate::base::disk::write_failed(to, &e))?;
+    }
 }
 
 /// Reads a blob.
@@ -255,18 +284,19 @@ fn walk(layout: &Path, digest: &str, reached: &mut std::collections::BTreeSet<St
 ///
 /// Errors: the I/O error, prefixed with the path involved (the layout, or the cached blob).
 pub fn write_image(layout: &Path, image: &Composed, ref_name: &str) -> Result<(), String> {
-    fn at(p: &Path) -> impl Fn(std::io::Error) -> String + '_ {
-        move |e| format!("{}: {e}", p.display())
-    }
+    let at = |p: &Path| {
+        let p = p.to_path_buf();
+        move |e: std::io::Error| crate::base::disk::write_failed(&p, &e)
+    };
     for blob in &image.blobs {
         match &blob.data {
-            BlobData::Bytes(bytes) => {
-                write_blob(layout, &blob.digest, bytes).map_err(at(layout))?
-            }
-            BlobData::File(path) => copy_blob(layout, &blob.digest, path).map_err(at(path))?,
+            BlobData::Bytes(bytes) => write_blob(layout, &blob.digest, bytes).map_err(at(
+                &blob_path(layout, &blob.digest).unwrap_or_else(|_| layout.to_path_buf()),
+            ))?,
+            BlobData::File(path) => copy_blob(layout, &blob.digest, path)?,
         }
     }
-    set_ref(layout, &image.index, ref_name).map_err(at(layout))
+    set_ref(layout, &image.index, ref_name).map_err(at(&layout.join("index.json")))
 }
 
 /// Whether the layout still holds image `digest` under `ref_name`: `index.json` names it, and

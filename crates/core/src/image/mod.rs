@@ -246,7 +246,15 @@ fn binary_layers(
                         0o755,
                         binary,
                     );
-                    layer::build_cached(&[entry], epoch, cache).map_err(|e| io(binary, e))
+                    // A full disk is the cache's (where the layer is written), anything else
+                    // most likely the binary's.
+                    layer::build_cached(&[entry], epoch, cache).map_err(|e| {
+                        if crate::base::disk::is_full(&e) {
+                            ImageError::Io(crate::base::disk::write_failed(cache, &e))
+                        } else {
+                            io(binary, e)
+                        }
+                    })
                 })
             })
             .collect();

@@ -54,6 +54,12 @@ pub enum Error {
     /// SIGINT or SIGTERM stopped the run; nothing was recorded.
     #[error("interrupted by signal {0}: stopped, nothing recorded, no tag moved")]
     Interrupted(i32),
+    /// Prerequisites the requested stages need are missing (Go or its toolchain, an
+    /// executable cache, room on disk, the registry's push rights, acceptance's tools), all
+    /// named in one line; the exit status of the first
+    /// ([`crate::pipeline::preflight::PreflightError`]).
+    #[error("preflight: {0}")]
+    Preflight(#[from] crate::pipeline::preflight::PreflightError),
     /// A local file-system failure outside the stages.
     #[error("{0}")]
     Io(String),
@@ -78,8 +84,9 @@ impl Error {
     /// 7 image, 8 registry, 9 digest manifest, 10 registry does not match the digest manifest
     /// (`verify`; `manifest record-signatures` finds no signature by the signer), 11 copy found the target holding other bytes, 12 acceptance failed or not
     /// verified (`accept`, `build --accept`), 14 a cluster not running the pinned image of its
-    /// minor (`clusters`), 15 the management cluster cannot be read (`clusters`), 1 anything
-    /// else.
+    /// minor (`clusters`), 15 the management cluster cannot be read (`clusters`), 16 a
+    /// prerequisite missing from this machine (a tool `--accept` needs, a `noexec` or full cache,
+    /// a full `--output`; `doctor`), 1 anything else.
     pub fn exit_code(&self) -> u8 {
         match self {
             Error::Usage(_) | Error::Config(_) | Error::Sign(_) => 2,
@@ -87,6 +94,7 @@ impl Error {
             Error::Patch(_) | Error::Overrides(_) => 4,
             Error::Test(crate::pipeline::go::test::TestError::Toolchain { .. }) => 6,
             Error::Test(crate::pipeline::go::test::TestError::ModuleGraph { .. }) => 4,
+            Error::Test(crate::pipeline::go::test::TestError::CannotRun { .. }) => 16,
             Error::Test(_) => 5,
             Error::Build(_) => 6,
             Error::Image(_) | Error::Base(_) => 7,
@@ -94,6 +102,7 @@ impl Error {
             Error::DigestManifest(_) => 9,
             Error::Interrupted(sig) => (128 + sig).clamp(0, 255) as u8,
             Error::Io(_) => 1,
+            Error::Preflight(e) => e.exit_code(),
             Error::Accept(_) => 12,
             Error::Command(f) => f.exit_code(),
         }

@@ -21,6 +21,7 @@ pub mod go;
 pub mod inputs;
 pub mod patches;
 pub mod plan;
+pub mod preflight;
 pub mod progress;
 pub mod source;
 pub mod stage;
@@ -195,7 +196,8 @@ async fn steps(
     {
         return up_to_date(plan, *entry, run).await;
     }
-    let served_before = crate::pipeline::stage::or_interrupted(preflight(plan, registry)).await?;
+    let served_before =
+        crate::pipeline::stage::or_interrupted(preflight(plan, registry, acceptance)).await?;
     let (scratch, tree_dir, tree_lock) = workspace(plan)?;
     let (tree, applied) = patched_tree(plan, &mut run, &tree_dir, tree_lock.is_some()).await?;
     let epoch = plan.source_date_epoch.unwrap_or(tree.commit_time);
@@ -425,14 +427,20 @@ async fn up_to_date(
 }
 
 /// Checks that fail in seconds rather than after minutes of Go work: the tag guard of the digest
-/// manifest, a writable `--output`, a base that exists, and (with `--push`) what the registry
-/// serves under the tag now, which the publish stage compares with the new digest (its errors,
-/// credential lookups among them, are the publish stage's).
+/// manifest, a writable `--output`, every prerequisite of the requested stages (Go and its
+/// toolchain, the cache, room on disk, push rights, acceptance's tools: [`preflight::checks`],
+/// all missing ones in one error), a base that exists and fits, and (with `--push`) what the
+/// registry serves under the tag now, which the publish stage compares with the new digest (its
+/// errors, credential lookups among them, are the publish stage's).
 ///
 /// When the tag guard refuses, the pin is checked first (`source::check_pin`, as the source
 /// stage would): a pin that is the annotated tag object or a tag that moved is the cause, and
 /// "bump `revision`" would be the wrong advice.
-async fn preflight(plan: &BuildPlan, registry: &dyn Registry) -> Result<Option<String>, Error> {
+async fn preflight(
+    plan: &BuildPlan,
+    registry: &dyn Registry,
+    acceptance: Option<&dyn Acceptance>,
+) -> Result<Option<String>, Error> {
     if let Err(guard) = digest_manifest::check_tag(
         &plan.digest_manifest,
         &plan.config_name,
@@ -453,22 +461,29 @@ async fn preflight(plan: &BuildPlan, registry: &dyn Registry) -> Result<Option<S
     }
     preflight_output(&plan.output)?;
     if let BaseSpec::Image(r) = &plan.base {
-        let reference = r
-            .digest
-            .clone()
-            .or(r.tag.clone())
-            .unwrap_or_else(|| "latest".into());
-        let found = registry
-            .manifest_digest(&r.repository, &reference)
-            .await
-            .map_err(PullError::Registry)?;
-        if found.is_none() {
-            return Err(Error::Base(PullError::Invalid {
-                subject: plan.base_text.clone(),
-                message: "not found in its registry".into(),
-            }));
+        let found = crate::registry::pull::check_base(
+            registry,
+            r,
+            &plan.base_text,
+            &plan.platforms,
+            plan.allow_unpinned_base,
+        )
+        .await;
+        match found {
+            Err(PullError::Registry(e)) if e.kind == crate::registry::ErrorKind::NotFound => {
+                return Err(Error::Base(PullError::Invalid {
+                    subject: plan.base_text.clone(),
+                    message: "not found in its registry".into(),
+                }));
+            }
+            other => other?,
         }
     }
+    let mut checks = preflight::checks(plan, registry).await;
+    if let Some(a) = acceptance {
+        checks.extend(tokio::task::block_in_place(|| a.prerequisites(plan)));
+    }
+    preflight::PreflightError::of(checks)?;
     if plan.push {
         registry
             .manifest_digest(&plan.repository_name, &plan.tag)

@@ -244,6 +244,10 @@ impl Registry for MemoryRegistry {
         Ok(())
     }
 
+    async fn check_push(&self, repo: &RepositoryName) -> Result<(), RegistryError> {
+        self.enter("check_push", repo, "")
+    }
+
     async fn mount_blob(&self, repo: &RepositoryName, from: &RepositoryName, digest: &str) -> bool {
         if self.enter("mount_blob", repo, digest).is_err() || repo.registry != from.registry {
             return false;

@@ -104,6 +104,13 @@ pub trait Registry: Send + Sync {
         digest: &str,
         data: Bytes,
     ) -> Result<(), RegistryError>;
+    /// Whether these credentials may push into `repo`, asked before any work is done and
+    /// without writing anything: an upload started and cancelled (go-containerregistry's
+    /// `remote.CheckPushPermission`).
+    ///
+    /// # Errors
+    /// The registry refuses (401/403: [`ErrorKind::Auth`]) or cannot be reached.
+    async fn check_push(&self, repo: &RepositoryName) -> Result<(), RegistryError>;
     /// Cross-repository mount (`POST /v2/<name>/blobs/uploads/?mount=<digest>&from=<from>`) on the
     /// same registry: true when the registry mounted the blob. Best effort: any failure is `false`
     /// and the caller uploads normally (ggcr#219, jib#833).

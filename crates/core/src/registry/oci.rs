@@ -582,6 +582,18 @@ impl Registry for OciRegistry {
         .await
     }
 
+    async fn check_push(&self, repo: &RepositoryName) -> Result<(), RegistryError> {
+        let uploader = &self.uploader;
+        self.own_request(
+            repo,
+            "latest",
+            RegistryOperation::Push,
+            "check push permission (start and cancel an upload)",
+            |url, auth| async move { uploader.check_push(&url, &repo.path, &auth).await },
+        )
+        .await
+    }
+
     async fn mount_blob(&self, repo: &RepositoryName, from: &RepositoryName, digest: &str) -> bool {
         if repo.registry != from.registry {
             return false;

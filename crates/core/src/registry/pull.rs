@@ -40,23 +40,15 @@ pub enum PullError {
     },
 }
 
-/// Pulls `base` (`text` is the reference as configured, for messages) for every platform.
-///
-/// The top-level manifest or index is fetched by digest — by tag only when `allow_unpinned` and
-/// the reference has no digest — and its sha256 checked; for an index each platform's manifest is
-/// selected ([`Platform::matches`]) and fetched by digest; configs and layers are fetched by
-/// digest, verified and cached under `blob_cache`.
-///
-/// Errors: [`PullError::Registry`] when the registry fails, [`PullError::Invalid`] naming the base
-/// and what did not match, [`PullError::Cache`] for local I/O.
-pub async fn pull_base(
+/// The top-level manifest or index of `base`, fetched by digest — by tag only when
+/// `allow_unpinned` and the reference has no digest — and checked against the digest; with its
+/// digest, its media type and, for an index (or Docker manifest list), the index.
+async fn top_of(
     registry: &dyn Registry,
     base: &ImageRef,
     text: &str,
-    platforms: &[Platform],
-    blob_cache: &Path,
     allow_unpinned: bool,
-) -> Result<ResolvedBase, PullError> {
+) -> Result<(bytes::Bytes, String, String, Option<Index>), PullError> {
     let invalid = |message: String| PullError::Invalid {
         subject: text.to_string(),
         message,
@@ -86,13 +78,67 @@ pub async fn pull_base(
         .unwrap_or_default()
         .to_string();
     // An index (or manifest list) names platform manifests; the base then has one per platform.
-    let index: Option<Index> = if matches!(top_type.as_str(), spec::OCI_INDEX | spec::DOCKER_LIST)
-        || top_json.get("manifests").is_some()
-    {
+    let index: Option<Index> = if is_index(&top_type, &top_json) {
         Some(serde_json::from_slice(&top).map_err(|e| invalid(format!("invalid index: {e}")))?)
     } else {
         None
     };
+    Ok((top, top_digest, top_type, index))
+}
+
+/// Whether a manifest of media type `media_type` (its JSON `json`) is an image index or a Docker
+/// manifest list.
+fn is_index(media_type: &str, json: &Value) -> bool {
+    matches!(media_type, spec::OCI_INDEX | spec::DOCKER_LIST) || json.get("manifests").is_some()
+}
+
+/// Checks, in seconds and before any build work, that `base` gives an image manifest for each
+/// of `platforms`: the top-level manifest or index (fetched as [`pull_base`] fetches it), and
+/// for each platform its manifest, found through nested indexes as [`pull_base`] finds it, read
+/// as an image manifest with a config. Configs and layers are not fetched.
+///
+/// Errors: as [`pull_base`]'s.
+pub async fn check_base(
+    registry: &dyn Registry,
+    base: &ImageRef,
+    text: &str,
+    platforms: &[Platform],
+    allow_unpinned: bool,
+) -> Result<(), PullError> {
+    let (top, _, _, index) = top_of(registry, base, text, allow_unpinned).await?;
+    for p in platforms {
+        let bytes = match &index {
+            Some(index) => platform_manifest(registry, base, text, index, p).await?.0,
+            None => top.to_vec(),
+        };
+        serde_json::from_slice::<Manifest>(&bytes).map_err(|e| PullError::Invalid {
+            subject: text.to_string(),
+            message: format!("the {p} entry is not an image manifest: {e}"),
+        })?;
+    }
+    Ok(())
+}
+
+/// Pulls `base` (`text` is the reference as configured, for messages) for every platform.
+///
+/// The top-level manifest or index is fetched by digest — by tag only when `allow_unpinned` and
+/// the reference has no digest — and its sha256 checked; for an index each platform's manifest is
+/// selected ([`Platform::matches`]) and fetched by digest, through nested indexes (a platform
+/// entry that is itself an index, as buildx writes with attestations: image-spec
+/// `image-index.md`, implementations SHOULD support a nested index); configs and layers are
+/// fetched by digest, verified and cached under `blob_cache`.
+///
+/// Errors: [`PullError::Registry`] when the registry fails, [`PullError::Invalid`] naming the base
+/// and what did not match, [`PullError::Cache`] for local I/O.
+pub async fn pull_base(
+    registry: &dyn Registry,
+    base: &ImageRef,
+    text: &str,
+    platforms: &[Platform],
+    blob_cache: &Path,
+    allow_unpinned: bool,
+) -> Result<ResolvedBase, PullError> {
+    let (top, top_digest, top_type, index) = top_of(registry, base, text, allow_unpinned).await?;
     let mut out = BTreeMap::new();
     for p in platforms {
         let (bytes, digest) = match &index {
@@ -120,7 +166,14 @@ pub async fn pull_base(
     })
 }
 
-/// Selects `p`'s manifest in `index`, fetches it by digest and verifies it.
+/// How many indexes deep a platform's manifest is looked for (drydock follows three,
+/// CodesWhat/drydock#816).
+const MAX_NESTING: usize = 3;
+
+/// Selects `p`'s manifest in `index`, fetches it by digest and verifies it; where the entry is
+/// itself an index (buildx with attestations: a platform's index holding its image manifest and
+/// an attestation manifest whose platform is `unknown/unknown`), selects `p` in that one too, up
+/// to [`MAX_NESTING`] deep.
 async fn platform_manifest(
     registry: &dyn Registry,
     base: &ImageRef,
@@ -132,26 +185,59 @@ async fn platform_manifest(
         subject: text.to_string(),
         message,
     };
-    let entry = index
-        .manifests
-        .iter()
-        .find(|m| {
-            m.platform
-                .as_ref()
-                .is_some_and(|pl| p.matches(&pl.os, &pl.architecture, pl.variant.as_deref()))
-        })
-        .ok_or_else(|| invalid(format!("has no {p} image")))?;
-    let bytes = registry
-        .pull_manifest(&base.repository, &entry.digest)
-        .await?;
-    let got = sha256_digest(&bytes);
-    if got != entry.digest {
-        return Err(invalid(format!(
-            "{p} manifest digest mismatch: expected {}, got {got}",
-            entry.digest
-        )));
+    let mut index = index.clone();
+    let mut path: Vec<String> = Vec::new();
+    loop {
+        let entry = index
+            .manifests
+            .iter()
+            .find(|m| {
+                m.platform
+                    .as_ref()
+                    .is_some_and(|pl| p.matches(&pl.os, &pl.architecture, pl.variant.as_deref()))
+            })
+            .ok_or_else(|| match path.last() {
+                None => invalid(format!("has no {p} image")),
+                Some(inner) => invalid(format!(
+                    "has no {p} image in the nested index {inner} its {p} entry names"
+                )),
+            })?
+            .clone();
+        let bytes = registry
+            .pull_manifest(&base.repository, &entry.digest)
+            .await?;
+        let got = sha256_digest(&bytes);
+        if got != entry.digest {
+            return Err(invalid(format!(
+                "{p} manifest digest mismatch: expected {}, got {got}",
+                entry.digest
+            )));
+        }
+        let json: Value = serde_json::from_slice(&bytes)
+            .map_err(|e| invalid(format!("invalid {p} manifest {}: {e}", short(&got))))?;
+        let media_type = json["mediaType"]
+            .as_str()
+            .unwrap_or(entry.media_type.as_str())
+            .to_string();
+        if !is_index(&media_type, &json) {
+            if !path.is_empty() {
+                tracing::debug!(
+                    "base {text}: {p} through the nested index {}",
+                    path.join(" → ")
+                );
+            }
+            return Ok((bytes.to_vec(), got));
+        }
+        path.push(short(&got).to_string());
+        if path.len() > MAX_NESTING {
+            return Err(invalid(format!(
+                "its {p} entry is an image index nested more than {MAX_NESTING} deep ({})",
+                path.join(" → ")
+            )));
+        }
+        index = serde_json::from_slice(&bytes)
+            .map_err(|e| invalid(format!("invalid nested index {}: {e}", short(&got))))?;
     }
-    Ok((bytes.to_vec(), got))
 }
 
 /// One platform's base from its manifest bytes: config and layers fetched, verified, cached.

@@ -180,6 +180,10 @@ impl<R: Registry> Registry for Retrying<R> {
             .await
     }
 
+    async fn check_push(&self, repo: &RepositoryName) -> Result<(), RegistryError> {
+        self.run(|| self.inner.check_push(repo)).await
+    }
+
     async fn referrers_page(
         &self,
         repo: &RepositoryName,
@@ -244,6 +248,9 @@ mod tests {
             _: &RepositoryName,
             _: &str,
         ) -> Result<Option<String>, RegistryError> {
+            unimplemented!()
+        }
+        async fn check_push(&self, _: &RepositoryName) -> Result<(), RegistryError> {
             unimplemented!()
         }
     }
@@ -322,6 +329,9 @@ mod tests {
             _: &RepositoryName,
             _: &str,
         ) -> Result<Option<String>, RegistryError> {
+            unimplemented!()
+        }
+        async fn check_push(&self, _: &RepositoryName) -> Result<(), RegistryError> {
             unimplemented!()
         }
     }

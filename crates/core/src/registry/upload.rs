@@ -274,6 +274,39 @@ impl Uploader {
         }
     }
 
+    /// Whether `auth` may push into `repository`, found out without leaving anything behind:
+    /// `POST /v2/<repository>/blobs/uploads/` (a push-scoped request: a token handshake alone
+    /// does not tell on Docker Hub, docker/hub-feedback#1771), then a `DELETE` of the upload it
+    /// started ("Canceling an upload" in distribution's API; a failure of it is ignored, the
+    /// registry expires unfinished uploads), as go-containerregistry's
+    /// `remote.CheckPushPermission` does.
+    ///
+    /// # Errors
+    /// The `POST`'s refusal (401/403 as such) or no answer.
+    pub(crate) async fn check_push(
+        &self,
+        registry_url: &Url,
+        repository: &str,
+        auth: &UploadAuth,
+    ) -> Result<(), UploadError> {
+        let target = Target { registry_url, auth };
+        let progress = Progress::new();
+        let (upload, _) = self.start(&target, repository, &progress).await?;
+        let cancel = authorize(
+            self.http.delete(upload.clone()),
+            &upload,
+            registry_url,
+            auth,
+        );
+        if let Ok(Ok(res)) =
+            watch(cancel.send(), &progress, self.idle, "cancelling the upload").await
+            && !res.status().is_success()
+        {
+            tracing::debug!("cancelling the upload {upload}: HTTP {}", res.status());
+        }
+        Ok(())
+    }
+
     /// `POST` then one `PUT ?digest=` with the blob.
     async fn push_monolithic(
         &self,

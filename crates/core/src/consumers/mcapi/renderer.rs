@@ -118,22 +118,44 @@ impl Renderer {
     /// Errors: [`RendererError::NotInstalled`], [`RendererError::WrongVersion`],
     /// [`RendererError::HelmMissing`], each saying what to install.
     pub fn find(tools: &Tools, want: &str) -> Result<Renderer, RendererError> {
-        let env_path = |var: &str| std::env::var_os(var).map(PathBuf::from);
-        let helm = match tools.helm.clone().or_else(|| env_path(HELM_ENV)) {
-            Some(h) if is_executable(&h) => h,
-            Some(h) => {
-                return Err(RendererError::HelmMissing {
-                    why: format!("{} is not an executable file", h.display()),
-                });
-            }
+        let helm = Self::helm(tools)?;
+        let (python, version) = Self::python(tools, want)?;
+        Ok(Renderer {
+            python,
+            helm,
+            version,
+        })
+    }
+
+    /// The `helm` the renderer would run: `tools.helm`, else [`HELM_ENV`], else `helm` on PATH.
+    ///
+    /// Errors: [`RendererError::HelmMissing`] saying what to install.
+    pub fn helm(tools: &Tools) -> Result<PathBuf, RendererError> {
+        match tools
+            .helm
+            .clone()
+            .or_else(|| std::env::var_os(HELM_ENV).map(PathBuf::from))
+        {
+            Some(h) if is_executable(&h) => Ok(h),
+            Some(h) => Err(RendererError::HelmMissing {
+                why: format!("{} is not an executable file", h.display()),
+            }),
             None => on_path("helm").ok_or_else(|| RendererError::HelmMissing {
                 why: "no helm on PATH".into(),
-            })?,
-        };
+            }),
+        }
+    }
+
+    /// The interpreter that imports magnum-cluster-api at exactly `want`, and that version:
+    /// `tools.python`, else [`PYTHON_ENV`], else `python3`.
+    ///
+    /// Errors: [`RendererError::NotInstalled`], [`RendererError::WrongVersion`], each saying
+    /// what to install.
+    pub fn python(tools: &Tools, want: &str) -> Result<(PathBuf, String), RendererError> {
         let python = tools
             .python
             .clone()
-            .or_else(|| env_path(PYTHON_ENV))
+            .or_else(|| std::env::var_os(PYTHON_ENV).map(PathBuf::from))
             .unwrap_or_else(|| PathBuf::from("python3"));
         let shown = python.display().to_string();
         let not_installed = |why: String| RendererError::NotInstalled {
@@ -159,11 +181,7 @@ impl Renderer {
                 want: want.to_string(),
             });
         }
-        Ok(Renderer {
-            python,
-            helm,
-            version: found,
-        })
+        Ok((python, found))
     }
 
     /// The Secret data (`{key: text}`; the compiled code gives `cloud-controller-manager.yaml`,

@@ -33,6 +33,14 @@ pub trait Acceptance: Send + Sync {
     /// find it up to date.
     fn scenarios(&self) -> Vec<String>;
 
+    /// What accepting `plan`'s image will need from this machine (tools, binaries, the module
+    /// proxy), checked in seconds by the build's preflight before any long stage, so that a
+    /// missing one is said at once (all of them in one run) and not after the image is built.
+    /// None by default.
+    fn prerequisites(&self, _plan: &BuildPlan) -> Vec<crate::pipeline::preflight::Check> {
+        Vec::new()
+    }
+
     /// Accepts the image `plan` built into its layout (`plan.output`), reporting its parts
     /// through `reporter`; with `plan.accept_output`, writes its report into that acceptance
     /// document first, accepted or not.

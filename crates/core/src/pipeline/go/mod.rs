@@ -23,6 +23,18 @@ pub struct Toolchain {
     pub mod_cache: PathBuf,
     /// `GOCACHE`, owned by occm-forge and reused across minors and runs.
     pub build_cache: PathBuf,
+    /// `GOTMPDIR`: where `go` writes its temporary files and from where `go test` runs the test
+    /// binaries — a scratch directory of this toolchain's own under `<cache>/tmp`, made at the
+    /// first `go` command and removed with the last clone of this value, so that `$TMPDIR`
+    /// (`noexec` on hardened machines, golang/go#52941) never matters.
+    tmp: std::sync::Arc<Tmp>,
+}
+
+/// [`Toolchain::tmp`]: the cache directory and, once made, the scratch directory in it.
+#[derive(Debug)]
+struct Tmp {
+    cache_dir: PathBuf,
+    made: std::sync::OnceLock<Option<crate::base::util::Scratch>>,
 }
 
 impl Toolchain {
@@ -32,11 +44,29 @@ impl Toolchain {
             version: version.to_string(),
             mod_cache: cache_dir.join("go").join("mod"),
             build_cache: cache_dir.join("go").join("build"),
+            tmp: std::sync::Arc::new(Tmp {
+                cache_dir: cache_dir.to_path_buf(),
+                made: std::sync::OnceLock::new(),
+            }),
+        }
+    }
+
+    /// The `GOTMPDIR` of every `go` command of this toolchain ([`Toolchain::tmp`]): the scratch
+    /// directory, or `<cache>/tmp` itself when it cannot be made (the command then fails
+    /// naming it).
+    pub fn tmp_dir(&self) -> PathBuf {
+        let made = self
+            .tmp
+            .made
+            .get_or_init(|| crate::base::util::scratch_dir(&self.tmp.cache_dir, "gotmp-").ok());
+        match made {
+            Some(s) => s.path().to_path_buf(),
+            None => self.tmp.cache_dir.join("tmp"),
         }
     }
 
     /// A `go` command in `dir` with a controlled environment: `GOTOOLCHAIN=go<version>`, the
-    /// caches (`GOMODCACHE`, `GOCACHE`), every variable of [`PINNED_ENV`] at its value and every
+    /// caches (`GOMODCACHE`, `GOCACHE`), `GOTMPDIR` ([`Toolchain::tmp_dir`]), every variable of [`PINNED_ENV`] at its value and every
     /// variable of [`CLEARED_ENV`] removed, so that nothing in the caller's environment changes
     /// what is compiled, how, or how the tests behave. `GOPROXY`, `GONOSUMDB` and friends are
     /// inherited so that a proxy or `GOPROXY=off` set by the caller still applies (they choose
@@ -47,7 +77,8 @@ impl Toolchain {
         cmd.current_dir(dir)
             .env("GOTOOLCHAIN", format!("go{}", self.version))
             .env("GOMODCACHE", &self.mod_cache)
-            .env("GOCACHE", &self.build_cache);
+            .env("GOCACHE", &self.build_cache)
+            .env("GOTMPDIR", self.tmp_dir());
         for (name, value) in PINNED_ENV {
             cmd.env(name, value);
         }

@@ -95,6 +95,14 @@ pub enum TestError {
         /// The cause and the hint.
         message: String,
     },
+    /// The test binaries could not be started: `fork/exec <binary>: permission denied` because
+    /// the directory Go wrote them to is on a `noexec` mount (golang/go#52941). Not a failing
+    /// test: the machine cannot run tests there.
+    #[error("go test: {message}")]
+    CannotRun {
+        /// The binary, its mount and what to do.
+        message: String,
+    },
     /// Tests or packages failed.
     #[error(
         "go test: {} failed ({}); {passed} passed, {skipped} skipped{}",
@@ -324,6 +332,26 @@ pub fn run_raw(
     Ok(summary)
 }
 
+/// When `output` says a test binary could not be started (`fork/exec <path>: permission denied`),
+/// the one line naming the binary and, when that is the cause, the `noexec` mount it is on.
+fn cannot_run(output: &str) -> Option<String> {
+    let line = output
+        .lines()
+        .find(|l| l.contains("fork/exec ") && l.contains("permission denied"))?;
+    let path = line.split("fork/exec ").nth(1)?.split(": ").next()?.trim();
+    let fs = crate::base::disk::file_system(Path::new(path));
+    Some(match fs.filter(|fs| fs.noexec) {
+        Some(fs) => format!(
+            "the test binary {path} cannot be started: {} is mounted noexec, so no program may run from it; point occm-forge's cache (--cache-dir, OCCM_FORGE_CACHE), where Go writes test binaries, at a file system that allows it",
+            fs.mount_point.display()
+        ),
+        None => format!(
+            "the test binary {path} cannot be started ({}): not a failing test; check that programs may run from that directory",
+            line.trim()
+        ),
+    })
+}
+
 /// Judges a summary: every test passed and every required test ran and passed.
 pub fn check(summary: TestSummary, required: &[String]) -> Result<TestSummary, TestError> {
     let (passed, _, skipped) = summary.counts();
@@ -333,6 +361,9 @@ pub fn check(summary: TestSummary, required: &[String]) -> Result<TestSummary, T
         .find_map(|f| super::module_graph_change(&f.output))
     {
         return Err(TestError::ModuleGraph { message });
+    }
+    if let Some(message) = summary.failures.iter().find_map(|f| cannot_run(&f.output)) {
+        return Err(TestError::CannotRun { message });
     }
     if !summary.failures.is_empty() {
         return Err(TestError::Failed {
@@ -388,6 +419,32 @@ mod tests {
         assert_eq!(s.outcome_of("TestB"), Some(Outcome::Fail));
         assert_eq!(s.outcome_of("TestC"), Some(Outcome::Skip));
         assert_eq!(s.outcome_of("TestZ"), None);
+    }
+
+    #[test]
+    fn a_test_binary_that_cannot_start_is_not_a_failing_test() {
+        let dir = tempfile::tempdir().unwrap();
+        let binary = dir.path().join("b001/openstack.test");
+        let output = format!(
+            "fork/exec {}: permission denied\nFAIL\tk/p\t0.001s\n",
+            binary.display()
+        );
+        let s = TestSummary {
+            results: BTreeMap::new(),
+            failures: vec![FailedTest {
+                name: "k/p".into(),
+                output,
+            }],
+        };
+        let e = check(s, &[]).unwrap_err();
+        assert!(matches!(e, TestError::CannotRun { .. }), "{e}");
+        assert!(
+            e.to_string().starts_with(&format!(
+                "go test: the test binary {} cannot be started (fork/exec",
+                binary.display()
+            )),
+            "{e}"
+        );
     }
 
     #[test]

@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 
 use git2::{ApplyLocation, ApplyOptions, Diff, Repository, Signature, Time};
 
+mod forms;
 mod three_way;
 
 use sha2::{Digest, Sha256};
@@ -91,6 +92,15 @@ pub enum PatchError {
         /// Where it was looked for.
         path: PathBuf,
         /// The I/O error.
+        message: String,
+    },
+    /// The patch holds what cannot be applied as `git am` applies it (a copy, a binary change
+    /// without its data): what it holds and how to make one that applies.
+    #[error("patch {name}: {message}")]
+    Unsupported {
+        /// Patch name.
+        name: String,
+        /// What it holds and what to do.
         message: String,
     },
     /// The file is not a patch libgit2 can parse.
@@ -273,6 +283,43 @@ pub fn as_git_am_reads(bytes: &[u8]) -> Cow<'_, [u8]> {
     Cow::Owned(out)
 }
 
+/// A patch file as `git am` reads it, ready for libgit2: its line endings as
+/// [`as_git_am_reads`] reads them, and every file section without `a/`/`b/` prefixes given them
+/// (a patch made with `diff.noprefix`: see `forms`), so that it applies at the paths its
+/// `diff --git` lines name and not, as `git am -p1` would put it, one directory off (said once
+/// in a warning).
+///
+/// Errors: [`PatchError::Unsupported`] for a copy (libgit2 would apply it as a rename) or a
+/// binary change without its data.
+pub fn read_as_git_am(patch: &PatchFile) -> Result<Cow<'_, [u8]>, PatchError> {
+    let unsupported = |r: forms::Refusal| PatchError::Unsupported {
+        name: patch.name.clone(),
+        message: r.0,
+    };
+    match as_git_am_reads(&patch.bytes) {
+        Cow::Borrowed(b) => {
+            let (out, bare) = forms::with_prefixes(b).map_err(unsupported)?;
+            warn_bare(patch, bare);
+            Ok(out)
+        }
+        Cow::Owned(b) => {
+            let (out, bare) = forms::with_prefixes(&b).map_err(unsupported)?;
+            warn_bare(patch, bare);
+            Ok(Cow::Owned(out.into_owned()))
+        }
+    }
+}
+
+/// The warning for a patch whose paths had no prefixes.
+fn warn_bare(patch: &PatchFile, bare: bool) {
+    if bare {
+        tracing::warn!(
+            "patch {}: its paths have no a/ and b/ prefixes (made with diff.noprefix or --no-prefix); applied at the paths its diff --git lines name, where `git am` would strip their first directory: write it again with `git format-patch` (without --no-prefix) or `occm-forge patches export`",
+            patch.name
+        );
+    }
+}
+
 /// How many lines of `bytes` end in CRLF.
 fn crlf_lines(bytes: &[u8]) -> usize {
     bytes.windows(2).filter(|w| *w == b"\r\n").count()
@@ -348,12 +395,14 @@ pub fn open(tree: &Path) -> Result<Repository, PatchError> {
 /// Authors come from the patch's `From:`; author and committer time is the patch's `Date:`, or
 /// `fallback_time` (seconds since the epoch) when it has none, so the resulting commit is
 /// reproducible. The committer is `occm-forge <occm-forge@localhost>`. Line endings are read as
-/// `git am` reads them ([`as_git_am_reads`]). A patch whose hunks do not apply but whose reverse
+/// `git am` reads them, and paths without prefixes where their author meant them
+/// ([`read_as_git_am`]). A patch whose hunks do not apply but whose reverse
 /// does is [`PatchOutcome::AlreadyUpstream`] (nothing committed); one whose hunks do not apply
 /// but that merges three-way from the blobs its `index` lines name is
 /// [`PatchOutcome::AppliedThreeWay`].
 ///
-/// Errors: [`PatchError::Parse`] for a file libgit2 cannot read as a diff;
+/// Errors: [`PatchError::Unsupported`] for a copy or a binary change without its data
+/// ([`read_as_git_am`]); [`PatchError::Parse`] for a file libgit2 cannot read as a diff;
 /// [`PatchError::DoesNotApply`] naming the file and hunk (nothing of that patch is applied);
 /// with `leave_conflicts`, a three-way merge that conflicts is [`PatchError::Conflict`] instead,
 /// with the merge written to the work tree (conflict markers) and the index (three stages),
@@ -364,7 +413,7 @@ pub fn apply_one(
     fallback_time: i64,
     leave_conflicts: bool,
 ) -> Result<AppliedPatch, PatchError> {
-    let bytes = as_git_am_reads(&patch.bytes);
+    let bytes = read_as_git_am(patch)?;
     let mail = parse_mail(&bytes);
     let diff = Diff::from_buffer(&bytes).map_err(|e| PatchError::Parse {
         name: patch.name.clone(),
@@ -471,7 +520,7 @@ pub fn commit_index(
     patch: &PatchFile,
     fallback_time: i64,
 ) -> Result<String, PatchError> {
-    let bytes = as_git_am_reads(&patch.bytes);
+    let bytes = read_as_git_am(patch)?;
     commit(repo, patch, &parse_mail(&bytes), fallback_time)
 }
 

@@ -177,5 +177,5 @@ impl DescribeStage<'_> {
 
 /// An attestation I/O error, as the image stage words it (`image: image layout: <dir>: …`).
 fn io(dir: &Path) -> impl Fn(std::io::Error) -> Error + '_ {
-    move |e| Error::Image(ImageError::Io(format!("{}: {e}", dir.display())))
+    move |e| Error::Image(ImageError::Io(crate::base::disk::write_failed(dir, &e)))
 }

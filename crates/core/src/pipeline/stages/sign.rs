@@ -139,7 +139,7 @@ impl SignStage<'_> {
             .find(|a| a.manifest.digest == manifest_digest)
             .ok_or_else(|| image_err(format!("no referrer {}", short(manifest_digest))))?;
         layout::read_blob(&self.plan.output, &a.document.digest)
-            .map_err(|e| image_err(format!("{}: {e}", self.plan.output.display())))
+            .map_err(|e| image_err(crate::base::disk::write_failed(&self.plan.output, &e)))
     }
 
     /// Signs `statement` and writes its bundle into the layout as a referrer of the index.
