@@ -336,6 +336,11 @@ fn build_accept_that_fails_pushes_and_records_nothing() {
         _ => "linux/amd64",
     };
     let f = fixture(&[other]);
+    // What `--accept` needs is here (its preflight checks it): helm and magnum-cluster-api as
+    // scripts/test installs them, and a module proxy configured (never reached: the run stops
+    // before any part is built).
+    let tools = mcapi_tools();
+    let proxy = format!("file://{}", f.path().join("module-proxy").display());
     let build = |extra: &[&str]| {
         occm_forge(f.path())
             .args(["build", "--k8s", "1.34", "--source"])
@@ -343,6 +348,9 @@ fn build_accept_that_fails_pushes_and_records_nothing() {
             .arg("--config")
             .arg(&f.config)
             .args(extra)
+            .env("OCCM_FORGE_HELM", tools.helm.as_ref().unwrap())
+            .env("OCCM_FORGE_MCAPI_PYTHON", tools.python.as_ref().unwrap())
+            .env("GOPROXY", &proxy)
             .output()
             .unwrap()
     };

@@ -405,12 +405,18 @@ fn a_go_toolchain_that_cannot_be_had_is_its_own_cause() {
     let go = format!("go = \"{}\"", local_go_version());
     std::fs::write(&f.config, text.replace(&go, "go = \"1.99.0\"")).unwrap();
     let o = build(&f, "1.34", &[]);
+    // Said by the preflight, before the source stage, with the module proxy's word for it.
     let line = assert_failed(&f, &o, 6, &lock);
     assert!(
-        line.contains("go1.99.0")
-            && line.contains("cannot be downloaded")
-            && line.contains("GOPROXY (off)"),
+        line.starts_with("occm-forge: error: preflight: Go toolchain go1.99.0: ")
+            && line.contains("GOPROXY is off and the module cache (")
+            && line.contains("does not hold golang.org/toolchain@v0.0.1-go1.99.0."),
         "{line}"
+    );
+    assert!(
+        !stderr(&o).contains("occm-forge: source "),
+        "{}",
+        stderr(&o)
     );
 }
 
@@ -493,11 +499,19 @@ fn unreachable_registry_fails_without_recording() {
         "a connection refusal is retried: {}",
         stderr(&o)
     );
+    // Found before any build work: the push rights are asked for first.
     assert!(
-        line.starts_with(&format!("occm-forge: error: publish: registry {addr}: ")),
+        line.starts_with(&format!(
+            "occm-forge: error: preflight: push to {repo}: registry {addr}: check push permission"
+        )),
         "{line}"
     );
     assert!(line.contains("unreachable"), "{line}");
+    assert!(
+        !stderr(&o).contains("occm-forge: source "),
+        "{}",
+        stderr(&o)
+    );
 }
 
 /// `accept --output docs/acceptance.md` beside a reports file that is not one (here empty, as a

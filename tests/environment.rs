@@ -262,6 +262,32 @@ fn variations() -> Vec<Variation> {
             expect: Expect::Same,
         },
         Variation {
+            name: "git: system templates",
+            what: "a template directory whose config sets core.worktree elsewhere, diff.noprefix and core.autocrlf (bind-mounted over /usr/share/git-core/templates)",
+            setup: Box::new(|_, run| {
+                let templates = run.dir.join("templates");
+                let elsewhere = run.dir.join("elsewhere");
+                put(
+                    &templates.join("config"),
+                    &format!(
+                        "[core]\n\tworktree = {}\n\tautocrlf = true\n[diff]\n\tnoprefix = true\n",
+                        elsewhere.display()
+                    ),
+                );
+                put(&templates.join("info/attributes"), "* text eol=crlf\n");
+                let system = Path::new("/usr/share/git-core/templates");
+                if !system.is_dir() {
+                    return Setup::default().skipped("this machine has no git templates");
+                }
+                Setup::default().mounts(&format!(
+                    "mount --bind '{}' '{}'",
+                    templates.display(),
+                    system.display()
+                ))
+            }),
+            expect: Expect::Same,
+        },
+        Variation {
             name: "environment",
             what: "variables no build should read: TAR_OPTIONS, GZIP, CDPATH, BASH_ENV, ENV, LD_LIBRARY_PATH, MAKEFLAGS, GOMAXPROCS=1, GOGC=5, TERM=dumb, COLUMNS=20, NO_COLOR, CLICOLOR_FORCE, RUST_LOG=trace, RUST_BACKTRACE=full, CAPTURE_ENVIRONMENT",
             setup: Box::new(|_, run| {
@@ -336,15 +362,15 @@ fn variations() -> Vec<Variation> {
         Variation {
             name: "user_group",
             what: "another user and group (nobody, 65534) owning the fixture copy, its cache and HOME",
-            setup: Box::new(|f, _| {
+            setup: Box::new(|f, r| {
                 if !is_root() {
                     return Setup::default().skipped("changing user needs root (CI runs as root)");
                 }
-                let dir = tempfile::Builder::new()
-                    .prefix("occm-forge-user-")
-                    .tempdir()
-                    .unwrap()
-                    .keep();
+                // The other user must reach the run's directory through the fixture's.
+                for d in [f.path(), r.dir.parent().unwrap()] {
+                    run(Command::new("chmod").arg("755").arg(d));
+                }
+                let dir = r.dir.join("user");
                 let root = dir.join("fixture");
                 copy_fixture(f, &root);
                 let cache = root.join("cache");
@@ -521,11 +547,17 @@ fn variations() -> Vec<Variation> {
         },
         Variation {
             name: "TMPDIR noexec",
-            what: "TMPDIR on a tmpfs mounted noexec, as hardened CI runners have it (golang/go#52941)",
+            what: "TMPDIR on a tmpfs mounted noexec, as hardened CI runners have it (golang/go#52941), with an empty cache so that the tests run (the shared Go cache holds their results)",
             setup: Box::new(|_, run| {
                 let tmp = run.dir.join("noexec-tmp");
                 std::fs::create_dir_all(&tmp).unwrap();
-                Setup::default().env("TMPDIR", &tmp).mounts(&format!(
+                let cache = Some(run.dir.join("empty-cache"));
+                Setup {
+                    cache,
+                    ..Setup::default()
+                }
+                .env("TMPDIR", &tmp)
+                .mounts(&format!(
                     "mount -t tmpfs -o noexec,size=256m tmpfs '{}'",
                     tmp.display()
                 ))

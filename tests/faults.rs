@@ -615,8 +615,9 @@ fn a_registry_that_never_answers_fails_within_the_operation_timeout() {
     assert!(
         // (How many attempts fit in the bound depends on the machine's load; that it is
         // bounded, and the cause, do not.)
-        last.starts_with(&format!("occm-forge: error: publish: registry {addr}: "))
-            && last.contains("no answer within 2 s"),
+        last.starts_with(&format!(
+            "occm-forge: error: preflight: push to {addr}/occm/openstack-cloud-controller-manager: registry {addr}: check push permission"
+        )) && last.contains("no answer within 2 s"),
         "{last}"
     );
 }
@@ -644,8 +645,9 @@ fn a_read_only_registry_disk_is_named_in_one_line() {
     let last = stderr(&o).lines().last().unwrap_or_default().to_string();
     eprintln!("{last}");
     assert!(
+        // Found before any build work, by the upload the push check starts.
         last.starts_with(&format!(
-            "occm-forge: error: publish: registry {}: push blob sha256:",
+            "occm-forge: error: preflight: push to {repo}: registry {}: check push permission (start and cancel an upload): HTTP 500: ",
             reg.addr
         )) && last.contains("read-only file system")
             && last.contains("the registry's storage is mounted read-only")

@@ -182,6 +182,30 @@ fn binary_edit(dir: &Path) {
     );
 }
 
+fn spaced(dir: &Path) {
+    write(
+        dir,
+        "pkg/openstack/with space.go",
+        b"package openstack\n\nconst Spaced = 1\n",
+    );
+}
+
+fn rename_to_spaced(dir: &Path) {
+    std::fs::rename(
+        dir.join("pkg/version/version.go"),
+        dir.join("pkg/version/v ersion.go"),
+    )
+    .unwrap();
+}
+
+fn latin1_name(dir: &Path) {
+    use std::os::unix::ffi::OsStrExt;
+    let name = std::ffi::OsStr::from_bytes(b"pkg/openstack/testdata/caf\xe9.txt");
+    let p = dir.join(name);
+    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+    std::fs::write(p, b"latin-1\n").unwrap();
+}
+
 fn delete(dir: &Path) {
     std::fs::remove_file(dir.join("README.md")).unwrap();
 }
@@ -198,6 +222,14 @@ fn every_form_format_patch_writes_applies_as_git_am_applies_it() {
         ("rename-and-edit", vec!["-M"], vec![&rename_and_edit]),
         ("binary", vec!["--binary"], vec![&binary]),
         ("binary-edit", vec!["--binary"], vec![&binary, &binary_edit]),
+        ("spaced-name", vec![], vec![&spaced]),
+        ("rename-to-spaced-name", vec!["-M"], vec![&rename_to_spaced]),
+        // --src-prefix = --dst-prefix: names equal on both sides, the tree tells the prefix.
+        (
+            "equal-prefixes",
+            vec!["--src-prefix=x/", "--dst-prefix=x/"],
+            vec![&edit_and_add],
+        ),
     ];
     for (name, args, changes) in cases {
         let (series, _) = patches_of(&f, name, &args, &changes);
@@ -228,6 +260,7 @@ fn a_patch_without_prefixes_applies_at_its_real_paths() {
             vec![&rename_and_edit],
         ),
         ("binary", vec!["--no-prefix", "--binary"], vec![&binary]),
+        ("not-utf-8-name", vec!["--no-prefix"], vec![&latin1_name]),
     ];
     for (name, args, changes) in cases {
         let (bare, prefixed) = patches_of(&f, name, &args, &changes);
@@ -260,7 +293,7 @@ fn a_copy_and_a_binary_change_without_its_data_are_refused_saying_so() {
     assert_eq!(
         e,
         format!(
-            "patch {}: holds a copy (copy from {INSTANCES} to pkg/openstack/instances_copy.go), which occm-forge cannot apply as git am does; make it without copy detection (`git format-patch` without -C or --find-copies, with diff.renames not set to copies), or with `occm-forge patches export`",
+            "patch {}: holds a copy (copy from {INSTANCES} to pkg/openstack/instances_copy.go), which occm-forge cannot apply as git am does; make it without copy detection (`git format-patch` without -C or --find-copies, with diff.renames not set to copies)",
             series[0].name
         )
     );
@@ -276,7 +309,7 @@ fn a_copy_and_a_binary_change_without_its_data_are_refused_saying_so() {
     assert_eq!(
         e,
         format!(
-            "patch {}: holds a binary change of pkg/openstack/testdata/blob.bin without its data (made without --binary); make it with `git format-patch`, which writes the data, or with `occm-forge patches export`",
+            "patch {}: holds a binary change of pkg/openstack/testdata/blob.bin without its data (made without --binary, or with --no-binary); make it with `git format-patch`, which writes the data",
             series[0].name
         )
     );

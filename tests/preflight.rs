@@ -151,20 +151,24 @@ fn build_accept_without_its_tools_names_every_missing_one_before_any_go_test_or_
     let (bin, log) = recording_go(f.path());
     let home = f.path().join("home");
     std::fs::create_dir_all(&home).unwrap();
-    let o = build(&f, &["--accept"])
-        .env("PATH", path_without_helm(&bin))
-        .env("HOME", &home)
-        .env_remove("OCCM_FORGE_HELM")
-        .env_remove("KUBEBUILDER_ASSETS")
-        .env_remove("XDG_DATA_HOME")
-        .env("OCCM_FORGE_MCAPI_PYTHON", f.path().join("no-such-python3"))
-        .output()
-        .unwrap();
+    // This machine as a new user's: no helm, no magnum-cluster-api, no module proxy, no envtest.
+    let bare = |mut c: Command| {
+        c.env("PATH", path_without_helm(&bin))
+            .env("HOME", &home)
+            .env_remove("OCCM_FORGE_HELM")
+            .env_remove("KUBEBUILDER_ASSETS")
+            .env_remove("XDG_DATA_HOME")
+            .env("OCCM_FORGE_MCAPI_PYTHON", f.path().join("no-such-python3"));
+        c.output().unwrap()
+    };
+    let o = bare(build(&f, &["--accept"]));
     assert_eq!(o.status.code(), Some(16), "{}", stderr(&o));
     let line = last_line(&o);
     assert!(
-        line.starts_with("occm-forge: error: preflight: 3 prerequisites are missing: (1) helm: helm is not installed (no helm on PATH)")
-            && line.contains("(2) magnum-cluster-api: magnum-cluster-api 0.38.2 is not installed for ")
+        line.starts_with("occm-forge: error: preflight: 3 prerequisites are missing: (1) helm: no helm on PATH (magnum-cluster-api's renderer runs `helm template`); install helm v3 onto PATH")
+            && line.contains("(2) magnum-cluster-api: ")
+            && line.contains("cannot import magnum-cluster-api 0.38.2")
+            && line.contains("pip install --no-deps magnum-cluster-api==0.38.2")
             && line.contains("(3) etcd, kube-apiserver, Cluster API: GOPROXY is off and ")
             && line.contains("OCCM_FORGE_HELM"),
         "{line}"
@@ -181,17 +185,9 @@ fn build_accept_without_its_tools_names_every_missing_one_before_any_go_test_or_
 
     // doctor says the same as a table, with what is there; without --accept nothing is missing.
     let doctor = |extra: &[&str]| {
-        occm_forge(f.path())
-            .args(["doctor", "--k8s", "1.34"])
-            .args(extra)
-            .env("PATH", path_without_helm(&bin))
-            .env("HOME", &home)
-            .env_remove("OCCM_FORGE_HELM")
-            .env_remove("KUBEBUILDER_ASSETS")
-            .env_remove("XDG_DATA_HOME")
-            .env("OCCM_FORGE_MCAPI_PYTHON", f.path().join("no-such-python3"))
-            .output()
-            .unwrap()
+        let mut c = occm_forge(f.path());
+        c.args(["doctor", "--k8s", "1.34"]).args(extra);
+        bare(c)
     };
     let o = doctor(&["--accept"]);
     assert_eq!(o.status.code(), Some(16), "{}", stderr(&o));
@@ -431,6 +427,63 @@ fn a_base_whose_platform_entry_is_an_image_index_is_followed_to_its_manifest() {
             "occm-forge: error: image: base {repo}:wrong@{wrong}: has no linux/amd64 image in the nested index sha256:"
         )),
         "{line}"
+    );
+    assert_eq!(stages(&o), ["inputs"], "{}", stderr(&o));
+    assert_eq!(std::fs::read(&f.lock).unwrap(), before);
+}
+
+/// A cache occm-forge cannot write (here a file where the directory should be) is named as such,
+/// exit 16, not blamed on the Go toolchain (break-it pass: "cannot run go: Not a directory").
+#[test]
+fn a_cache_that_cannot_be_written_is_named_before_any_stage() {
+    let f = fixture(&["linux/amd64"]);
+    let before = f.seed_lock();
+    let file = f.path().join("not-a-directory");
+    std::fs::write(&file, "").unwrap();
+    let o = build(&f, &[])
+        .env("OCCM_FORGE_CACHE", &file)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(16), "{}", stderr(&o));
+    let line = last_line(&o);
+    assert!(
+        line.starts_with(&format!(
+            "occm-forge: error: preflight: cache directory: cannot write to {}: ",
+            file.display()
+        )) && !line.contains("toolchain"),
+        "{line}"
+    );
+    assert_eq!(stages(&o), ["inputs"], "{}", stderr(&o));
+    assert_eq!(std::fs::read(&f.lock).unwrap(), before);
+}
+
+/// A base with one platform's image asked for two is refused before any stage, from its
+/// config's `os`/`architecture` (break-it pass: found only at the image stage, after the Go
+/// build).
+#[test]
+fn a_base_without_one_of_the_platforms_is_refused_before_any_stage() {
+    let f = fixture(&["linux/amd64", "linux/arm64"]);
+    let before = f.seed_lock();
+    let reg = TestRegistry::start();
+    let repo = reg.repo("base/single");
+    let digest = push_base(f.path(), &repo, "amd64");
+    let o = build(
+        &f,
+        &[
+            "--base",
+            &format!("{repo}:amd64@{digest}"),
+            "--insecure-registry",
+            &reg.addr,
+        ],
+    )
+    .output()
+    .unwrap();
+    assert_eq!(o.status.code(), Some(7), "{}", stderr(&o));
+    assert_eq!(
+        last_line(&o),
+        format!(
+            "occm-forge: error: image: base {repo}:amd64@{digest}: the image chosen for linux/arm64 is linux/amd64"
+        )
     );
     assert_eq!(stages(&o), ["inputs"], "{}", stderr(&o));
     assert_eq!(std::fs::read(&f.lock).unwrap(), before);

@@ -72,9 +72,10 @@ fn an_unreachable_proxy_is_named_in_the_error() {
     let last = stderr(&o).lines().last().unwrap_or_default().to_string();
     eprintln!("{last}");
     assert!(
+        // Found by the preflight's push check, before any build work.
         last.starts_with(&format!(
-            "occm-forge: error: publish: registry {}: ",
-            front.addr
+            "occm-forge: error: preflight: push to {a}/occm/openstack-cloud-controller-manager: registry {a}: check push permission",
+            a = front.addr
         )) && last.contains(&format!(
             "cannot reach the proxy http://127.0.0.1:{dead_port} (from HTTP_PROXY): "
         )) && last.contains(&format!("NO_PROXY does not list {}", front.addr)),
@@ -95,8 +96,8 @@ fn a_malformed_proxy_variable_is_an_error() {
     eprintln!("{last}");
     assert!(
         last.starts_with(&format!(
-            "occm-forge: error: publish: registry {}: set up the client: ",
-            front.addr
+            "occm-forge: error: preflight: push to {a}/occm/openstack-cloud-controller-manager: registry {a}: set up the client: ",
+            a = front.addr
         )) && last.ends_with("(check HTTPS_PROXY, HTTP_PROXY and NO_PROXY)"),
         "{last}"
     );

@@ -120,7 +120,7 @@ fn credentials_tls_and_refusals() {
     let line = last_line(&o);
     assert!(
         line.starts_with(&format!(
-            "occm-forge: error: publish: registry {}: ",
+            "occm-forge: error: preflight: push to {repo}: registry {}: ",
             s.reg.addr
         )),
         "{line}"
@@ -330,7 +330,16 @@ fn a_failing_credential_helper_is_one_line_naming_it_and_the_registry() {
 
     let o = push(&f, &repo, &with_helper, &[("PATH", path.as_path())]);
     assert_eq!(o.status.code(), Some(8), "{}", stderr(&o));
-    assert_eq!(errors(&o), [expected("publish")], "{}", stderr(&o));
+    // Found by the preflight's push check, before any build work.
+    assert_eq!(
+        errors(&o),
+        [expected(&format!(
+            "preflight: push to {}",
+            reg.repo("occm/openstack-cloud-controller-manager")
+        ))],
+        "{}",
+        stderr(&o)
+    );
     assert_eq!(
         reg.get_status("/v2/occm/openstack-cloud-controller-manager/manifests/v1.34.1-occmforge.1"),
         Some(404),

@@ -38,9 +38,13 @@ pub struct DoctorArgs {
     /// The OCI layout directory `build` would write (for the room it needs).
     #[arg(long, default_value = "out", value_name = "DIR")]
     output: PathBuf,
-    /// Base image instead of images.toml's: `static` or a reference.
+    /// Base image instead of images.toml's: `static` (built in; the checks need no registry
+    /// then) or a reference.
     #[arg(long, value_name = "static|REF")]
     base: Option<String>,
+    /// Allow a base image reference without @sha256 digest (as `build --allow-unpinned-base`).
+    #[arg(long)]
+    allow_unpinned_base: bool,
     /// Print the checks as a JSON array instead of the table.
     #[arg(long)]
     json: bool,
@@ -53,6 +57,7 @@ pub async fn run(cli: &Cli, args: &DoctorArgs) -> Result<u8, Error> {
         source: args.inputs.source.clone(),
         repository: args.repository.clone(),
         base: args.base.clone(),
+        allow_unpinned_base: args.allow_unpinned_base,
         push: args.push,
         accept: args.accept,
         output: args.output.clone(),
@@ -71,13 +76,24 @@ pub async fn run(cli: &Cli, args: &DoctorArgs) -> Result<u8, Error> {
     for m in &minors {
         match BuildPlan::resolve(&config, *m, &overrides) {
             Ok(p) => plans.push(p),
-            Err(e) => unresolved.push(Check::failed(
-                format!("minor {m}"),
-                Need::Build,
-                e.to_string(),
-                "fix images.toml, or pass --base static for a base not pinned yet",
-                e.exit_code(),
-            )),
+            Err(e) => {
+                // The error says what to do; the minor's other checks are still made, on the
+                // base as it is.
+                unresolved.push(Check::failed(
+                    format!("images.toml {m}"),
+                    Need::Build,
+                    e.to_string(),
+                    "",
+                    e.exit_code(),
+                ));
+                let lenient = Overrides {
+                    allow_unpinned_base: true,
+                    ..overrides.clone()
+                };
+                if let Ok(p) = BuildPlan::resolve(&config, *m, &lenient) {
+                    plans.push(p);
+                }
+            }
         }
     }
     let sign_key = args.sign_key.as_deref().map(|path| {

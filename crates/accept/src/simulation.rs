@@ -60,35 +60,44 @@ impl occm_forge_core::pipeline::acceptance::Acceptance for Simulation {
     }
 }
 
-/// Where `build --accept` looks for helm and magnum-cluster-api's Python.
-const ACCEPT_TOOLS: &str = "build --accept finds helm and the Python with magnum-cluster-api through OCCM_FORGE_HELM and OCCM_FORGE_MCAPI_PYTHON, else on PATH (helm, python3)";
-
 /// [`Simulation`]'s prerequisites of `plan` (see its `prerequisites`).
 fn prerequisites(
     plan: &occm_forge_core::pipeline::plan::BuildPlan,
 ) -> Vec<occm_forge_core::pipeline::preflight::Check> {
+    use occm_forge_core::consumers::mcapi::RendererError;
     use occm_forge_core::consumers::mcapi::{Renderer, Tools};
     use occm_forge_core::pipeline::preflight::{Check, Need};
     let tools = Tools::default();
     let mut checks = Vec::new();
     checks.push(match Renderer::helm(&tools) {
         Ok(helm) => Check::ok("helm", Need::Accept, helm.display().to_string()),
-        Err(e) => Check::failed("helm", Need::Accept, e.to_string(), ACCEPT_TOOLS, 16),
+        Err(RendererError::HelmMissing { why }) => Check::failed(
+            "helm",
+            Need::Accept,
+            format!("{why} (magnum-cluster-api's renderer runs `helm template`)"),
+            "install helm v3 onto PATH (`go install helm.sh/helm/v3/cmd/helm@v3.21.4`), or set OCCM_FORGE_HELM to it",
+            16,
+        ),
+        Err(e) => Check::failed("helm", Need::Accept, e.to_string(), "", 16),
     });
     let want = &plan.magnum_cluster_api;
+    let venv = format!(
+        "`python3 -m venv mcapi && mcapi/bin/pip install --no-deps magnum-cluster-api=={want}`, then set OCCM_FORGE_MCAPI_PYTHON=$PWD/mcapi/bin/python"
+    );
     checks.push(match Renderer::python(&tools, want) {
         Ok((python, version)) => Check::ok(
             "magnum-cluster-api",
             Need::Accept,
             format!("{version} for {}", python.display()),
         ),
-        Err(e) => Check::failed(
+        Err(RendererError::NotInstalled { python, why, .. }) => Check::failed(
             "magnum-cluster-api",
             Need::Accept,
-            e.to_string(),
-            ACCEPT_TOOLS,
+            format!("{python} cannot import magnum-cluster-api {want} ({why})"),
+            venv,
             16,
         ),
+        Err(e) => Check::failed("magnum-cluster-api", Need::Accept, e.to_string(), venv, 16),
     });
     checks.push(parts_source(plan));
     checks

@@ -71,7 +71,8 @@ pub fn open_bare(path: &Path) -> Result<Repository, git2::Error> {
     Repository::open_bare(path)
 }
 
-/// Creates a repository with a work tree at `path`, with no configuration but its own; its
+/// Creates a repository with a work tree at `path`, with no configuration but its own (and no
+/// template's); its
 /// `info/attributes` turns every conversion off (`* -text -ident -filter
 /// -working-tree-encoding`), so not even a `.gitattributes` in the checked-out tree changes
 /// the bytes written or committed.
@@ -79,7 +80,7 @@ pub fn open_bare(path: &Path) -> Result<Repository, git2::Error> {
 /// Errors: libgit2's, or the attributes file cannot be written.
 pub fn init(path: &Path) -> Result<Repository, git2::Error> {
     isolate();
-    let repo = Repository::init(path)?;
+    let repo = Repository::init_opts(path, &no_template())?;
     let info = repo.path().join("info");
     std::fs::create_dir_all(&info)
         .and_then(|()| std::fs::write(info.join("attributes"), NO_CONVERSION))
@@ -97,7 +98,16 @@ pub const NO_CONVERSION: &str = "* -text -ident -filter -working-tree-encoding\n
 /// Errors: libgit2's.
 pub fn init_bare(path: &Path) -> Result<Repository, git2::Error> {
     isolate();
-    Repository::init_bare(path)
+    Repository::init_opts(path, no_template().bare(true))
+}
+
+/// Options that make a repository from nothing else: no template directory (git2 copies the
+/// system's, `/usr/share/git-core/templates`, whose `config` could set `core.worktree` or
+/// `diff.noprefix`, by default).
+fn no_template() -> git2::RepositoryInitOptions {
+    let mut opts = git2::RepositoryInitOptions::new();
+    opts.external_template(false);
+    opts
 }
 
 /// Opens the configuration file at `path` alone (no other level).
@@ -176,21 +186,37 @@ fn strip_slash(path: &Path) -> PathBuf {
     }
 }
 
-/// Whether the `safe.directory` value `value` trusts the repository at `repo`.
+/// Whether the `safe.directory` value `value` trusts the repository at `repo`: `*`, or an
+/// absolute path (`~/` expanded to `$HOME/`, as git reads a path value), itself or with `/*`
+/// for everything below it. A relative value trusts nothing (git ignores it).
 fn trusts(value: &str, repo: &Path) -> bool {
     if value == "*" {
         return true;
     }
+    let expanded = match value.strip_prefix("~/") {
+        Some(rest) => match std::env::var_os("HOME") {
+            Some(home) => Path::new(&home).join(rest),
+            None => return false,
+        },
+        None => PathBuf::from(value),
+    };
+    if !expanded.is_absolute() {
+        return false;
+    }
     let canonical = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
     let repo = canonical(repo);
-    match value.strip_suffix("/*") {
+    let text = expanded.to_string_lossy();
+    match text.strip_suffix("/*") {
         Some(prefix) => repo.starts_with(canonical(Path::new(prefix))),
-        None => canonical(&strip_slash(Path::new(value))) == repo,
+        None => canonical(&strip_slash(&expanded)) == repo,
     }
 }
 
-/// The `safe.directory` values in effect, in git's order (system, then global), an empty value
-/// clearing those before it.
+/// The `safe.directory` values in effect, in git's order (system, global, then the command
+/// line's `GIT_CONFIG_COUNT`/`GIT_CONFIG_KEY_<n>`/`GIT_CONFIG_VALUE_<n>`), an empty value
+/// clearing those before it. `GIT_CONFIG_GLOBAL` set, even empty, replaces the global files (an
+/// empty one names none); `GIT_CONFIG_NOSYSTEM` that is not false (git refuses a value it cannot
+/// read) leaves the system file out.
 fn safe_directories() -> Vec<String> {
     let var = |k: &str| {
         std::env::var_os(k)
@@ -200,13 +226,13 @@ fn safe_directories() -> Vec<String> {
     let mut files = Vec::new();
     let no_system = std::env::var("GIT_CONFIG_NOSYSTEM")
         .ok()
-        .and_then(|v| git2::Config::parse_bool(v).ok())
-        .unwrap_or(false);
+        .is_some_and(|v| git2::Config::parse_bool(v).unwrap_or(true));
     if !no_system {
         files.push(var("GIT_CONFIG_SYSTEM").unwrap_or_else(|| PathBuf::from("/etc/gitconfig")));
     }
-    match var("GIT_CONFIG_GLOBAL") {
-        Some(global) => files.push(global),
+    match std::env::var_os("GIT_CONFIG_GLOBAL") {
+        Some(global) if global.is_empty() => {}
+        Some(global) => files.push(PathBuf::from(global)),
         None => {
             let home = var("HOME");
             if let Some(xdg) =
@@ -231,6 +257,19 @@ fn safe_directories() -> Vec<String> {
             Ok("") | Err(_) => values.clear(),
             Ok(v) => values.push(v.to_string()),
         });
+    }
+    let count: usize = std::env::var("GIT_CONFIG_COUNT")
+        .ok()
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0);
+    for i in 0..count {
+        let key = std::env::var(format!("GIT_CONFIG_KEY_{i}")).unwrap_or_default();
+        if key.eq_ignore_ascii_case("safe.directory") {
+            match std::env::var(format!("GIT_CONFIG_VALUE_{i}")).unwrap_or_default() {
+                v if v.is_empty() => values.clear(),
+                v => values.push(v),
+            }
+        }
     }
     values
 }
@@ -284,6 +323,9 @@ mod tests {
         assert!(trusts(&format!("{}/*", dir.path().display()), &repo));
         assert!(!trusts(&dir.path().display().to_string(), &repo));
         assert!(!trusts(&format!("{}/other/*", dir.path().display()), &repo));
+        // Relative values trust nothing, wherever occm-forge runs.
+        assert!(!trusts("mirror.git", &repo));
+        assert!(!trusts("../*", &repo));
     }
 
     #[test]

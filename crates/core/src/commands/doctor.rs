@@ -5,62 +5,48 @@
 use crate::pipeline::acceptance::Acceptance;
 use crate::pipeline::plan::{BaseSpec, BuildPlan};
 use crate::pipeline::preflight::{self, Check, Need};
+
 use crate::registry::Registry;
 
 /// The checks `build` would make for each of `plans` (with their `--push` and `--accept`), the
-/// base of each, and the signing key's (`sign_key`: what loading it said), each check once
-/// (a check two minors share, such as the cache's, is listed for the first).
+/// base of each (the bases checked side by side, each once), and the signing key's (`sign_key`:
+/// what loading it said). A check several minors share is one row (the cache's), and a row that
+/// belongs to some minors names them (`Go toolchain go1.25.1 (1.33, 1.34)`); rows come in the
+/// order build, `--push`, `--accept`, `--sign-key`.
 pub async fn doctor(
     plans: &[BuildPlan],
     registry: &dyn Registry,
     acceptance: Option<&dyn Acceptance>,
     sign_key: Option<Result<String, String>>,
 ) -> Vec<Check> {
-    let mut all: Vec<Check> = Vec::new();
-    // One row per check: a later minor's same check (the cache, Go itself) is not listed again.
-    let add = |c: Check, all: &mut Vec<Check>| {
-        if !all.iter().any(|a| a.name == c.name && a.need == c.need) {
-            all.push(c);
+    // (check, the minors it was made for), one per name and need.
+    let mut rows: Vec<(Check, Vec<String>)> = Vec::new();
+    let mut add = |c: Check, minor: Option<String>| match rows
+        .iter_mut()
+        .find(|(a, _)| a.name == c.name && a.need == c.need)
+    {
+        Some((kept, minors)) => {
+            // A minor that needs more (room for another Go) says so over one that does not.
+            if kept.status.is_ok() && c.status.is_err() {
+                *kept = c;
+            }
+            minors.extend(minor);
         }
+        None => rows.push((c, minor.into_iter().collect())),
     };
     for plan in plans {
-        for c in preflight::checks(plan, registry).await {
-            add(c, &mut all);
+        for c in crate::pipeline::prerequisites(plan, registry, acceptance).await {
+            add(c, Some(plan.minor.to_string()));
         }
-        if let BaseSpec::Image(r) = &plan.base {
-            let name = format!("base {}", plan.base_text);
-            let c = match crate::registry::pull::check_base(
-                registry,
-                r,
-                &plan.base_text,
-                &plan.platforms,
-                plan.allow_unpinned_base,
-            )
-            .await
-            {
-                Ok(()) => Check::ok(
-                    name,
-                    Need::Build,
-                    format!("an image manifest for {}", plan.platform_names().join(", ")),
-                ),
-                Err(e) => Check::failed(
-                    name,
-                    Need::Build,
-                    e.to_string(),
-                    "pin a base that has every platform (`occm-forge pin`), or build with --base static",
-                    7,
-                ),
-            };
-            add(c, &mut all);
-        }
-        if let Some(a) = acceptance.filter(|_| plan.accept) {
-            for c in tokio::task::block_in_place(|| a.prerequisites(plan)) {
-                add(c, &mut all);
-            }
-        }
+        add(preflight::output_check(&plan.output), None);
+    }
+    for (mut c, minors) in bases(plans, registry).await {
+        // Each base its own row, named by the minors it is the base of.
+        c.name = format!("base ({})", minors.join(", "));
+        add(c, None);
     }
     match sign_key {
-        Some(Ok(found)) => add(Check::ok("signing key", Need::Sign, found), &mut all),
+        Some(Ok(found)) => add(Check::ok("signing key", Need::Sign, found), None),
         Some(Err(cause)) => add(
             Check::failed(
                 "signing key",
@@ -69,11 +55,94 @@ pub async fn doctor(
                 "give cosign's key file (`cosign generate-key-pair`) with its password in COSIGN_PASSWORD",
                 2,
             ),
-            &mut all,
+            None,
         ),
         None => {}
     }
+    let mut all: Vec<Check> = rows
+        .into_iter()
+        .map(|(mut c, minors)| {
+            let own = c.name.starts_with("Go toolchain");
+            if own && !minors.is_empty() {
+                c.name = format!("{} ({})", c.name, minors.join(", "));
+            }
+            c
+        })
+        .collect();
+    all.sort_by_key(|c| match c.need {
+        Need::Build => 0,
+        Need::Push => 1,
+        Need::Accept => 2,
+        Need::Sign => 3,
+    });
     all
+}
+
+/// Each pulled base of `plans` checked once, side by side ([`crate::registry::pull::check_base`]),
+/// with the minors it is the base of.
+async fn bases(plans: &[BuildPlan], registry: &dyn Registry) -> Vec<(Check, Vec<String>)> {
+    let mut distinct: Vec<(&BuildPlan, Vec<String>)> = Vec::new();
+    for plan in plans {
+        if !matches!(plan.base, BaseSpec::Image(_)) {
+            continue;
+        }
+        match distinct
+            .iter_mut()
+            .find(|(p, _)| p.base_text == plan.base_text && p.platforms == plan.platforms)
+        {
+            Some((_, minors)) => minors.push(plan.minor.to_string()),
+            None => distinct.push((plan, vec![plan.minor.to_string()])),
+        }
+    }
+    let checks = distinct.iter().map(|(plan, _)| base_check(plan, registry));
+    futures::future::join_all(checks)
+        .await
+        .into_iter()
+        .zip(distinct.iter().map(|(_, m)| m.clone()))
+        .collect()
+}
+
+/// Whether `plan`'s base gives an image manifest for each of its platforms, and if not, what to
+/// do by the cause: the registry unreachable, credentials, or the base itself.
+async fn base_check(plan: &BuildPlan, registry: &dyn Registry) -> Check {
+    use crate::registry::ErrorKind;
+    use crate::registry::pull::PullError;
+    let BaseSpec::Image(r) = &plan.base else {
+        unreachable!("only pulled bases are checked")
+    };
+    let found = crate::registry::pull::check_base(
+        registry,
+        r,
+        &plan.base_text,
+        &plan.platforms,
+        plan.allow_unpinned_base,
+    )
+    .await;
+    match found {
+        Ok(()) => Check::ok(
+            "base",
+            Need::Build,
+            format!(
+                "{}: an image manifest for {}",
+                plan.base_text,
+                plan.platform_names().join(", ")
+            ),
+        ),
+        Err(e) => {
+            let fix = match &e {
+                PullError::Registry(r) if r.kind == ErrorKind::Auth => {
+                    "log in to its registry (`docker login`, or --registry-config)"
+                }
+                PullError::Registry(r) if r.kind != ErrorKind::NotFound => {
+                    "check that its registry is reachable from here (HTTPS_PROXY, NO_PROXY), or pass --base static (to doctor and build) for the built-in base"
+                }
+                _ => {
+                    "pin a base that has every platform (`occm-forge pin --k8s <minor>`), or pass --base static"
+                }
+            };
+            Check::failed("base", Need::Build, e.to_string(), fix, 7)
+        }
+    }
 }
 
 /// The checks as a table: `CHECK`, `FOR`, `STATUS` (`ok` or `MISSING`) and what was found or,
@@ -84,6 +153,7 @@ pub fn table(checks: &[Check]) -> String {
         .map(|c| {
             let (status, detail) = match &c.status {
                 Ok(found) => ("ok", found.clone()),
+                Err(p) if p.fix.is_empty() => ("MISSING", p.cause.clone()),
                 Err(p) => ("MISSING", format!("{}; {}", p.cause, p.fix)),
             };
             [

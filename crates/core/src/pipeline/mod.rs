@@ -479,11 +479,7 @@ async fn preflight(
             other => other?,
         }
     }
-    let mut checks = preflight::checks(plan, registry).await;
-    if let Some(a) = acceptance {
-        checks.extend(tokio::task::block_in_place(|| a.prerequisites(plan)));
-    }
-    preflight::PreflightError::of(checks)?;
+    preflight::PreflightError::of(prerequisites(plan, registry, acceptance).await)?;
     if plan.push {
         registry
             .manifest_digest(&plan.repository_name, &plan.tag)
@@ -492,6 +488,26 @@ async fn preflight(
     } else {
         Ok(None)
     }
+}
+
+/// What the stages `plan` asks for need from this machine ([`preflight`]): Go and the pinned
+/// toolchain, the cache, room in it and in `--output`; with `--push`, the registry's push rights;
+/// with `--accept`, what `acceptance` needs. Each checked, none stopping the others.
+pub async fn prerequisites(
+    plan: &BuildPlan,
+    registry: &dyn Registry,
+    acceptance: Option<&dyn Acceptance>,
+) -> Vec<preflight::Check> {
+    let mut checks = tokio::task::block_in_place(|| {
+        preflight::build_checks(&plan.toolchain, &plan.cache_dir, &plan.output)
+    });
+    if plan.push {
+        checks.push(preflight::push_check(registry, &plan.repository_name).await);
+    }
+    if let Some(a) = acceptance.filter(|_| plan.accept) {
+        checks.extend(tokio::task::block_in_place(|| a.prerequisites(plan)));
+    }
+    checks
 }
 
 /// Fails unless `dir` can be created and written (a read-only or mistyped `--output` is caught

@@ -24,14 +24,13 @@ use serde::Serialize;
 
 use crate::base::disk;
 use crate::pipeline::go::Toolchain;
-use crate::pipeline::plan::BuildPlan;
 use crate::registry::Registry;
 
 /// Room a build takes in the cache when it lacks the minor's Go: the toolchain, upstream's
 /// modules, the packages compiled by that Go for both platforms and the tests, the object store,
 /// the work tree, and the link's scratch. Measured for v1.34.1 (linux/amd64 and linux/arm64,
 /// go1.25.1) from an empty cache: 4.9 GiB at the peak, 3.4 GiB kept; v1.35.0 (go1.25.5) after
-/// it, in the same cache: as much again. With a margin, 6 GiB.
+/// it, in the same cache: 4.5 GiB more at the peak. With a margin, 6 GiB.
 pub const CACHE_COLD: u64 = 6 << 30;
 /// Room a build takes in a cache that has the minor's Go and its compiled packages (a rebuild,
 /// a changed patch): the recompiled packages and the link's scratch, measured 1.1 GiB at the
@@ -148,6 +147,7 @@ pub struct PreflightError {
 impl std::fmt::Display for PreflightError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let line = |c: &Check| match &c.status {
+            Err(p) if p.fix.is_empty() => format!("{}: {}", c.name, p.cause),
             Err(p) => format!("{}: {}; {}", c.name, p.cause, p.fix),
             Ok(_) => c.name.clone(),
         };
@@ -191,23 +191,15 @@ impl PreflightError {
     }
 }
 
-/// The checks every build of `plan` needs (blocking; a second or so): Go and its toolchain, the
-/// cache, room in the cache and in `--output`.
-pub fn build_checks(plan: &BuildPlan) -> Vec<Check> {
-    let mut checks = go_checks(&plan.toolchain);
-    checks.extend(cache_checks(&plan.cache_dir, &plan.toolchain));
-    checks.push(room("room in --output", &plan.output, OUTPUT_ROOM));
+/// The checks every build needs (blocking; a second or so): the cache `cache_dir` (usable, and
+/// room in it), Go and `toolchain` (asked only of a usable cache: Go keeps toolchains there),
+/// room in `output` (`--output`).
+pub fn build_checks(toolchain: &Toolchain, cache_dir: &Path, output: &Path) -> Vec<Check> {
+    let mut checks = cache_checks(cache_dir, toolchain);
+    let usable = checks.iter().all(|c| c.status.is_ok());
+    checks.extend(go_checks(toolchain, usable));
+    checks.push(room("room in --output", output, OUTPUT_ROOM));
     checks
-}
-
-/// The checks of `plan` and its `--push` (the registry answers and takes a push from these
-/// credentials). Acceptance adds its own (the caller asks it).
-pub async fn checks(plan: &BuildPlan, registry: &dyn Registry) -> Vec<Check> {
-    let mut all = tokio::task::block_in_place(|| build_checks(plan));
-    if plan.push {
-        all.push(push_check(registry, &plan.repository_name).await);
-    }
-    all
 }
 
 /// `--push`: whether the credentials may push into `repo` ([`Registry::check_push`]).
@@ -223,19 +215,15 @@ pub async fn push_check(
             "the registry takes an upload from these credentials",
         ),
         Err(e) => {
-            let fix = match e.kind {
-                crate::registry::ErrorKind::Auth => {
-                    "log in with push rights to that repository (`docker login`, or --registry-config)"
-                }
-                _ => "check the registry's address, TLS (--ca-file, --insecure-registry) and proxy",
-            };
-            Check::failed(name, Need::Push, e.to_string(), fix, 8)
+            // The registry's error says what to do (credentials, the proxy, its storage).
+            Check::failed(name, Need::Push, e.to_string(), "", 8)
         }
     }
 }
 
-/// `go` on PATH, recent enough to fetch toolchains, and the pinned toolchain obtainable.
-pub fn go_checks(toolchain: &Toolchain) -> Vec<Check> {
+/// `go` on PATH, recent enough to fetch toolchains, and the pinned toolchain obtainable — the
+/// latter only asked when the cache is `usable` (the module cache holds toolchains).
+pub fn go_checks(toolchain: &Toolchain, usable: bool) -> Vec<Check> {
     let local = match local_go() {
         Ok(v) => v,
         Err(cause) => {
@@ -269,6 +257,9 @@ pub fn go_checks(toolchain: &Toolchain) -> Vec<Check> {
             "install Go 1.21 or later",
             6,
         ));
+        return checks;
+    }
+    if !usable {
         return checks;
     }
     checks.push(match toolchain_obtainable(toolchain) {
@@ -318,28 +309,56 @@ pub fn toolchain_module(version: &str) -> String {
     format!("golang.org/toolchain@v0.0.1-go{version}.{host}")
 }
 
-/// Where the pinned toolchain comes from, or why it cannot be had: already in the module cache,
-/// or the module proxy's answer to `go list -m -json <module>` (GOPROXY and friends as the
-/// build inherits them; a 403 names the module and the proxy's words).
+/// How long the module proxy has to answer whether it serves a toolchain.
+const PROXY_ANSWER: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Whether `GOPROXY` (as the build inherits it; Go's default when unset) is `off`.
+fn proxy_off() -> bool {
+    std::env::var("GOPROXY").is_ok_and(|p| {
+        !p.trim().is_empty()
+            && p.split([',', '|'])
+                .all(|e| e.trim() == "off" || e.trim().is_empty())
+    })
+}
+
+/// Where the pinned toolchain comes from, or why it cannot be had: already in the module cache
+/// (unpacked, or its zip downloaded); with `GOPROXY=off`, nowhere else; otherwise the module
+/// proxy's answer to `go list -m -json <module>` within [`PROXY_ANSWER`] (GOPROXY and friends as
+/// the build inherits them; a 403 names the module and the proxy's words). `go list -m` fetches
+/// only the toolchain's `.info`; the build downloads the zip.
 fn toolchain_obtainable(toolchain: &Toolchain) -> Result<String, String> {
     let module = toolchain_module(&toolchain.version);
     let (path, version) = module.split_once('@').expect("path@version");
-    if toolchain
-        .mod_cache
-        .join(format!("{path}@{version}"))
-        .join("bin/go")
-        .is_file()
+    let cache = &toolchain.mod_cache;
+    if cache.join(&module).join("bin/go").is_file()
+        || cache
+            .join("cache/download")
+            .join(path)
+            .join("@v")
+            .join(format!("{version}.zip"))
+            .is_file()
     {
         return Ok("in the module cache".into());
     }
-    let dir = toolchain.tmp_dir();
-    let out = toolchain
-        .command(&dir)
-        .args(["list", "-m", "-json", &module])
+    if proxy_off() {
+        return Err(format!(
+            "GOPROXY is off and the module cache ({}) does not hold {module}",
+            cache.display()
+        ));
+    }
+    let mut cmd = toolchain.command(Path::new("/"));
+    cmd.args(["list", "-m", "-json", &module])
         .env("GOTOOLCHAIN", "local")
         .env("GOFLAGS", "-mod=mod")
-        .output()
-        .map_err(|e| format!("cannot run go: {e}"))?;
+        .env_remove("GOTMPDIR");
+    let out = output_within(&mut cmd, PROXY_ANSWER).map_err(|e| match e {
+        Wait::Start(e) => format!("cannot run go: {e}"),
+        Wait::TimedOut => format!(
+            "the module proxy did not say within {} s whether it serves {module} (GOPROXY={})",
+            PROXY_ANSWER.as_secs(),
+            std::env::var("GOPROXY").unwrap_or_else(|_| "Go's default".into())
+        ),
+    })?;
     if out.status.success() {
         return Ok(match std::env::var("GOPROXY") {
             Ok(proxy) if !proxy.is_empty() => {
@@ -354,6 +373,11 @@ fn toolchain_obtainable(toolchain: &Toolchain) -> Result<String, String> {
         .next()
         .unwrap_or("go list failed")
         .trim_start_matches("go: ");
+    // Go names the module first; the line says it already.
+    let first = first
+        .strip_prefix(module.as_str())
+        .map(|rest| rest.trim_start_matches(": "))
+        .unwrap_or(first);
     let answer = lines
         .find_map(|l| l.strip_prefix("server response:"))
         .map(|r| format!(" ({})", r.trim().trim_end_matches('.')))
@@ -363,12 +387,59 @@ fn toolchain_obtainable(toolchain: &Toolchain) -> Result<String, String> {
     ))
 }
 
-/// The cache directory: programs must run from it, and it needs room for a build with
-/// `toolchain` ([`CACHE_COLD`] while it lacks that Go, else [`CACHE_WARM`]).
+/// Why [`output_within`] has no output.
+enum Wait {
+    /// The command could not start.
+    Start(std::io::Error),
+    /// It did not end in time (and was killed).
+    TimedOut,
+}
+
+/// `cmd`'s output, killing it when it has not ended within `limit`.
+fn output_within(
+    cmd: &mut Command,
+    limit: std::time::Duration,
+) -> Result<std::process::Output, Wait> {
+    use std::process::Stdio;
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(Wait::Start)?;
+    let started = std::time::Instant::now();
+    loop {
+        match child.try_wait() {
+            Ok(Some(_)) => return child.wait_with_output().map_err(Wait::Start),
+            Ok(None) if started.elapsed() < limit => {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(Wait::TimedOut);
+            }
+        }
+    }
+}
+
+/// The cache directory: occm-forge must be able to write it and programs must run from it, and
+/// it needs room for a build with `toolchain` ([`CACHE_COLD`] while it lacks that Go, else
+/// [`CACHE_WARM`]).
 pub fn cache_checks(cache_dir: &Path, toolchain: &Toolchain) -> Vec<Check> {
     let name = "cache directory";
-    let mut checks = vec![match disk::file_system(cache_dir) {
-        Some(fs) if fs.noexec => Check::failed(
+    let fix = "point the cache (--cache-dir, OCCM_FORGE_CACHE) at a directory of yours on a file system that allows programs to run";
+    let writable = std::fs::create_dir_all(cache_dir)
+        .and_then(|()| tempfile::tempfile_in(cache_dir).map(drop));
+    let usable = match (writable, disk::file_system(cache_dir)) {
+        (Err(e), _) => Check::failed(
+            name,
+            Need::Build,
+            format!("cannot write to {}: {e}", cache_dir.display()),
+            fix,
+            16,
+        ),
+        (Ok(()), Some(fs)) if fs.noexec => Check::failed(
             name,
             Need::Build,
             format!(
@@ -376,28 +447,24 @@ pub fn cache_checks(cache_dir: &Path, toolchain: &Toolchain) -> Vec<Check> {
                 cache_dir.display(),
                 fs.mount_point.display()
             ),
-            "point the cache (--cache-dir, OCCM_FORGE_CACHE) at a file system that allows programs to run",
+            fix,
             16,
         ),
-        Some(fs) if fs.read_only => Check::failed(
-            name,
-            Need::Build,
-            format!(
-                "{} is on {}, mounted read-only",
-                cache_dir.display(),
-                fs.mount_point.display()
-            ),
-            "point the cache (--cache-dir, OCCM_FORGE_CACHE) at a writable directory",
-            16,
-        ),
-        _ => Check::ok(name, Need::Build, cache_dir.display().to_string()),
-    }];
-    let warm = has_go(toolchain);
-    checks.push(room(
-        "room in the cache",
-        cache_dir,
-        if warm { CACHE_WARM } else { CACHE_COLD },
-    ));
+        (Ok(()), _) => Check::ok(name, Need::Build, cache_dir.display().to_string()),
+    };
+    let ok = usable.status.is_ok();
+    let mut checks = vec![usable];
+    if ok {
+        checks.push(room(
+            "room in the cache",
+            cache_dir,
+            if has_go(toolchain) {
+                CACHE_WARM
+            } else {
+                CACHE_COLD
+            },
+        ));
+    }
     checks
 }
 
@@ -410,6 +477,44 @@ fn has_go(toolchain: &Toolchain) -> bool {
     let local = local_go().is_ok_and(|v| v == toolchain.version)
         && std::fs::read_dir(&toolchain.build_cache).is_ok_and(|mut d| d.next().is_some());
     fetched || local
+}
+
+/// Whether `dir` (`--output`) can be written, without making it: a directory that exists must
+/// take a new file; one that does not, its nearest existing parent. (`build` makes it, and
+/// refuses a file there with exit 2.)
+pub fn output_check(dir: &Path) -> Check {
+    let name = "--output";
+    if dir.exists() && !dir.is_dir() {
+        return Check::failed(
+            name,
+            Need::Build,
+            format!(
+                "{} is not a directory (the OCI layout is a directory)",
+                dir.display()
+            ),
+            "give a directory with --output",
+            2,
+        );
+    }
+    let absolute = std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf());
+    let existing = absolute
+        .ancestors()
+        .find(|a| a.is_dir())
+        .unwrap_or(Path::new("/"));
+    match tempfile::tempfile_in(existing) {
+        Ok(_) => Check::ok(
+            name,
+            Need::Build,
+            format!("{} can be written", dir.display()),
+        ),
+        Err(e) => Check::failed(
+            name,
+            Need::Build,
+            format!("cannot write to {}: {e}", existing.display()),
+            "give a directory of yours with --output",
+            1,
+        ),
+    }
 }
 
 /// At least `need` bytes free on the file system of `dir`.

@@ -92,10 +92,12 @@ fn is_index(media_type: &str, json: &Value) -> bool {
     matches!(media_type, spec::OCI_INDEX | spec::DOCKER_LIST) || json.get("manifests").is_some()
 }
 
-/// Checks, in seconds and before any build work, that `base` gives an image manifest for each
-/// of `platforms`: the top-level manifest or index (fetched as [`pull_base`] fetches it), and
-/// for each platform its manifest, found through nested indexes as [`pull_base`] finds it, read
-/// as an image manifest with a config. Configs and layers are not fetched.
+/// Checks, in seconds and before any build work, that `base` gives an image for each of
+/// `platforms`: the top-level manifest or index (fetched as [`pull_base`] fetches it), and for
+/// each platform its manifest, found through nested indexes as [`pull_base`] finds it, read as
+/// an image manifest, and its config (a few KiB), whose `os` and `architecture` must be the
+/// platform's (a single-platform base asked for two platforms fails here, not after the Go
+/// build). Layers are not fetched.
 ///
 /// Errors: as [`pull_base`]'s.
 pub async fn check_base(
@@ -111,10 +113,24 @@ pub async fn check_base(
             Some(index) => platform_manifest(registry, base, text, index, p).await?.0,
             None => top.to_vec(),
         };
-        serde_json::from_slice::<Manifest>(&bytes).map_err(|e| PullError::Invalid {
+        let invalid = |message: String| PullError::Invalid {
             subject: text.to_string(),
-            message: format!("the {p} entry is not an image manifest: {e}"),
-        })?;
+            message,
+        };
+        let manifest: Manifest = serde_json::from_slice(&bytes)
+            .map_err(|e| invalid(format!("the {p} entry is not an image manifest: {e}")))?;
+        let config = registry
+            .pull_blob(&base.repository, &manifest.config.digest)
+            .await?;
+        let config: Value =
+            serde_json::from_slice(&config).map_err(|e| invalid(format!("invalid config: {e}")))?;
+        let (os, arch) = (
+            config["os"].as_str().unwrap_or(""),
+            config["architecture"].as_str().unwrap_or(""),
+        );
+        if os != p.os || arch != p.arch {
+            return Err(invalid(format!("the image chosen for {p} is {os}/{arch}")));
+        }
     }
     Ok(())
 }

@@ -307,7 +307,11 @@ fn reproduces(repo: &Repository, commit: Oid, patch: &PatchFile) -> Result<(), S
     let commit = repo
         .find_commit(commit)
         .map_err(|e| e.message().to_string())?;
-    let bytes = patches::read_as_git_am(patch).map_err(|e| e.to_string())?;
+    let parent = commit
+        .parent(0)
+        .and_then(|p| p.tree())
+        .map_err(|e| e.message().to_string())?;
+    let bytes = patches::read_as_git_am(patch, &parent).map_err(|e| e.to_string())?;
     let mail = patches::parse_mail(&bytes);
     let message = commit.message().unwrap_or_default();
     let (subject, body) = message.split_once('\n').unwrap_or((message, ""));

@@ -283,27 +283,36 @@ pub fn as_git_am_reads(bytes: &[u8]) -> Cow<'_, [u8]> {
     Cow::Owned(out)
 }
 
-/// A patch file as `git am` reads it, ready for libgit2: its line endings as
-/// [`as_git_am_reads`] reads them, and every file section without `a/`/`b/` prefixes given them
-/// (a patch made with `diff.noprefix`: see `forms`), so that it applies at the paths its
-/// `diff --git` lines name and not, as `git am -p1` would put it, one directory off (said once
-/// in a warning).
+/// A patch file as `git am` reads it, ready for libgit2 to apply to `tree` (the tree it applies
+/// to): its line endings as [`as_git_am_reads`] reads them, every file section without `a/`/`b/`
+/// prefixes given them (a patch made with `diff.noprefix`; where the names are the same on both
+/// sides, `tree` tells whether they carry equal prefixes instead: see `forms`), so that it
+/// applies at the paths its author meant and not, as `git am -p1` would put it, one directory
+/// off (said once in a warning); names with spaces quoted, which libgit2 needs.
 ///
-/// Errors: [`PatchError::Unsupported`] for a copy (libgit2 would apply it as a rename) or a
-/// binary change without its data.
-pub fn read_as_git_am(patch: &PatchFile) -> Result<Cow<'_, [u8]>, PatchError> {
+/// Errors: [`PatchError::Unsupported`] for a copy (libgit2 would apply it as a rename), a binary
+/// change without its data, or names `tree` cannot tell the prefixes of.
+pub fn read_as_git_am<'a>(
+    patch: &'a PatchFile,
+    tree: &git2::Tree<'_>,
+) -> Result<Cow<'a, [u8]>, PatchError> {
+    use std::os::unix::ffi::OsStrExt;
     let unsupported = |r: forms::Refusal| PatchError::Unsupported {
         name: patch.name.clone(),
         message: r.0,
     };
+    let has = |p: &[u8]| {
+        tree.get_path(Path::new(std::ffi::OsStr::from_bytes(p)))
+            .is_ok()
+    };
     match as_git_am_reads(&patch.bytes) {
         Cow::Borrowed(b) => {
-            let (out, bare) = forms::with_prefixes(b).map_err(unsupported)?;
+            let (out, bare) = forms::normalise(b, &has).map_err(unsupported)?;
             warn_bare(patch, bare);
             Ok(out)
         }
         Cow::Owned(b) => {
-            let (out, bare) = forms::with_prefixes(&b).map_err(unsupported)?;
+            let (out, bare) = forms::normalise(&b, &has).map_err(unsupported)?;
             warn_bare(patch, bare);
             Ok(Cow::Owned(out.into_owned()))
         }
@@ -314,7 +323,7 @@ pub fn read_as_git_am(patch: &PatchFile) -> Result<Cow<'_, [u8]>, PatchError> {
 fn warn_bare(patch: &PatchFile, bare: bool) {
     if bare {
         tracing::warn!(
-            "patch {}: its paths have no a/ and b/ prefixes (made with diff.noprefix or --no-prefix); applied at the paths its diff --git lines name, where `git am` would strip their first directory: write it again with `git format-patch` (without --no-prefix) or `occm-forge patches export`",
+            "patch {}: its paths have no a/ and b/ prefixes (made with diff.noprefix or --no-prefix); applied at the paths its diff --git lines name, where `git am` would strip their first directory: write it again with `git format-patch` (without --no-prefix), or with `occm-forge patches edit` and `patches export`",
             patch.name
         );
     }
@@ -413,7 +422,15 @@ pub fn apply_one(
     fallback_time: i64,
     leave_conflicts: bool,
 ) -> Result<AppliedPatch, PatchError> {
-    let bytes = read_as_git_am(patch)?;
+    let head = repo
+        .head()
+        .and_then(|h| h.peel_to_tree())
+        .map_err(|e| PatchError::Commit {
+            name: patch.name.clone(),
+            tree: repo.workdir().unwrap_or(repo.path()).to_path_buf(),
+            message: e.message().to_string(),
+        })?;
+    let bytes = read_as_git_am(patch, &head)?;
     let mail = parse_mail(&bytes);
     let diff = Diff::from_buffer(&bytes).map_err(|e| PatchError::Parse {
         name: patch.name.clone(),
@@ -520,7 +537,8 @@ pub fn commit_index(
     patch: &PatchFile,
     fallback_time: i64,
 ) -> Result<String, PatchError> {
-    let bytes = read_as_git_am(patch)?;
+    // Only the mail headers are read: the diff is applied already.
+    let bytes = as_git_am_reads(&patch.bytes);
     commit(repo, patch, &parse_mail(&bytes), fallback_time)
 }
 

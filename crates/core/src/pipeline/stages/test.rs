@@ -79,13 +79,17 @@ impl Stage for TestStage<'_> {
                         detail,
                     ))
                 }
-                Err(e) => Ok(Done::new(
-                    Tested {
-                        summary: TestSummary::default(),
-                        problem: Some(e.to_string()),
-                    },
-                    format!("go{go}: the tests could not run (see the table)"),
-                )),
+                Err(e) => {
+                    // Stopped by a signal: not a run whose tests could not start.
+                    crate::pipeline::stage::checkpoint()?;
+                    Ok(Done::new(
+                        Tested {
+                            summary: TestSummary::default(),
+                            problem: Some(e.to_string()),
+                        },
+                        format!("go{go}: the tests could not run (see the table)"),
+                    ))
+                }
             },
         }
     }
