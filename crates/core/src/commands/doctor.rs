@@ -102,28 +102,18 @@ async fn bases(plans: &[BuildPlan], registry: &dyn Registry) -> Vec<(Check, Vec<
         .collect()
 }
 
-/// Whether `plan`'s base gives an image manifest for each of its platforms, and if not, what to
-/// do by the cause: the registry unreachable, credentials, or the base itself.
+/// Whether `plan`'s base gives an image for each of its platforms
+/// ([`crate::pipeline::base_resolves`], as the build's preflight asks), and if not, what to do by
+/// the cause: the registry unreachable, credentials, or the base itself.
 async fn base_check(plan: &BuildPlan, registry: &dyn Registry) -> Check {
     use crate::registry::ErrorKind;
     use crate::registry::pull::PullError;
-    let BaseSpec::Image(r) = &plan.base else {
-        unreachable!("only pulled bases are checked")
-    };
-    let found = crate::registry::pull::check_base(
-        registry,
-        r,
-        &plan.base_text,
-        &plan.platforms,
-        plan.allow_unpinned_base,
-    )
-    .await;
-    match found {
+    match crate::pipeline::base_resolves(plan, registry).await {
         Ok(()) => Check::ok(
             "base",
             Need::Build,
             format!(
-                "{}: an image manifest for {}",
+                "{}: an image for {}",
                 plan.base_text,
                 plan.platform_names().join(", ")
             ),
@@ -133,7 +123,7 @@ async fn base_check(plan: &BuildPlan, registry: &dyn Registry) -> Check {
                 PullError::Registry(r) if r.kind == ErrorKind::Auth => {
                     "log in to its registry (`docker login`, or --registry-config)"
                 }
-                PullError::Registry(r) if r.kind != ErrorKind::NotFound => {
+                PullError::Registry(_) => {
                     "check that its registry is reachable from here (HTTPS_PROXY, NO_PROXY), or pass --base static (to doctor and build) for the built-in base"
                 }
                 _ => {

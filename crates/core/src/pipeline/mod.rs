@@ -175,15 +175,7 @@ async fn steps(
     acceptance: Option<&dyn Acceptance>,
     reporter: &dyn Reporter,
 ) -> Result<BuildOutcome, Error> {
-    let acceptance = match (plan.accept, acceptance) {
-        (false, _) => None,
-        (true, Some(a)) => Some(a),
-        (true, None) => {
-            return Err(Error::Usage(
-                "--accept: this build of occm-forge has no acceptance".into(),
-            ));
-        }
-    };
+    let acceptance = acceptance_of(plan, acceptance)?;
     let scenarios = acceptance.map(|a| a.scenarios()).unwrap_or_default();
     let mut run = Runner::new(reporter);
     if let Freshness::UpToDate(entry) = run
@@ -460,25 +452,7 @@ async fn preflight(
         );
     }
     preflight_output(&plan.output)?;
-    if let BaseSpec::Image(r) = &plan.base {
-        let found = crate::registry::pull::check_base(
-            registry,
-            r,
-            &plan.base_text,
-            &plan.platforms,
-            plan.allow_unpinned_base,
-        )
-        .await;
-        match found {
-            Err(PullError::Registry(e)) if e.kind == crate::registry::ErrorKind::NotFound => {
-                return Err(Error::Base(PullError::Invalid {
-                    subject: plan.base_text.clone(),
-                    message: "not found in its registry".into(),
-                }));
-            }
-            other => other?,
-        }
-    }
+    base_resolves(plan, registry).await?;
     preflight::PreflightError::of(prerequisites(plan, registry, acceptance).await)?;
     if plan.push {
         registry
@@ -487,6 +461,50 @@ async fn preflight(
             .map_err(Error::Publish)
     } else {
         Ok(None)
+    }
+}
+
+/// Whether `plan`'s base (when pulled) gives an image for each of its platforms
+/// ([`crate::registry::pull::check_base`]), in seconds and before any build work; a base its
+/// registry does not have is said so.
+///
+/// Errors: the base's [`PullError`].
+pub async fn base_resolves(plan: &BuildPlan, registry: &dyn Registry) -> Result<(), PullError> {
+    let BaseSpec::Image(r) = &plan.base else {
+        return Ok(());
+    };
+    let found = crate::registry::pull::check_base(
+        registry,
+        r,
+        &plan.base_text,
+        &plan.platforms,
+        plan.allow_unpinned_base,
+    )
+    .await;
+    match found {
+        Err(PullError::Registry(e)) if e.kind == crate::registry::ErrorKind::NotFound => {
+            Err(PullError::Invalid {
+                subject: plan.base_text.clone(),
+                message: "not found in its registry".into(),
+            })
+        }
+        other => other,
+    }
+}
+
+/// The acceptance a build of `plan` runs: `acceptance` with `--accept`, none without.
+///
+/// Errors: [`Error::Usage`] for `--accept` when the command layer gave none.
+fn acceptance_of<'a>(
+    plan: &BuildPlan,
+    acceptance: Option<&'a dyn Acceptance>,
+) -> Result<Option<&'a dyn Acceptance>, Error> {
+    match (plan.accept, acceptance) {
+        (false, _) => Ok(None),
+        (true, Some(a)) => Ok(Some(a)),
+        (true, None) => Err(Error::Usage(
+            "--accept: this build of occm-forge has no acceptance".into(),
+        )),
     }
 }
 
