@@ -12,7 +12,7 @@ use occm_forge_core::pipeline::{self, BuildOutcome, MinorResult};
 use occm_forge_core::registry::publish::ReferrersMode;
 
 use super::output::{note, print_error_of, print_stdout};
-use super::{Cli, Inputs, MinorSelection, RegistryArgs};
+use super::{Cli, Inputs, MinorSelection, PushArgs};
 
 #[derive(Args)]
 pub struct BuildArgs {
@@ -20,14 +20,8 @@ pub struct BuildArgs {
     which: MinorSelection,
     #[command(flatten)]
     inputs: Inputs,
-    /// Push to the registry and verify the tag.
-    #[arg(long)]
-    push: bool,
-    /// Target repository instead of images.toml `repository` (registry/path, no tag).
-    #[arg(long, value_name = "REPO")]
-    repository: Option<String>,
     #[command(flatten)]
-    registry: RegistryArgs,
+    target: PushArgs,
     /// OCI image layout directory.
     #[arg(long, default_value = "out", value_name = "DIR")]
     output: PathBuf,
@@ -94,10 +88,10 @@ impl BuildArgs {
     fn overrides(&self, cli: &Cli) -> Result<Overrides, Error> {
         Ok(Overrides {
             source: self.inputs.source.clone(),
-            repository: self.repository.clone(),
+            repository: self.target.repository.clone(),
             base: self.base.clone(),
             allow_unpinned_base: self.allow_unpinned_base,
-            push: self.push,
+            push: self.target.push,
             output: self.output.clone(),
             cache_dir: cli.cache_dir(),
             source_date_epoch: Environment::current().source_date_epoch()?,
@@ -126,7 +120,7 @@ impl BuildArgs {
 
 pub async fn run(cli: &Cli, args: &BuildArgs) -> Result<u8, Error> {
     let config = args.inputs.load()?;
-    let registry = plan::registry(&config, &args.registry.overrides())?;
+    let registry = plan::registry(&config, &args.target.registry.overrides())?;
     let overrides = args.overrides(cli)?;
     let minors = args.which.minors(&config);
     let today = time::OffsetDateTime::now_utc().date();

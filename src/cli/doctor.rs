@@ -10,7 +10,7 @@ use occm_forge_core::pipeline::plan::{self, BuildPlan, Overrides};
 use occm_forge_core::pipeline::preflight::{Check, Need};
 
 use super::output::print_stdout;
-use super::{Cli, Inputs, RegistryArgs};
+use super::{Cli, Inputs, PushArgs};
 
 #[derive(Args)]
 pub struct DoctorArgs {
@@ -20,14 +20,8 @@ pub struct DoctorArgs {
     k8s: Vec<Minor>,
     #[command(flatten)]
     inputs: Inputs,
-    /// Also check what `build --push` needs: the registry answers and the credentials may push.
-    #[arg(long)]
-    push: bool,
-    /// Target repository instead of images.toml `repository` (registry/path, no tag).
-    #[arg(long, value_name = "REPO")]
-    repository: Option<String>,
     #[command(flatten)]
-    registry: RegistryArgs,
+    target: PushArgs,
     /// Also check what `build --accept` needs (helm, magnum-cluster-api, where etcd,
     /// kube-apiserver and Cluster API come from).
     #[arg(long)]
@@ -52,13 +46,13 @@ pub struct DoctorArgs {
 
 pub async fn run(cli: &Cli, args: &DoctorArgs) -> Result<u8, Error> {
     let config = args.inputs.load()?;
-    let registry = plan::registry(&config, &args.registry.overrides())?;
+    let registry = plan::registry(&config, &args.target.registry.overrides())?;
     let overrides = Overrides {
         source: args.inputs.source.clone(),
-        repository: args.repository.clone(),
+        repository: args.target.repository.clone(),
         base: args.base.clone(),
         allow_unpinned_base: args.allow_unpinned_base,
-        push: args.push,
+        push: args.target.push,
         accept: args.accept,
         output: args.output.clone(),
         cache_dir: cli.cache_dir(),

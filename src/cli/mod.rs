@@ -133,6 +133,21 @@ impl RegistryArgs {
     }
 }
 
+/// Where a build's image goes, for `build` and for `doctor`, which checks what `build` would
+/// need: `--push`, `--repository` and how registries are reached.
+#[derive(Args)]
+struct PushArgs {
+    /// Push to the registry and verify the tag (`doctor`: check that the registry answers and
+    /// the credentials may push).
+    #[arg(long)]
+    push: bool,
+    /// Target repository instead of images.toml `repository` (registry/path, no tag).
+    #[arg(long, value_name = "REPO")]
+    repository: Option<String>,
+    #[command(flatten)]
+    registry: RegistryArgs,
+}
+
 /// Which minors a command works on: `--k8s` (repeatable) or `--all`.
 #[derive(Args)]
 #[group(required = true, multiple = false)]
