@@ -374,6 +374,42 @@ fn a_registry_that_ignores_the_put_body_gets_chunked_uploads() {
     ]);
 }
 
+/// pulp_container 2.25 as its users met it: the body of a monolithic `PUT` dropped
+/// (pulp/pulp_container#1219), so blobs go in chunks, and every chunk `PATCH` answered `204 No
+/// Content` with `Location` and `Range` where the spec says `202 Accepted`
+/// (pulp/pulp_container#2199): the push goes through (it failed with `push blob …: HTTP 204`).
+#[test]
+fn pulp_answering_a_chunk_with_204_takes_the_push() {
+    let reg = TestRegistry::start();
+    let f = fixture(&["linux/amd64"]);
+    let proxy = FaultProxy::start(
+        &reg.addr,
+        vec![
+            rule("PUT", "/blobs/uploads/", Fault::DropBody, usize::MAX, 0),
+            rule(
+                "PATCH",
+                "/blobs/uploads/",
+                Fault::StatusAs(202, 204),
+                usize::MAX,
+                0,
+            ),
+        ],
+    );
+    let o = push(&f, &proxy, "1");
+    assert!(o.status.success(), "{}", stderr(&o));
+    use std::sync::atomic::Ordering::SeqCst;
+    assert!(
+        proxy.counts.answered.load(SeqCst) >= 1,
+        "no PATCH was answered 204"
+    );
+    let digest = read_lock(&f.lock)["images"]["1.34"]["digest"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let raw = raw_manifest(&reg, TAG).expect("the tag");
+    assert_eq!(format!("sha256:{}", sha256_hex(raw.as_bytes())), digest);
+}
+
 fn rule(
     method: &'static str,
     path: &'static str,

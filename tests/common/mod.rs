@@ -980,6 +980,11 @@ pub enum Fault {
     /// Answer a referrers API request (`/referrers/` paths) from the registry's tag-schema
     /// index, as [`quirks::ReferrersApi`] says.
     Referrers(quirks::ReferrersApi),
+    /// Forward the request, and answer with the second status (its reason phrase, no body)
+    /// where the registry answered the first, keeping every header: pulp_container 2.25 answers
+    /// a chunk `PATCH` with `204 No Content` and distribution's `Location` and `Range`
+    /// (pulp/pulp_container#2199) where the spec says `202 Accepted`.
+    StatusAs(u16, u16),
     /// Forward the request with `/manifests/sha256-<hex>` read as `/manifests/sha256:<hex>`, as
     /// GitLab resolves a tag of that form to the manifest of that digest
     /// (oras-project/oras-go#1396).
@@ -1258,8 +1263,23 @@ fn proxy_connection(
         // The registry closes after answering; tell the client so too.
         let text = String::from_utf8_lossy(&answer);
         let split = text.find("\r\n\r\n").map_or(answer.len(), |i| i + 4);
-        let (resp_head, resp_body) = answer.split_at(split);
-        let resp_head: String = String::from_utf8_lossy(resp_head)
+        let (resp_head, mut resp_body) = answer.split_at(split);
+        let mut resp_head = String::from_utf8_lossy(resp_head).into_owned();
+        if let Some(Fault::StatusAs(from, to)) = fault
+            && resp_head.starts_with(&format!("HTTP/1.1 {from} "))
+        {
+            counts.answered.fetch_add(1, SeqCst);
+            let status_line = resp_head.split("\r\n").next().unwrap_or("").to_string();
+            let reason = if to == 204 { "No Content" } else { "Rewritten" };
+            resp_head = resp_head
+                .replacen(&status_line, &format!("HTTP/1.1 {to} {reason}"), 1)
+                .split("\r\n")
+                .filter(|l| !l.to_ascii_lowercase().starts_with("content-length:"))
+                .collect::<Vec<_>>()
+                .join("\r\n");
+            resp_body = &[];
+        }
+        let resp_head: String = resp_head
             .split("\r\n")
             .filter(|l| !l.to_ascii_lowercase().starts_with("connection:") && !l.is_empty())
             .collect::<Vec<_>>()

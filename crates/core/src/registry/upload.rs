@@ -367,6 +367,16 @@ impl Uploader {
                     offset = end;
                     refused = 0;
                 }
+                // distribution-spec says 202; pulp_container 2.25 answers 204 with the same
+                // headers (pulp/pulp_container#2199): a success when they say where to go on.
+                StatusCode::NO_CONTENT
+                    if res.headers().contains_key(RANGE)
+                        && res.headers().contains_key(LOCATION) =>
+                {
+                    url = location(&res).unwrap_or(url);
+                    offset = end;
+                    refused = 0;
+                }
                 StatusCode::RANGE_NOT_SATISFIABLE => {
                     refused += 1;
                     if refused > MAX_RESUMES {
