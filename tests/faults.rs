@@ -410,6 +410,95 @@ fn pulp_answering_a_chunk_with_204_takes_the_push() {
     assert_eq!(format!("sha256:{}", sha256_hex(raw.as_bytes())), digest);
 }
 
+/// The tag's path on the registry behind `proxy`.
+fn tag_path() -> String {
+    format!("/v2/{REPO}/manifests/{TAG}")
+}
+
+/// A registry past its rate limit (429 `TOOMANYREQUESTS`, `Retry-After: 2`) for the first check
+/// of the tag: occm-forge waits what it names (it retried after 0.9–4.4 s, never naming it) and
+/// asks again with a `HEAD` only — never a `GET`, which counts against Docker Hub's pull limit
+/// (it sent a HEAD and a GET per attempt).
+#[test]
+fn a_429_is_asked_again_after_its_retry_after_with_heads_only() {
+    let reg = TestRegistry::start();
+    let f = fixture(&["linux/amd64"]);
+    let proxy = FaultProxy::start(
+        &reg.addr,
+        vec![rule(
+            "HEAD",
+            "/manifests/",
+            Fault::TooManyRequests("2"),
+            1,
+            0,
+        )],
+    );
+    let o = push(&f, &proxy, "1");
+    assert!(o.status.success(), "{}", stderr(&o));
+    let warned = stderr(&o)
+        .lines()
+        .find(|l| l.contains("429"))
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        warned.contains("(Retry-After: 2 s); retrying in 2.0s"),
+        "{}",
+        stderr(&o)
+    );
+    let on_tag = proxy.counts.seen(&tag_path());
+    assert!(
+        on_tag.iter().filter(|r| r.starts_with("HEAD ")).count() >= 2
+            && !on_tag.iter().any(|r| r.starts_with("GET ")),
+        "{on_tag:?}"
+    );
+}
+
+/// A `Retry-After` past the operation's bound is not waited for: one request, and the error
+/// says when the registry takes requests again (it gave up after 12 requests in 22 s, before
+/// the time the registry named).
+#[test]
+fn a_retry_after_past_the_bound_says_when_the_registry_takes_requests_again() {
+    let reg = TestRegistry::start();
+    let f = fixture(&["linux/amd64"]);
+    let lock_before = f.seed_lock();
+    let proxy = FaultProxy::start(
+        &reg.addr,
+        vec![rule(
+            "HEAD",
+            "/manifests/",
+            Fault::TooManyRequests("60"),
+            usize::MAX,
+            0,
+        )],
+    );
+    let mut cmd = occm_forge(f.path());
+    cmd.args(["build", "--k8s", "1.34", "--push", "--repository"])
+        .arg(proxy.repo(REPO))
+        .args(["--insecure-registry", &proxy.addr, "--source"])
+        .arg(&f.upstream)
+        .arg("--output")
+        .arg(f.path().join("out"))
+        .env("OCCM_FORGE_REGISTRY_OPERATION_TIMEOUT", "10");
+    let o = cmd.output().unwrap();
+    assert_eq!(o.status.code(), Some(8), "{}", stderr(&o));
+    let last = stderr(&o).lines().last().unwrap_or_default().to_string();
+    assert!(
+        last.contains("429")
+            && last.contains("(Retry-After: 60 s)")
+            && last.contains("the registry takes requests again in 60 s, at ")
+            && last
+                .ends_with("after this operation's bound of 10 s (--registry-operation-timeout)"),
+        "{last}"
+    );
+    let on_tag = proxy.counts.seen(&tag_path());
+    assert_eq!(
+        on_tag,
+        [format!("HEAD {} (0 bytes)", tag_path())],
+        "{on_tag:?}"
+    );
+    assert_eq!(std::fs::read(&f.lock).unwrap(), lock_before);
+}
+
 fn rule(
     method: &'static str,
     path: &'static str,

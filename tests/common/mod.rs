@@ -980,6 +980,10 @@ pub enum Fault {
     /// Answer a referrers API request (`/referrers/` paths) from the registry's tag-schema
     /// index, as [`quirks::ReferrersApi`] says.
     Referrers(quirks::ReferrersApi),
+    /// Answer `429 Too Many Requests` with `Retry-After: <value>` and Docker Hub's error
+    /// (`TOOMANYREQUESTS`; no body to a `HEAD`), as Docker Hub and Quay answer past their rate
+    /// limits (containers/image#618, google/go-containerregistry#1569, docker/buildx#3630).
+    TooManyRequests(&'static str),
     /// Forward the request, and answer with the second status (its reason phrase, no body)
     /// where the registry answered the first, keeping every header: pulp_container 2.25 answers
     /// a chunk `PATCH` with `204 No Content` and distribution's `Location` and `Range`
@@ -1201,6 +1205,20 @@ fn proxy_connection(
             Some(Fault::Answer(status, answer)) => {
                 counts.answered.fetch_add(1, SeqCst);
                 answer_with(&mut conn, status, answer);
+                return;
+            }
+            Some(Fault::TooManyRequests(retry_after)) => {
+                counts.answered.fetch_add(1, SeqCst);
+                let body = if method == "HEAD" {
+                    ""
+                } else {
+                    r#"{"errors":[{"code":"TOOMANYREQUESTS","message":"You have reached your pull rate limit. You may increase the limit by authenticating and upgrading: https://www.docker.com/increase-rate-limit"}]}"#
+                };
+                let _ = write!(
+                    conn,
+                    "HTTP/1.1 429 Too Many Requests\r\nRetry-After: {retry_after}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
                 return;
             }
             Some(Fault::Referrers(api)) => {

@@ -26,6 +26,13 @@ use async_trait::async_trait;
 use crate::base::reference::RepositoryName;
 use bytes::Bytes;
 
+impl ErrorKind {
+    /// Whether trying again may succeed ([`ErrorKind::Transient`], [`ErrorKind::RateLimited`]).
+    pub fn is_transient(self) -> bool {
+        matches!(self, ErrorKind::Transient | ErrorKind::RateLimited(_))
+    }
+}
+
 /// `r` with a 404 (`*_UNKNOWN`, [`ErrorKind::NotFound`]) as `None`: for what may not be there
 /// (a referrers index, a deleted referrer).
 ///
@@ -44,6 +51,10 @@ pub fn if_present<T>(r: Result<T, RegistryError>) -> Result<Option<T>, RegistryE
 pub enum ErrorKind {
     /// Connection refused/reset, timeout, 5xx (but 507), 408, 429: worth retrying.
     Transient,
+    /// 429 Too Many Requests where its `Retry-After` was read (RFC 9110 §10.2.3: seconds or an
+    /// HTTP date), as the wait it names (`None` when it named none or could not be read): worth
+    /// retrying, not before then (Docker Hub, Quay; containers/image#618).
+    RateLimited(Option<std::time::Duration>),
     /// 401/403: credentials are missing or wrong.
     Auth,
     /// 404 / *_UNKNOWN.

@@ -344,6 +344,17 @@ impl OciRegistry {
                     refresh = true;
                 }
                 Err(UploadError::Oci(e)) => return Err(self.error(repo, op.to_string(), e)),
+                Err(UploadError::Throttled { retry_after, error }) => {
+                    let mut err = self.error(repo, op.to_string(), error);
+                    err.kind = ErrorKind::RateLimited(retry_after);
+                    err.message = match retry_after {
+                        Some(wait) => {
+                            format!("{} (Retry-After: {} s)", err.message, wait.as_secs())
+                        }
+                        None => err.message,
+                    };
+                    return Err(err);
+                }
                 Err(UploadError::Stalled(message)) => {
                     let err = RegistryError {
                         registry: repo.registry.clone(),
@@ -672,21 +683,44 @@ impl Registry for OciRegistry {
         repo: &RepositoryName,
         reference: &str,
     ) -> Result<Option<String>, RegistryError> {
-        let (r, auth, client) = self.reference(repo, reference).await?;
-        match client.fetch_manifest_digest(&r, &auth).await {
-            Ok(d) => Ok(Some(d)),
-            Err(e) => {
-                let e = self.error(
-                    repo,
-                    format!("check manifest {}:{}", repo.path, short(reference)),
-                    e,
-                );
-                if e.kind == ErrorKind::NotFound {
-                    Ok(None)
-                } else {
-                    Err(e)
-                }
+        // Our own HEAD: oci-client follows a HEAD without a digest header (a 429 among them)
+        // with a GET, which counts against pull limits, and keeps no `Retry-After`.
+        let op = format!("check manifest {}:{}", repo.path, short(reference));
+        let uploader = &self.uploader;
+        let found = self
+            .own_request(
+                repo,
+                reference,
+                RegistryOperation::Pull,
+                &op,
+                |url, auth| {
+                    let manifest = url.join(&format!("/v2/{}/manifests/{reference}", repo.path));
+                    async move {
+                        let manifest = manifest.map_err(|e| {
+                            UploadError::Oci(OciDistributionError::UrlParseError(e.to_string()))
+                        })?;
+                        uploader
+                            .manifest_digest(
+                                &url,
+                                manifest,
+                                &MANIFEST_MEDIA_TYPES.join(", "),
+                                &auth,
+                            )
+                            .await
+                    }
+                },
+            )
+            .await?;
+        match found {
+            Some(d) if crate::base::util::is_sha256_digest(reference) && d != reference => {
+                Err(RegistryError {
+                    registry: repo.registry.clone(),
+                    operation: op,
+                    message: format!("the registry names {d} for the digest {reference}"),
+                    kind: ErrorKind::Other,
+                })
             }
+            other => Ok(other),
         }
     }
 

@@ -82,6 +82,8 @@ impl<R: Registry> Retrying<R> {
         let start = Instant::now();
         // (attempts made, start of the last one)
         let state = Mutex::new((0usize, start));
+        // A `Retry-After` that would end past the bound, and when it was given.
+        let beyond: Mutex<Option<(Duration, std::time::SystemTime)>> = Mutex::new(None);
         let bound = self.policy.operation_timeout;
         let result = (|| {
             {
@@ -96,6 +98,19 @@ impl<R: Registry> Retrying<R> {
             let (_, last) = *state.lock().expect("retry state");
             transient(e) && start.elapsed() + last.elapsed() <= bound
         })
+        // A registry that names its wait (429 with `Retry-After`) is not asked again before
+        // then, nor at all when then is past the bound.
+        .adjust(|e, next| {
+            let ErrorKind::RateLimited(Some(wait)) = e.kind else {
+                return next;
+            };
+            let next = next?;
+            if start.elapsed() + wait > bound {
+                *beyond.lock().expect("retry state") = Some((wait, std::time::SystemTime::now()));
+                return None;
+            }
+            Some(next.max(wait))
+        })
         .notify(note)
         .await;
         result.map_err(|mut e| {
@@ -107,13 +122,23 @@ impl<R: Registry> Retrying<R> {
                     start.elapsed().as_secs_f64()
                 );
             }
+            if let Some((wait, at)) = *beyond.lock().expect("retry state") {
+                let again = time::OffsetDateTime::from(at + wait);
+                e.message = format!(
+                    "{}; the registry takes requests again in {} s, at {}, after this operation's bound of {} s (--registry-operation-timeout)",
+                    e.message,
+                    wait.as_secs(),
+                    crate::base::util::rfc3339(again.unix_timestamp()),
+                    bound.as_secs()
+                );
+            }
             e
         })
     }
 }
 
 fn transient(e: &RegistryError) -> bool {
-    e.kind == ErrorKind::Transient
+    e.kind.is_transient()
 }
 
 fn note(e: &RegistryError, after: Duration) {

@@ -107,6 +107,13 @@ pub(crate) enum UploadError {
     Oci(OciDistributionError),
     /// No progress for the idle timeout; the text says in which step.
     Stalled(String),
+    /// 429 Too Many Requests, with the wait its `Retry-After` names (`None` without one).
+    Throttled {
+        /// The wait the registry asked for.
+        retry_after: Option<Duration>,
+        /// The answer as oci-client would report it.
+        error: OciDistributionError,
+    },
 }
 
 impl From<OciDistributionError> for UploadError {
@@ -487,6 +494,55 @@ impl Uploader {
         Ok(watch(request.send(), progress, self.idle, step).await??)
     }
 
+    /// `HEAD <url>` of a manifest on the registry at `registry_url` with `accept` and the
+    /// credentials `auth`: the digest it names (`Docker-Content-Digest`), or, when it names none,
+    /// the sha256 of what a `GET` gives; `None` for a 404. One request per call where the
+    /// registry names the digest: a failed `HEAD` is not followed by a `GET` (a `GET` of a
+    /// manifest counts against Docker Hub's pull limit, a `HEAD` does not: containers/image#618).
+    ///
+    /// # Errors
+    /// No answer within the idle time, or any other status (429 as [`UploadError::Throttled`]).
+    pub(crate) async fn manifest_digest(
+        &self,
+        registry_url: &Url,
+        url: Url,
+        accept: &str,
+        auth: &UploadAuth,
+    ) -> Result<Option<String>, UploadError> {
+        let target = Target { registry_url, auth };
+        let progress = Progress::new();
+        let request = |method: Method| Outgoing {
+            method,
+            url: url.clone(),
+            headers: vec![(reqwest::header::ACCEPT, accept.to_string())],
+            body: Bytes::new(),
+            step: "waiting for the answer about a manifest",
+        };
+        let res = self.send(&target, request(Method::HEAD), &progress).await?;
+        if res.status() == StatusCode::NOT_FOUND {
+            return Ok(None);
+        }
+        if !res.status().is_success() {
+            return Err(self.failure(res, &progress).await);
+        }
+        if let Some(d) = res
+            .headers()
+            .get("docker-content-digest")
+            .and_then(|v| v.to_str().ok())
+        {
+            return Ok(Some(d.trim().to_string()));
+        }
+        let res = self.send(&target, request(Method::GET), &progress).await?;
+        if res.status() == StatusCode::NOT_FOUND {
+            return Ok(None);
+        }
+        if !res.status().is_success() {
+            return Err(self.failure(res, &progress).await);
+        }
+        let body = watch(res.bytes(), &progress, self.idle, "reading a manifest").await??;
+        Ok(Some(crate::base::util::sha256_digest(&body)))
+    }
+
     /// `GET <url>` on the registry at `registry_url` with `accept`, with the credentials `auth`
     /// (following `307`/`308`): the answer's `Link` header values and body, or `None` for a 404.
     /// Used for the referrers API, whose `Link` header oci-client does not give.
@@ -616,6 +672,19 @@ impl Uploader {
     /// the body otherwise).
     async fn failure(&self, res: reqwest::Response, progress: &Progress) -> UploadError {
         let status = res.status();
+        if status == StatusCode::TOO_MANY_REQUESTS {
+            let retry_after = retry_after(res.headers());
+            return match self.answer_error(res, progress).await {
+                UploadError::Oci(error) => UploadError::Throttled { retry_after, error },
+                other => other,
+            };
+        }
+        self.answer_error(res, progress).await
+    }
+
+    /// An unexpected answer as oci-client reports one.
+    async fn answer_error(&self, res: reqwest::Response, progress: &Progress) -> UploadError {
+        let status = res.status();
         let url = res.url().to_string();
         let body = match watch(res.bytes(), progress, self.idle, "reading an error answer").await {
             Ok(Ok(b)) => b,
@@ -637,6 +706,26 @@ impl Uploader {
         }
         .into()
     }
+}
+
+/// The wait a `Retry-After` header names (RFC 9110 §10.2.3): a number of seconds, or an HTTP date
+/// (`Wed, 21 Oct 2026 07:28:00 GMT`) from now; `None` when there is none or it cannot be read.
+pub(crate) fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
+    let value = headers
+        .get(reqwest::header::RETRY_AFTER)?
+        .to_str()
+        .ok()?
+        .trim();
+    if let Ok(secs) = value.parse::<u64>() {
+        return Some(Duration::from_secs(secs));
+    }
+    let date = time::OffsetDateTime::parse(
+        &value.replace(" GMT", " +0000"),
+        &time::format_description::well_known::Rfc2822,
+    )
+    .ok()?;
+    let wait = date - time::OffsetDateTime::now_utc();
+    Some(Duration::from_secs(wait.whole_seconds().max(0) as u64))
 }
 
 fn generic(message: String) -> UploadError {
@@ -752,6 +841,25 @@ mod tests {
         assert!(!has("https://other.example:5000/v2/a/blobs/uploads/x"));
         assert!(!has("https://r.example:5001/v2/a/blobs/uploads/x"));
         assert!(!has("http://r.example:5000/v2/a/blobs/uploads/x"));
+    }
+
+    #[test]
+    fn retry_after_is_read_as_seconds_or_a_date() {
+        let headers = |v: &str| {
+            let mut h = reqwest::header::HeaderMap::new();
+            h.insert(reqwest::header::RETRY_AFTER, v.parse().unwrap());
+            h
+        };
+        assert_eq!(retry_after(&headers("60")), Some(Duration::from_secs(60)));
+        let later = time::OffsetDateTime::now_utc() + time::Duration::seconds(90);
+        let date = later
+            .format(&time::format_description::well_known::Rfc2822)
+            .unwrap()
+            .replace("+0000", "GMT");
+        let wait = retry_after(&headers(&date)).unwrap().as_secs();
+        assert!((85..=90).contains(&wait), "{date}: {wait}");
+        assert_eq!(retry_after(&headers("soon")), None);
+        assert_eq!(retry_after(&reqwest::header::HeaderMap::new()), None);
     }
 
     #[test]
