@@ -42,9 +42,30 @@ fn job(f: &Fixture) -> Job {
 }
 
 fn refresh(job: &Job, workspace: &Path) -> (std::process::Output, String) {
-    let (o, outputs) = job.run("Refresh the patch series", workspace, &[("MINORS", "1.34")]);
-    let minors = outputs.get("minors").cloned().unwrap_or_default();
+    let (o, minors, _) = refresh_minors(job, workspace, "1.34");
     (o, minors)
+}
+
+/// Runs the refresh step for `minors`; returns its output, the minors it refreshed and those
+/// whose series does not apply.
+fn refresh_minors(
+    job: &Job,
+    workspace: &Path,
+    minors: &str,
+) -> (std::process::Output, String, String) {
+    let (o, outputs) = job.run("Refresh the patch series", workspace, &[("MINORS", minors)]);
+    let get = |k: &str| outputs.get(k).cloned().unwrap_or_default();
+    (o, get("minors"), get("conflicts"))
+}
+
+/// Runs the step that fails the job for `conflicts` (when there are any, as its `if:` says).
+fn fail_step(job: &Job, workspace: &Path, conflicts: &str) -> std::process::Output {
+    let (o, _) = job.run(
+        "Fail for the minors whose series does not apply",
+        workspace,
+        &[("CONFLICTS", conflicts)],
+    );
+    o
 }
 
 /// Runs the hand-over step; returns the handed-over directory.
@@ -132,9 +153,10 @@ fn a_conflict_fails_the_job_naming_the_patch_file_and_hunk_and_what_to_run() {
     );
     let job = job(&f);
     let before = (read(&f.config), read(&f.patches.join(PATCH_FIX)));
-    let (o, minors) = refresh(&job, f.path());
-    assert_eq!(o.status.code(), Some(1), "{}{}", stdout(&o), stderr(&o));
+    let (o, minors, conflicts) = refresh_minors(&job, f.path(), "1.34");
+    assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
     assert_eq!(minors, "", "nothing goes on to be proposed");
+    assert_eq!(conflicts, "1.34");
     let out = stdout(&o);
     let error = out
         .lines()
@@ -158,4 +180,65 @@ fn a_conflict_fails_the_job_naming_the_patch_file_and_hunk_and_what_to_run() {
         (read(&f.config), read(&f.patches.join(PATCH_FIX))) == before,
         "the failed refresh wrote images.toml or patches/"
     );
+    // The job fails, after handing over.
+    let o = fail_step(&job, f.path(), &conflicts);
+    assert_eq!(o.status.code(), Some(1), "{}{}", stdout(&o), stderr(&o));
+}
+
+/// One minor's patch conflicting on its new tag does not hold back another's (it did: the
+/// pull-request job needed the whole refresh job, which failed): 1.33 on a new tag that leaves
+/// its series alone is refreshed and handed over, 1.34's conflict is named, its pin goes back to
+/// the checkout's, and the job fails only at its end.
+#[test]
+fn one_minors_conflict_leaves_the_others_proposed() {
+    let f = fixture(&["linux/amd64"]);
+    let job = job(&f);
+    let checkout = read(&f.config);
+    // 1.33 on v1.33.2, which changes nothing the series touches.
+    let up = &f.upstream;
+    run(git(up).args(["checkout", "-q", "-b", "release-1.33", "v1.33.1"]));
+    std::fs::write(up.join("NOTES.md"), "1.33.2\n").unwrap();
+    run(git(up).args(["add", "NOTES.md"]));
+    run(git(up).args(["commit", "-q", "-m", "v1.33.2"]));
+    run(git(up).args(["tag", "v1.33.2"]));
+    let v1_33_2 = run(git(up).args(["rev-parse", "HEAD"])).trim().to_string();
+    run(git(up).args(["checkout", "-q", "master"]));
+    let cfg = std::fs::read_to_string(&f.config).unwrap().replace(
+        &format!(
+            "upstream_tag = \"v1.33.1\"\ncommit = \"{}\"",
+            f.commits.v1_33
+        ),
+        &format!("upstream_tag = \"v1.33.2\"\ncommit = \"{v1_33_2}\""),
+    );
+    std::fs::write(&f.config, cfg).unwrap();
+    // 1.34 on v1.34.2, which changed a patched line.
+    f.release_1_34_2(
+        "\treturn ErrNotFound\n}",
+        "\treturn ErrNotFound // nothing by that name\n}",
+    );
+    let (o, minors, conflicts) = refresh_minors(&job, f.path(), "1.33 1.34");
+    assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
+    assert_eq!((minors.as_str(), conflicts.as_str()), ("1.33", "1.34"));
+    assert!(stdout(&o).contains("::error title=1.34: a patch does not apply on v1.34.2::"));
+    let cfg = std::fs::read_to_string(&f.config).unwrap();
+    let before = String::from_utf8(checkout).unwrap();
+    assert!(cfg.contains("upstream_tag = \"v1.33.2\""), "{cfg}");
+    let entry = |text: &str| {
+        let at = text.find("[minors.\"1.34\"]").unwrap();
+        let end = text[at + 1..]
+            .find("[minors.")
+            .map_or(text.len(), |e| at + 1 + e);
+        text[at..end].to_string()
+    };
+    assert_eq!(entry(&cfg), entry(&before), "1.34's pin was not taken back");
+    let out = hand_over(&job, f.path());
+    let body = std::fs::read_to_string(out.join("pr-body.md")).unwrap();
+    assert!(
+        body.contains("### 1.33: the patch series on v1.33.2")
+            && body.contains("### 1.34: not proposed, a patch does not apply on v1.34.2"),
+        "{body}"
+    );
+    assert_eq!(read(&out.join("images.toml")), read(&f.config));
+    let o = fail_step(&job, f.path(), &conflicts);
+    assert_eq!(o.status.code(), Some(1), "{}{}", stdout(&o), stderr(&o));
 }

@@ -21,6 +21,11 @@ pub struct PinArgs {
     /// Move the minor to this upstream tag.
     #[arg(long, value_name = "TAG")]
     tag: Option<String>,
+    /// Take the minor's entry back as this images.toml has it (the whole `[minors."M"]` table;
+    /// removed where it has none), e.g. the main branch's for a pin whose series does not apply;
+    /// no network.
+    #[arg(long, value_name = "FILE", requires = "k8s", conflicts_with_all = ["tag", "go", "end_of_life", "new_minor"])]
+    as_in: Option<std::path::PathBuf>,
     /// Allow --tag (or --go RELEASE) to be older than the pinned tag (or Go).
     #[arg(long)]
     allow_downgrade: bool,
@@ -48,6 +53,18 @@ pub(super) fn parse_date(s: &str) -> Result<time::Date, String> {
 }
 
 pub async fn run(cli: &Cli, args: &PinArgs) -> Result<u8, Error> {
+    if let (Some(from), Some(minor)) = (&args.as_in, args.k8s) {
+        let changes = pin::restore(&args.inputs.config.path, minor, from)?;
+        if changes.is_empty() {
+            note(
+                cli.quiet,
+                &format!("{} is unchanged", args.inputs.config.path.display()),
+            );
+        } else {
+            print_stdout(&changes.join("\n"))?;
+        }
+        return Ok(0);
+    }
     let config = args.inputs.load()?;
     let registry = plan::registry(&config, &args.registry.overrides())?;
     let cache = cli.cache_dir();

@@ -187,6 +187,57 @@ pub async fn pin(req: &PinRequest<'_>, registry: &dyn Registry) -> Result<PinOut
     Ok(out)
 }
 
+/// Takes `minor`'s entry in the images.toml at `path` back as the images.toml `from` has it:
+/// its whole `[minors."M"]` table (comments of the tables around it kept), or, where `from` has
+/// no such minor, none. For a pin that cannot go ahead (its patch series does not apply on the
+/// new tag) while the others do: `pin --k8s M --as-in <the main branch's images.toml>`. Needs
+/// no network. Returns one line saying what changed, none when nothing did.
+///
+/// Errors: [`Error::Io`] for an unreadable file, [`Error::Usage`] for one that is not TOML or
+/// whose result would not be a valid images.toml (nothing written), [`Error::Config`] for a
+/// minor neither file has.
+pub fn restore(path: &Path, minor: Minor, from: &Path) -> Result<Vec<String>, Error> {
+    let read = |p: &Path| -> Result<(String, DocumentMut), Error> {
+        let text =
+            std::fs::read_to_string(p).map_err(|e| Error::Io(format!("{}: {e}", p.display())))?;
+        let doc = text
+            .parse()
+            .map_err(|e: toml_edit::TomlError| Error::Usage(format!("{}: {e}", p.display())))?;
+        Ok((text, doc))
+    };
+    let (text, mut doc) = read(path)?;
+    let (_, other) = read(from)?;
+    let key = minor.to_string();
+    let theirs = other.get("minors").and_then(|m| m.get(&key)).cloned();
+    let minors = doc
+        .get_mut("minors")
+        .and_then(Item::as_table_mut)
+        .ok_or_else(|| Error::Usage(format!("{}: no [minors] table", path.display())))?;
+    let change = match (minors.get(&key).is_some(), theirs) {
+        (_, Some(entry)) => {
+            minors.insert(&key, entry);
+            format!("minors.\"{key}\": as {} has it", from.display())
+        }
+        (true, None) => {
+            minors.remove(&key);
+            format!("minors.\"{key}\": removed, as {} has none", from.display())
+        }
+        (false, None) => {
+            return Err(config::parse(path, &text)?
+                .minor(minor)
+                .err()
+                .map(Error::Config)
+                .unwrap_or_else(|| Error::Usage(format!("no minor {key}"))));
+        }
+    };
+    write_checked(path, &text, &doc)?;
+    Ok(if doc.to_string() == text {
+        Vec::new()
+    } else {
+        vec![change]
+    })
+}
+
 /// Refuses, before any network, a release tag of another minor, and (unless
 /// `allow_downgrade`) a release older than the one pinned.
 fn check_tag_fits(cfg: &config::Config, req: &PinRequest<'_>, tag: &str) -> Result<(), Error> {
@@ -577,6 +628,44 @@ fn write_checked(path: &Path, old: &str, doc: &DocumentMut) -> Result<(), Error>
             .map_err(|e| Error::Io(format!("{}: {e}", path.display())))?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod restore_tests {
+    use super::*;
+
+    const MAIN: &str = "# the project\nrepository = \"r.example/occm\"\n\n[defaults]\nplatforms = [\"linux/amd64\"]\npatches = []\ntest_packages = [\"./pkg/...\"]\n\n# 1.33, kept as it is\n[minors.\"1.33\"]\nupstream_tag = \"v1.33.1\"\ncommit = \"1111111111111111111111111111111111111111\"\ngo = \"1.24.3\"\nbase = \"static\"\nrevision = 1\n\n[minors.\"1.34\"]\nupstream_tag = \"v1.34.1\"\ncommit = \"2222222222222222222222222222222222222222\"\ngo = \"1.25.1\"\nbase = \"static\"\nrevision = 1\n";
+
+    #[test]
+    fn a_minor_is_taken_back_as_another_file_has_it_and_nothing_else_moves() {
+        let dir = tempfile::tempdir().unwrap();
+        let main = dir.path().join("main.toml");
+        std::fs::write(&main, MAIN).unwrap();
+        let pinned = MAIN
+            .replace("v1.34.1", "v1.34.2")
+            .replace(&"2".repeat(40), &"3".repeat(40))
+            .replace("v1.33.1", "v1.33.2")
+            + "\n[minors.\"1.35\"]\nupstream_tag = \"v1.35.0\"\ncommit = \"4444444444444444444444444444444444444444\"\ngo = \"1.25.5\"\nbase = \"static\"\nrevision = 1\n";
+        let path = dir.path().join("images.toml");
+        std::fs::write(&path, &pinned).unwrap();
+        let m = |s: &str| s.parse::<Minor>().unwrap();
+        let said = restore(&path, m("1.34"), &main).unwrap();
+        assert_eq!(said.len(), 1, "{said:?}");
+        let now = std::fs::read_to_string(&path).unwrap();
+        assert!(
+            now.contains("v1.34.1") && now.contains(&"2".repeat(40)),
+            "{now}"
+        );
+        assert!(
+            now.contains("v1.33.2") && now.contains("# 1.33, kept as it is"),
+            "{now}"
+        );
+        // A minor the other file lacks (a new minor) goes; again is nothing.
+        restore(&path, m("1.35"), &main).unwrap();
+        assert!(!std::fs::read_to_string(&path).unwrap().contains("1.35"));
+        assert!(restore(&path, m("1.34"), &main).unwrap().is_empty());
+        assert!(restore(&path, m("1.36"), &main).is_err());
+    }
 }
 
 #[cfg(test)]
