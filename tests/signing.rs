@@ -487,7 +487,7 @@ fn keyless_signatures_by_cosign_are_recorded_by_identity_checked_by_verify_and_c
     assert_eq!(o.status.code(), Some(10), "{}", text(&o));
     assert!(
         stderr(&o).contains(&format!(
-            "has no signature by {IDENTITY} (issuer {ISSUER}) among its 1 referrers"
+            "has no signature by {IDENTITY} (issuer {ISSUER}): among its 1 referrers or in cosign's tags"
         )),
         "{}",
         text(&o)

@@ -984,6 +984,12 @@ pub enum Fault {
     /// (`TOOMANYREQUESTS`; no body to a `HEAD`), as Docker Hub and Quay answer past their rate
     /// limits (containers/image#618, google/go-containerregistry#1569, docker/buildx#3630).
     TooManyRequests(&'static str),
+    /// A tag `PUT` of other bytes than the tag serves is refused, as ECR refuses it in a
+    /// repository whose tag mutability is `IMMUTABLE` (AWS ECR user guide, "Image tag
+    /// mutability"; the Docker client prints `tag invalid: The image tag '…' already exists in the
+    /// '…' repository and cannot be overwritten because the repository is immutable.`): 400
+    /// `TAG_INVALID`. The same bytes again, a new tag, and a `PUT` by digest are forwarded.
+    ImmutableTags,
     /// Forward the request, and answer with the second status (its reason phrase, no body)
     /// where the registry answered the first, keeping every header: pulp_container 2.25 answers
     /// a chunk `PATCH` with `204 No Content` and distribution's `Location` and `Range`
@@ -1226,6 +1232,27 @@ fn proxy_connection(
                 quirks::serve_referrers(&mut conn, upstream, &path, api);
                 return;
             }
+            Some(Fault::ImmutableTags)
+                if method == "PUT" && !path.contains("/manifests/sha256:") =>
+            {
+                let (repo, tag) = path
+                    .trim_start_matches("/v2/")
+                    .split_once("/manifests/")
+                    .unwrap_or(("", ""));
+                let there = quirks::get_manifest(upstream, &path);
+                if there.is_some_and(|t| t != body) {
+                    counts.answered.fetch_add(1, SeqCst);
+                    let message = format!(
+                        r#"{{"errors":[{{"code":"TAG_INVALID","message":"The image tag '{tag}' already exists in the '{repo}' repository and cannot be overwritten because the repository is immutable."}}]}}"#
+                    );
+                    let _ = write!(
+                        conn,
+                        "HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{message}",
+                        message.len()
+                    );
+                    return;
+                }
+            }
             Some(Fault::AnswerIfBody(needle, status, answer))
                 if String::from_utf8_lossy(&body).contains(needle) =>
             {
@@ -1245,7 +1272,11 @@ fn proxy_connection(
         } else {
             body
         };
-        let head = if fault == Some(Fault::TagAsDigest) {
+        // Only a tag that is `sha256-` and 64 hex digits, nothing after.
+        let digest_tag = path
+            .split_once("/manifests/sha256-")
+            .is_some_and(|(_, t)| t.len() == 64 && t.bytes().all(|b| b.is_ascii_hexdigit()));
+        let head = if fault == Some(Fault::TagAsDigest) && digest_tag {
             head.replacen("/manifests/sha256-", "/manifests/sha256:", 1)
         } else {
             head

@@ -85,3 +85,21 @@ fn get(upstream: &str, path: &str) -> Option<(u16, Vec<u8>)> {
     let status = head.split_whitespace().nth(1)?.parse().ok()?;
     Some((status, answer[split..].to_vec()))
 }
+
+/// `GET path` (a manifest's) on `upstream`, accepting every manifest media type: its bytes when
+/// the registry has it.
+pub fn get_manifest(upstream: &str, path: &str) -> Option<Vec<u8>> {
+    let mut up = TcpStream::connect(upstream).ok()?;
+    write!(
+        up,
+        "GET {path} HTTP/1.1\r\nHost: {upstream}\r\nAccept: {}\r\nConnection: close\r\n\r\n",
+        super::MANIFEST_TYPES
+    )
+    .ok()?;
+    let mut answer = Vec::new();
+    up.read_to_end(&mut answer).ok()?;
+    let text = String::from_utf8_lossy(&answer);
+    let split = text.find("\r\n\r\n")? + 4;
+    text.starts_with("HTTP/1.1 200")
+        .then(|| answer[split..].to_vec())
+}

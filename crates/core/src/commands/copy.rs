@@ -28,8 +28,8 @@ use crate::image::spec::{self, Descriptor, Index, Manifest};
 use crate::pipeline::digest_manifest::{self, DigestManifestError, Entry};
 use crate::registry::publish::ReferrersPushed;
 use crate::registry::transfer::{
-    BlobSource, ManifestBytes, Planned, push_manifests, read_tag_schemas, tag_last, transfer_blobs,
-    write_referrers_index,
+    BlobSource, ManifestBytes, Planned, immutable_tag, push_manifests, read_tag_schemas, tag_last,
+    transfer_blobs, write_referrers_index,
 };
 use crate::registry::{ErrorKind, Registry, RegistryError};
 
@@ -93,12 +93,15 @@ pub async fn copy_image(
     let mut subjects: Vec<String> = vec![entry.digest.clone()];
     subjects.extend(image.manifests.iter().map(|m| m.digest.clone()));
     let referrers = read_referrers(registry, &from, &subjects, &recorded_referrers(entry)).await?;
+    let tagged = read_cosign_tags(registry, &from, &entry.digest).await?;
 
-    // Write: blobs, platform manifests, the index by digest, referrers, fallback indexes, tag.
+    // Write: blobs, platform manifests, the index by digest, referrers, fallback indexes,
+    // cosign's tags, tag. A tag that must change is first checked to be changeable.
     let blobs: Vec<Descriptor> = image
         .blobs
         .iter()
         .chain(&referrers.blobs)
+        .chain(tagged.iter().flat_map(|t| &t.blobs))
         .cloned()
         .collect();
     let planned: Vec<Planned> = referrers
@@ -111,6 +114,7 @@ pub async fn copy_image(
         })
         .collect();
     let read = read_tag_schemas(registry, to, &planned).await?;
+    let changed_tags = cosign_tags_to_change(registry, to, &tagged).await?;
     let moved = transfer_blobs(
         registry,
         to,
@@ -130,6 +134,7 @@ pub async fn copy_image(
     push_manifests(registry, to, &referrers.manifests)
         .await
         .map_err(|e| explain_refused_subject(e, &referrers.manifests))?;
+    let stranded = |e: RegistryError| stranded(e, &referrers.manifests);
     for fallback in &referrers.fallbacks {
         write_referrers_index(
             registry,
@@ -139,13 +144,112 @@ pub async fn copy_image(
             fallback.listed.as_ref(),
             Some(&read),
         )
-        .await?;
+        .await
+        .map_err(stranded)?;
+    }
+    for t in tagged.iter().filter(|t| changed_tags.contains(&t.tag)) {
+        registry
+            .push_manifest(to, &t.tag, &t.manifest.media_type, t.manifest.bytes.clone())
+            .await
+            .map_err(|e| immutable_tag(e, &t.tag, COSIGN_REASON))
+            .map_err(stranded)?;
     }
     tag_last(registry, to, &entry.tag, &image.index, "copied").await?;
     copied.reference = format!("{to}:{}@{}", entry.tag, entry.digest);
     copied.manifests = image.manifests.len();
     copied.referrers = referrers.manifests.len();
     Ok(copied)
+}
+
+/// Why a cosign tag must change, for [`immutable_tag`].
+const COSIGN_REASON: &str =
+    "the image was signed again, so cosign's tag must serve the new signatures";
+
+/// A manifest under one of cosign's tags of the index at the source ([`signing::tags`]).
+struct CosignTag {
+    /// `sha256-<hex>.sig`, `.att` or `.sbom`.
+    tag: String,
+    /// The manifest, byte for byte.
+    manifest: ManifestBytes,
+    /// Its config and layers.
+    blobs: Vec<Descriptor>,
+}
+
+/// cosign's tags of `index` in `from` (`.sig`, `.att`, `.sbom`), those that exist.
+async fn read_cosign_tags(
+    registry: &dyn Registry,
+    from: &RepositoryName,
+    index: &str,
+) -> Result<Vec<CosignTag>, RegistryError> {
+    let mut out = Vec::new();
+    for suffix in crate::signing::tags::SUFFIXES {
+        let tag = crate::signing::tags::tag(index, suffix);
+        let Some(bytes) = crate::registry::if_present(registry.pull_manifest(from, &tag).await)?
+        else {
+            continue;
+        };
+        let m: Manifest = parse(from, "cosign's manifest", &tag, &bytes)?;
+        let mut blobs = vec![m.config.clone()];
+        blobs.extend(m.layers.iter().cloned());
+        out.push(CosignTag {
+            manifest: ManifestBytes {
+                digest: crate::base::util::sha256_digest(&bytes),
+                media_type: if m.media_type.is_empty() {
+                    spec::OCI_MANIFEST.to_string()
+                } else {
+                    m.media_type.clone()
+                },
+                bytes,
+            },
+            tag,
+            blobs,
+        });
+    }
+    Ok(out)
+}
+
+/// The cosign tags that must be written at `to` (absent there, or serving other bytes), each
+/// that exists checked to be changeable before anything is pushed
+/// ([`crate::registry::transfer::probe_rewrite`]).
+///
+/// Errors: an immutable tag that must change (the rule named); the registry cannot be asked.
+async fn cosign_tags_to_change(
+    registry: &dyn Registry,
+    to: &RepositoryName,
+    tagged: &[CosignTag],
+) -> Result<Vec<String>, RegistryError> {
+    let mut changed = Vec::new();
+    for t in tagged {
+        let there = crate::registry::if_present(registry.pull_manifest(to, &t.tag).await)?;
+        match there {
+            Some(b) if crate::base::util::sha256_digest(&b) == t.manifest.digest => {}
+            Some(b) => {
+                crate::registry::transfer::probe_rewrite(registry, to, &t.tag, &b, COSIGN_REASON)
+                    .await?;
+                changed.push(t.tag.clone());
+            }
+            None => changed.push(t.tag.clone()),
+        }
+    }
+    Ok(changed)
+}
+
+/// A tag refused after referrers were pushed, with the referrer manifests of this copy that no
+/// index may list now (an immutable tag the checks before the pushes did not catch).
+fn stranded(e: RegistryError, pushed: &[ManifestBytes]) -> RegistryError {
+    if pushed.is_empty() || e.kind != ErrorKind::Refused {
+        return e;
+    }
+    let digests: Vec<&str> = pushed.iter().map(|m| m.digest.as_str()).collect();
+    RegistryError {
+        message: format!(
+            "{}; pushed before the refusal, and listed by no index there if the refused tag was to list them: {} ({})",
+            e.message,
+            digests.join(", "),
+            digests.len()
+        ),
+        ..e
+    }
 }
 
 /// Fails when `to` already has `entry.tag` serving another digest: tags never move.
@@ -234,7 +338,12 @@ fn recorded_referrers(entry: &Entry) -> BTreeMap<String, Vec<String>> {
     }
     let index = recorded.entry(entry.digest.clone()).or_default();
     index.extend(entry.provenance.iter().cloned());
-    if let Some(s) = &entry.signature {
+    // Bundles are referrers; cosign's tags are copied as tags.
+    if let Some(s) = entry
+        .signature
+        .as_ref()
+        .filter(|s| s.form == crate::pipeline::digest_manifest::SignatureForm::Bundles)
+    {
         index.push(s.digest.clone());
         index.extend(s.attestations.values().cloned());
     }

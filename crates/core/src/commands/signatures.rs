@@ -17,7 +17,7 @@ use std::collections::BTreeMap;
 use crate::base::reference::RepositoryName;
 use crate::base::util::short;
 use crate::image::spec::{Descriptor, Manifest, keys::CREATED};
-use crate::pipeline::digest_manifest::{Entry, Signature, Signer};
+use crate::pipeline::digest_manifest::{Entry, Signature, SignatureForm, Signer};
 use crate::registry::{Registry, RegistryError, if_present};
 use crate::signing::{
     self, BUNDLE_MEDIA_TYPE, COSIGN_SIGN_PREDICATE, SLSA_PROVENANCE_V1, SPDX_PREDICATE,
@@ -96,9 +96,31 @@ pub async fn find(
         .repository
         .parse()
         .map_err(|e: String| FindError::Usage(format!("recorded repository {e}")))?;
-    let listed = crate::registry::referrers::list(registry, &repo, &entry.digest)
-        .await?
-        .manifests;
+    let listing = crate::registry::referrers::list(registry, &repo, &entry.digest).await?;
+    let unreadable = listing.unreadable;
+    let mut listed = listing.manifests;
+    let count = listed.len();
+    // The bundles the entry records already, fetched by digest: all there is to read where the
+    // registry can list no referrers (GitLab), and checked again like the others elsewhere.
+    if let Some(s) = entry
+        .signature
+        .as_ref()
+        .filter(|s| s.form == SignatureForm::Bundles)
+    {
+        for digest in std::iter::once(&s.digest).chain(s.attestations.values()) {
+            if !digest.is_empty() && !listed.iter().any(|d| &d.digest == digest) {
+                listed.push(Descriptor {
+                    media_type: crate::image::spec::OCI_MANIFEST.to_string(),
+                    digest: digest.clone(),
+                    size: 0,
+                    platform: None,
+                    artifact_type: Some(BUNDLE_MEDIA_TYPE.to_string()),
+                    annotations: BTreeMap::new(),
+                    urls: Vec::new(),
+                });
+            }
+        }
+    }
     let mut finder = Finder {
         registry,
         repo: &repo,
@@ -106,7 +128,6 @@ pub async fn find(
         sboms: BTreeMap::new(),
     };
     let (newest, mut others) = finder.survey(&listed, signer).await?;
-    others.sort();
     let mut signature = Signature::by(signer);
     for (kind, (_, digest)) in newest {
         if kind == "signature" {
@@ -115,16 +136,31 @@ pub async fn find(
             signature.attestations.insert(kind, digest);
         }
     }
+    // cosign's tag scheme (`sha256-<hex>.sig`, `.att`): what cosign 2 writes, and what a
+    // registry without the referrers API keeps readable.
+    if signature.digest.is_empty()
+        && let Some(tagged) = finder.cosign_tags(signer, &mut others).await?
+    {
+        signature = tagged;
+    }
+    others.sort();
     if signature.digest.is_empty() {
         let by_others = if others.is_empty() {
             String::new()
         } else {
             format!("; signed by {} instead", others.join(", "))
         };
+        let listed = if unreadable {
+            format!(
+                "{} lists no referrers (no referrers API, and its tag sha256-… serves the image itself), and cosign's tags hold none",
+                repo.registry
+            )
+        } else {
+            format!("among its {count} referrers or in cosign's tags")
+        };
         return Err(FindError::NotSigned(format!(
-            "{} has no signature by {signer} among its {} referrers{by_others}",
-            entry.image,
-            listed.len()
+            "{} has no signature by {signer}: {listed}{by_others}",
+            entry.image
         )));
     }
     let mut missing: Vec<String> = Vec::new();
@@ -229,6 +265,94 @@ impl Finder<'_> {
             }
         }
         Ok((newest, others))
+    }
+
+    /// The signature by `signer` in cosign's tag `sha256-<hex>.sig` of the index, with the
+    /// attestations by `signer` in `.att` ([`signing::tags`]), as a [`SignatureForm::CosignTags`]
+    /// signature; `None` when no `.sig` layer verifies with `signer` for the index. Who signed
+    /// the layers that do not verify goes into `others`.
+    async fn cosign_tags(
+        &mut self,
+        signer: Signer<'_>,
+        others: &mut Vec<String>,
+    ) -> Result<Option<Signature>, RegistryError> {
+        use signing::tags;
+        let index = self.entry.digest.clone();
+        let (registry, repo) = (self.registry, self.repo);
+        let read = |suffix: &'static str| {
+            let tag = tags::tag(&index, suffix);
+            async move {
+                let Some(bytes) = if_present(registry.pull_manifest(repo, &tag).await)? else {
+                    return Ok::<_, RegistryError>(None);
+                };
+                let digest = crate::base::util::sha256_digest(&bytes);
+                Ok(serde_json::from_slice::<Manifest>(&bytes)
+                    .ok()
+                    .map(|m| (digest, m)))
+            }
+        };
+        let Some((sig_digest, sig)) = read("sig").await? else {
+            return Ok(None);
+        };
+        let mut signed = false;
+        for layer in &sig.layers {
+            let Some(payload) =
+                if_present(self.registry.pull_blob(self.repo, &layer.digest).await)?
+            else {
+                continue;
+            };
+            let signature = layer
+                .annotations
+                .get(tags::SIGNATURE_ANNOTATION)
+                .map(String::as_str)
+                .unwrap_or_default();
+            let cert = layer.annotations.get(tags::CERTIFICATE_ANNOTATION);
+            match tags::verify_simple_signing(signer, &payload, signature, cert.map(String::as_str))
+            {
+                Ok(d) if d == index => signed = true,
+                _ => {
+                    let who = format!(
+                        "a signature in {} by another {}",
+                        tags::tag(&index, "sig"),
+                        if cert.is_some() { "identity" } else { "key" }
+                    );
+                    if !others.contains(&who) {
+                        others.push(who);
+                    }
+                }
+            }
+        }
+        if !signed {
+            return Ok(None);
+        }
+        let mut found = Signature {
+            digest: sig_digest,
+            form: SignatureForm::CosignTags,
+            ..Signature::by(signer)
+        };
+        if let Some((att_digest, att)) = read("att").await? {
+            for layer in &att.layers {
+                let Some(envelope) =
+                    if_present(self.registry.pull_blob(self.repo, &layer.digest).await)?
+                else {
+                    continue;
+                };
+                let cert = layer
+                    .annotations
+                    .get(tags::CERTIFICATE_ANNOTATION)
+                    .map(String::as_str);
+                let Ok(v) = tags::verify_envelope(signer, &envelope, cert) else {
+                    continue;
+                };
+                if v.subject_digests().contains(&index)
+                    && let Some(kind) = self.kind(&v).await?
+                    && kind != "signature"
+                {
+                    found.attestations.insert(kind, att_digest.clone());
+                }
+            }
+        }
+        Ok(Some(found))
     }
 
     /// What a verified bundle about the index is, by its predicate type: `signature`,
@@ -418,7 +542,7 @@ mod tests {
         assert_eq!(
             unsigned,
             format!(
-                "{} has no signature by https://example.com/nobody (issuer {ISSUER}) among its 6 referrers; signed by {ID} (issuer {ISSUER}), {FORK} (issuer {ISSUER}) instead",
+                "{} has no signature by https://example.com/nobody (issuer {ISSUER}): among its 6 referrers or in cosign's tags; signed by {ID} (issuer {ISSUER}), {FORK} (issuer {ISSUER}) instead",
                 f.entry.image
             )
         );
@@ -500,7 +624,7 @@ mod tests {
         assert_eq!(
             err.to_string(),
             format!(
-                "{} has no signature by {ID} (issuer {ISSUER}) among its 0 referrers",
+                "{} has no signature by {ID} (issuer {ISSUER}): among its 0 referrers or in cosign's tags",
                 f.entry.image
             )
         );

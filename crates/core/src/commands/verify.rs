@@ -25,7 +25,7 @@ use crate::config::{Config, Minor, Platform};
 use crate::image::referrer::fallback_tag;
 use crate::image::spec::{Index, Manifest, keys};
 use crate::pipeline::describe::{IN_TOTO_MEDIA_TYPE, SPDX_MEDIA_TYPE};
-use crate::pipeline::digest_manifest::{Entry, Signature, Signer};
+use crate::pipeline::digest_manifest::{Entry, Signature, SignatureForm, Signer};
 use crate::pipeline::plan::{BuildPlan, Overrides};
 use crate::pipeline::stage::Reporter;
 use crate::registry::publish::ReferrersPushed;
@@ -54,8 +54,10 @@ struct Checker<'a> {
     repo: RepositoryName,
     minor: Minor,
     findings: Vec<Finding>,
-    /// Subject digest → the digests of its referrers, asked once per subject.
-    referrers: BTreeMap<String, Vec<String>>,
+    /// Subject digest → the digests of its referrers, asked once per subject; `None` where
+    /// the registry can list none ([`crate::registry::referrers::Listing::unreadable`]: no
+    /// referrers API, and its tag `sha256-<hex>` serves the subject itself).
+    referrers: BTreeMap<String, Option<Vec<String>>>,
 }
 
 impl Checker<'_> {
@@ -141,17 +143,28 @@ impl Checker<'_> {
             ),
         }
         // The referrers API (or the tag schema where there is none); a referrer pushed without
-        // `subject` is listed by the tag schema alone, even where there is an API.
+        // `subject` is listed by the tag schema alone, even where there is an API. Where nothing
+        // can be listed (GitLab), the referrer checked by digest above is all there is to check.
         if !self.referrers.contains_key(subject) {
-            let listed = crate::registry::referrers::list(self.registry, &self.repo, subject)
-                .await?
-                .manifests;
-            self.referrers.insert(
-                subject.to_string(),
-                listed.into_iter().map(|d| d.digest).collect(),
-            );
+            let listing =
+                crate::registry::referrers::list(self.registry, &self.repo, subject).await?;
+            let listed = (!listing.unreadable)
+                .then(|| listing.manifests.into_iter().map(|d| d.digest).collect());
+            // Said once a run: it holds for every subject in the repository.
+            if listed.is_none() && !self.referrers.values().any(Option::is_none) {
+                tracing::info!(
+                    "verify {}: {} can list no referrers (no referrers API, and its tag {} serves the image itself, as GitLab does): the referrers the digest manifest records are checked by digest",
+                    self.minor,
+                    self.repo,
+                    fallback_tag(subject)
+                );
+            }
+            self.referrers.insert(subject.to_string(), listed);
         }
-        let mut listed = self.referrers[subject].iter().any(|d| d == digest);
+        let Some(referrers) = &self.referrers[subject] else {
+            return Ok(Some(m));
+        };
+        let mut listed = referrers.iter().any(|d| d == digest);
         if !listed && !with_subject {
             let tag = fallback_tag(subject);
             listed = if_present(self.registry.pull_manifest(&self.repo, &tag).await)?
@@ -578,6 +591,9 @@ impl Checker<'_> {
                 Err(e) => self.find("signature", format!("the recorded public key: {e}")),
             }
         }
+        if signature.form == SignatureForm::CosignTags {
+            return self.cosign_tags(entry, signature, signer).await;
+        }
         let mut bundles = vec![("signature", "signature".to_string(), &signature.digest)];
         bundles.extend(
             signature
@@ -624,6 +640,106 @@ impl Checker<'_> {
                         );
                     }
                 }
+            }
+        }
+        Ok(())
+    }
+
+    /// The signature and attestations in cosign's tags ([`signing::tags`]): each recorded
+    /// manifest is what its tag (`sha256-<hex>.sig`, `.att`) serves, is there byte for byte, and
+    /// holds a layer that verifies with the recorded signer about the index — a simple-signing
+    /// payload naming the index for the signature, a Statement about the index of the recorded
+    /// kind for each attestation.
+    async fn cosign_tags(
+        &mut self,
+        entry: &Entry,
+        signature: &Signature,
+        signer: Signer<'_>,
+    ) -> Result<(), RegistryError> {
+        use signing::tags;
+        let mut recorded = vec![("signature".to_string(), "sig", signature.digest.clone())];
+        recorded.extend(
+            signature
+                .attestations
+                .iter()
+                .map(|(kind, d)| (kind.clone(), "att", d.clone())),
+        );
+        let repo = self.repo.clone();
+        let registry = self.registry;
+        let mut kinds = Kinds::new(registry, &repo, entry);
+        for (kind, suffix, digest) in recorded {
+            let field = if kind == "signature" {
+                kind.clone()
+            } else {
+                format!("attestation {kind}")
+            };
+            let tag = tags::tag(&entry.digest, suffix);
+            match self.registry.manifest_digest(&self.repo, &tag).await? {
+                Some(d) if d == digest => {}
+                Some(d) => {
+                    self.find(
+                        &field,
+                        format!("{tag} serves {d}, the digest manifest records {digest}"),
+                    );
+                    continue;
+                }
+                None => {
+                    self.find(&field, format!("{}:{tag} does not exist", self.repo));
+                    continue;
+                }
+            }
+            let Some(bytes) = self.manifest(&field, &digest).await? else {
+                continue;
+            };
+            let Ok(m) = serde_json::from_slice::<Manifest>(&bytes) else {
+                self.find(&field, format!("{tag} is not an image manifest"));
+                continue;
+            };
+            let mut verified = false;
+            for layer in &m.layers {
+                let Some(blob) =
+                    if_present(self.registry.pull_blob(&self.repo, &layer.digest).await)?
+                else {
+                    continue;
+                };
+                let cert = layer
+                    .annotations
+                    .get(tags::CERTIFICATE_ANNOTATION)
+                    .map(String::as_str);
+                verified = if suffix == "sig" {
+                    let sig = layer
+                        .annotations
+                        .get(tags::SIGNATURE_ANNOTATION)
+                        .map(String::as_str)
+                        .unwrap_or_default();
+                    tags::verify_simple_signing(signer, &blob, sig, cert).as_deref()
+                        == Ok(entry.digest.as_str())
+                } else {
+                    match tags::verify_envelope(signer, &blob, cert) {
+                        Ok(v) if v.subject_digests().contains(&entry.digest) => {
+                            kinds.kind(&v).await?.as_deref() == Some(kind.as_str())
+                        }
+                        _ => false,
+                    }
+                };
+                if verified {
+                    break;
+                }
+            }
+            if !verified {
+                self.find(
+                    &field,
+                    format!(
+                        "{tag} ({}) holds no {} by {signer} about {}",
+                        short(&digest),
+                        if kind == "signature" {
+                            "signature".to_string()
+                        } else {
+                            format!("{kind} attestation")
+                        },
+                        short(&entry.digest)
+                    ),
+                );
             }
         }
         Ok(())

@@ -134,8 +134,33 @@ pub struct Signature {
     pub certificate_oidc_issuer: Option<String>,
     /// Attestation → `sha256:<hex>` of the referrer manifest carrying its bundle: `provenance`
     /// (SLSA provenance v1, `cosign verify-attestation --type slsaprovenance1`) and `sbom
-    /// <platform>` (SPDX, `--type spdxjson`).
+    /// <platform>` (SPDX, `--type spdxjson`). In cosign's tag scheme, of the `.att` manifest.
     pub attestations: BTreeMap<String, String>,
+    /// Where they are: Sigstore bundles as referrers of the index (the default, left out of the
+    /// file), or cosign's tags (`cosign-tags`: `digest` is then the manifest tagged
+    /// `sha256-<hex>.sig`, each attestation the one tagged `sha256-<hex>.att`;
+    /// [`crate::signing::tags`]).
+    #[serde(default, skip_serializing_if = "SignatureForm::is_bundles")]
+    pub form: SignatureForm,
+}
+
+/// Where a signature and its attestations are stored.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SignatureForm {
+    /// Sigstore bundles as OCI 1.1 referrers of the index (cosign 3, `build --sign-key`).
+    #[default]
+    Bundles,
+    /// cosign's tag scheme, `sha256-<hex>.sig` and `.att` (cosign 2, and cosign 3 with
+    /// `--new-bundle-format=false`).
+    CosignTags,
+}
+
+impl SignatureForm {
+    /// Whether it is the default, [`SignatureForm::Bundles`].
+    pub fn is_bundles(&self) -> bool {
+        *self == SignatureForm::Bundles
+    }
 }
 
 pub use crate::signing::Signer;
@@ -150,6 +175,7 @@ impl Signature {
             certificate_identity: None,
             certificate_oidc_issuer: None,
             attestations: BTreeMap::new(),
+            form: SignatureForm::Bundles,
         };
         match signer {
             Signer::Key {

@@ -444,6 +444,7 @@ impl Registry for MemoryRegistry {
                 (false, false) => None,
             },
             source: Source::Api,
+            unreadable: false,
             tag_schema: None,
         })
     }

@@ -784,6 +784,7 @@ impl Registry for OciRegistry {
             manifests: index.manifests,
             next: next.map(String::from),
             source: Source::Api,
+            unreadable: false,
             tag_schema: None,
         })
     }

@@ -46,6 +46,10 @@ pub struct ReferrersPage {
     /// The tag-schema index's exact bytes, on a [`Source::TagSchema`] page that has one (what a
     /// writer merges into and compares with).
     pub tag_schema: Option<Bytes>,
+    /// A [`Source::TagSchema`] page of a registry whose tag `sha256-<hex>` serves the subject
+    /// itself (GitLab, oras-project/oras-go#1396): it has no referrers API and its tag-schema
+    /// index cannot be read back, so no referrer can be listed there at all.
+    pub unreadable: bool,
 }
 
 /// Every page of a subject's referrers, as [`list`] returns them.
@@ -57,6 +61,23 @@ pub struct Listing {
     pub source: Source,
     /// The tag-schema index's exact bytes, when the listing is the tag schema's.
     pub tag_schema: Option<Bytes>,
+    /// No referrer can be listed on this registry ([`ReferrersPage::unreadable`]): an empty
+    /// listing says nothing of what is there; readers check the referrers they know of by
+    /// digest instead.
+    pub unreadable: bool,
+}
+
+/// What a subject's referrers tag-schema tag `sha256-<hex>` serves.
+#[derive(Debug, Clone)]
+pub enum TagSchema {
+    /// Nothing.
+    Absent,
+    /// A referrers index: its exact bytes, parsed.
+    Index(Bytes, Box<Index>),
+    /// The subject itself: the registry resolves the tag as the digest (GitLab).
+    Subject,
+    /// Something that is not an OCI image index.
+    Other,
 }
 
 /// The page of a registry without the referrers API: its tag-schema index
@@ -69,7 +90,9 @@ pub async fn tag_schema_page<R: Registry + ?Sized>(
     repo: &RepositoryName,
     subject: &str,
 ) -> Result<ReferrersPage, RegistryError> {
-    let (tag_schema, manifests) = match read_tag_schema(registry, repo, subject).await? {
+    let state = tag_schema(registry, repo, subject).await?;
+    let unreadable = matches!(state, TagSchema::Subject);
+    let (tag_schema, manifests) = match said(state, repo, subject) {
         Some((bytes, index)) => (Some(bytes), index.manifests),
         None => (None, Vec::new()),
     };
@@ -78,6 +101,7 @@ pub async fn tag_schema_page<R: Registry + ?Sized>(
         next: None,
         source: Source::TagSchema,
         tag_schema,
+        unreadable,
     })
 }
 
@@ -129,6 +153,7 @@ pub async fn pages(
         manifests: Vec::new(),
         source: page.source,
         tag_schema: page.tag_schema.take(),
+        unreadable: page.unreadable,
     };
     let mut seen = BTreeSet::new();
     loop {
@@ -178,27 +203,66 @@ pub async fn read_tag_schema<R: Registry + ?Sized>(
     repo: &RepositoryName,
     subject: &str,
 ) -> Result<Option<(Bytes, Index)>, RegistryError> {
+    Ok(said(
+        tag_schema(registry, repo, subject).await?,
+        repo,
+        subject,
+    ))
+}
+
+/// What `subject`'s tag-schema tag serves in `repo` ([`TagSchema`]).
+///
+/// # Errors
+/// The registry cannot be asked.
+pub async fn tag_schema<R: Registry + ?Sized>(
+    registry: &R,
+    repo: &RepositoryName,
+    subject: &str,
+) -> Result<TagSchema, RegistryError> {
     let tag = fallback_tag(subject);
     let Some(bytes) = if_present(registry.pull_manifest(repo, &tag).await)? else {
-        return Ok(None);
+        return Ok(TagSchema::Absent);
     };
     if sha256_digest(&bytes) == subject {
-        tracing::warn!(
-            "registry {} resolves the tag {tag} to the subject {} itself (as GitLab does): its referrers tag-schema index cannot be read back there, so it is written with only this run's referrers; a registry with the referrers API keeps them all",
-            repo.registry,
-            short(subject)
-        );
-        return Ok(None);
+        return Ok(TagSchema::Subject);
     }
-    match serde_json::from_slice::<Index>(&bytes) {
+    Ok(match serde_json::from_slice::<Index>(&bytes) {
         Ok(index) if index.media_type.is_empty() || index.media_type == spec::OCI_INDEX => {
-            Ok(Some((bytes, index)))
+            TagSchema::Index(bytes, Box::new(index))
         }
-        _ => {
+        _ => TagSchema::Other,
+    })
+}
+
+/// The index of `state`, the warning said for what is not one.
+fn said(state: TagSchema, repo: &RepositoryName, subject: &str) -> Option<(Bytes, Index)> {
+    let tag = fallback_tag(subject);
+    match state {
+        TagSchema::Index(bytes, index) => Some((bytes, *index)),
+        TagSchema::Absent => None,
+        TagSchema::Subject => {
+            // Said once a registry and process: it holds for every subject there.
+            static SAID: std::sync::Mutex<BTreeSet<String>> =
+                std::sync::Mutex::new(BTreeSet::new());
+            let first = SAID
+                .lock()
+                .map(|mut s| s.insert(repo.registry.clone()))
+                .unwrap_or(true);
+            if !first {
+                return None;
+            }
+            tracing::warn!(
+                "registry {} resolves the tag {tag} to the subject {} itself (as GitLab does): tag-schema indexes cannot be read back there, so where it has no referrers API either no referrer can be listed there (readers check the ones the digest manifest records by digest), and an index is written with only this run's referrers",
+                repo.registry,
+                short(subject)
+            );
+            None
+        }
+        TagSchema::Other => {
             tracing::warn!(
                 "{repo}:{tag} is not a referrers index (not an OCI image index); it is not read as one and is replaced when referrers are written"
             );
-            Ok(None)
+            None
         }
     }
 }

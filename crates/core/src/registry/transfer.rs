@@ -303,8 +303,12 @@ pub async fn write_referrers_index(
     registry
         .push_manifest(repo, &tag, &media_type, body)
         .await
-        .map_err(|e| immutable_tag(e, &tag))
+        .map_err(|e| immutable_tag(e, &tag, SCHEMA_REASON))
 }
+
+/// Why a tag-schema index must be rewritten, for [`immutable_tag`].
+const SCHEMA_REASON: &str =
+    "it has no referrers API, so the referrers tag schema must be rewritten";
 
 /// A subject whose referrers are about to be pushed, as [`read_tag_schemas`] checks it.
 #[derive(Debug, Clone)]
@@ -324,11 +328,11 @@ pub type TagSchemas = BTreeMap<String, Option<Bytes>>;
 
 /// Before anything is pushed: reads each `planned` subject's referrers (one listing, as
 /// [`write_referrers_index`] would), and where the registry has no referrers API and the
-/// `sha256-<hex>` index there must change, puts that index's own bytes back under its tag. A
-/// registry keeping tags immutable refuses any push to an existing tag (Harbor's immutable
-/// middleware, `handlePush`), so its refusal, and the rule to change, come before any blob or
-/// bundle is pushed instead of after; elsewhere the put changes nothing (same bytes, same
-/// digest). A registry that only refuses a different digest still refuses at the write.
+/// `sha256-<hex>` index there must change, finds out whether the registry lets that tag change
+/// ([`probe_rewrite`]). A registry keeping tags immutable refuses it — Harbor any push to an
+/// existing tag (its immutable middleware, `handlePush`), ECR's `IMMUTABLE` a push of other
+/// bytes — so its refusal, and the rule to change, come before any blob or bundle is pushed
+/// instead of after, when the bundles would be stranded.
 ///
 /// Errors: the registry cannot be asked, or refuses the put as an immutable tag
 /// ([`immutable_tag`]); any other refusal of the put is left to the write.
@@ -348,27 +352,14 @@ pub async fn read_tag_schemas(
             && p.preferred != Some(there)
             && !p.forms.iter().any(|f| lists_all(there, f))
         {
-            let tag = fallback_tag(p.subject);
-            let media_type = serde_json::from_slice::<Index>(there)
-                .ok()
-                .map(|i| i.media_type)
-                .filter(|m| !m.is_empty())
-                .unwrap_or_else(|| spec::OCI_INDEX.to_string());
-            match registry
-                .push_manifest(repo, &tag, &media_type, there.clone())
-                .await
-            {
-                Err(e) if is_immutable(&e) => {
-                    return Err(RegistryError {
-                        operation: format!("check that {tag} can be rewritten, before any push"),
-                        ..immutable_tag(e, &tag)
-                    });
-                }
-                // Anything else (the index lists a referrer since deleted: 400
-                // MANIFEST_BLOB_UNKNOWN) is for the write to mend or say.
-                Err(e) => tracing::debug!("{repo}: putting {tag} back as it is: {e}"),
-                Ok(()) => {}
-            }
+            probe_rewrite(
+                registry,
+                repo,
+                &fallback_tag(p.subject),
+                there,
+                SCHEMA_REASON,
+            )
+            .await?;
         }
         read.insert(p.subject.to_string(), listing.tag_schema);
     }
@@ -404,16 +395,76 @@ async fn tag_schema_to_merge(
     }
 }
 
-/// A refused tag-schema index `tag`, said as a tag the registry keeps immutable when it reads
-/// as one: a message naming immutability or the precondition (Harbor's 412 `PRECONDITION` …
-/// `configured as immutable`), or ECR's `ImageTagAlreadyExistsException`.
-pub fn immutable_tag(e: RegistryError, tag: &str) -> RegistryError {
+/// Finds out, without changing what it lists, whether the registry lets tag `tag` (which serves
+/// the manifest or index `existing`) change: puts under it a copy of `existing` that differs in
+/// one annotation, `dev.occm-forge.rewrite-check` (added, or removed where a previous check left
+/// it): the same manifests, layers or referrers, other bytes. A registry that keeps the tag
+/// immutable refuses that, as it would refuse the real write later; elsewhere the tag serves the
+/// equivalent copy until the real write replaces it.
+///
+/// Errors: an immutable refusal, as [`immutable_tag`] with `why` (the tag must change because
+/// …); the registry cannot be asked. Any other refusal of the copy is left to the real write.
+pub async fn probe_rewrite(
+    registry: &dyn Registry,
+    repo: &RepositoryName,
+    tag: &str,
+    existing: &Bytes,
+    why: &str,
+) -> Result<(), RegistryError> {
+    const KEY: &str = "dev.occm-forge.rewrite-check";
+    let Ok(mut v) = serde_json::from_slice::<serde_json::Value>(existing) else {
+        return Ok(());
+    };
+    let media_type = v["mediaType"]
+        .as_str()
+        .filter(|m| !m.is_empty())
+        .unwrap_or(spec::OCI_INDEX)
+        .to_string();
+    let Some(object) = v.as_object_mut() else {
+        return Ok(());
+    };
+    let annotations = object
+        .entry("annotations")
+        .or_insert_with(|| serde_json::json!({}));
+    if let Some(a) = annotations.as_object_mut()
+        && a.remove(KEY).is_none()
+    {
+        a.insert(KEY.into(), "a tag occm-forge must rewrite".into());
+    }
+    if annotations.as_object().is_some_and(|a| a.is_empty()) {
+        object.remove("annotations");
+    }
+    let changed = Bytes::from(serde_json::to_vec(&v).expect("JSON serialises"));
+    match registry
+        .push_manifest(repo, tag, &media_type, changed)
+        .await
+    {
+        Err(e) if is_immutable(&e) => Err(RegistryError {
+            operation: format!("check that {tag} can be rewritten, before any push"),
+            ..immutable_tag(e, tag, why)
+        }),
+        // Anything else (the index lists a referrer since deleted: 400 MANIFEST_BLOB_UNKNOWN)
+        // is for the real write to mend or say.
+        Err(e) => {
+            tracing::debug!("{repo}: checking that {tag} can be rewritten: {e}");
+            Ok(())
+        }
+        Ok(()) => Ok(()),
+    }
+}
+
+/// A refused write of tag `tag`, said as a tag the registry keeps immutable when it reads as
+/// one — a message naming immutability or the precondition (Harbor's 412 `PRECONDITION` …
+/// `configured as immutable`), ECR's `TAG_INVALID` … `cannot be overwritten because the
+/// repository is immutable` or `ImageTagAlreadyExistsException` — with why the tag must change
+/// (`why`) and the rule to change.
+pub fn immutable_tag(e: RegistryError, tag: &str, why: &str) -> RegistryError {
     if !is_immutable(&e) {
         return e;
     }
     RegistryError {
         message: format!(
-            "{}; the registry keeps the tag {tag} immutable, and it has no referrers API, so the referrers tag schema must be rewritten: exclude tags matching `sha256-*` from the immutability rule (Harbor: the project's tag immutability rule; ECR: IMMUTABLE_WITH_EXCLUSION with the filter sha256-*)",
+            "{}; the registry keeps the tag {tag} immutable, and {why}: exclude tags matching `sha256-*` from the immutability rule (Harbor: the project's tag immutability rule; ECR: IMMUTABLE_WITH_EXCLUSION with the filter sha256-*)",
             e.message
         ),
         ..e
@@ -454,11 +505,12 @@ mod tests {
         let harbor = immutable_tag(
             refused("PRECONDITION: the image occm:sha256-ab configured as immutable"),
             "sha256-ab",
+            SCHEMA_REASON,
         );
         assert!(harbor.message.contains("exclude tags matching `sha256-*`"));
         let other = refused("MANIFEST_INVALID: sha256:4120aa… is not allowed here");
         assert_eq!(
-            immutable_tag(other.clone(), "sha256-ab").message,
+            immutable_tag(other.clone(), "sha256-ab", SCHEMA_REASON).message,
             other.message
         );
     }

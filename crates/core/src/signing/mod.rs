@@ -13,6 +13,8 @@
 //! `build --sign-key` signs through the sign stage (`pipeline::stages::sign`); `verify` checks with
 //! [`verify_bundle`].
 
+pub mod tags;
+
 use std::path::{Path, PathBuf};
 
 use base64::{Engine as _, engine::general_purpose::STANDARD as B64};
@@ -443,31 +445,46 @@ pub fn bundle_signer(bundle: &[u8]) -> String {
 /// One line: the bundle is not a DSSE bundle, the key or certificate cannot be read, the
 /// certificate names another identity or issuer, or no signature verifies.
 pub fn verify_bundle(signer: Signer<'_>, bundle: &[u8]) -> Result<VerifiedBundle, String> {
-    use sigstore::crypto::{CosignVerificationKey, Signature};
     let b: serde_json::Value =
         serde_json::from_slice(bundle).map_err(|e| format!("not a Sigstore bundle: {e}"))?;
-    let env = &b["dsseEnvelope"];
-    if env["payloadType"].as_str() != Some(IN_TOTO_MEDIA_TYPE) {
-        return Err("not a DSSE bundle of an in-toto Statement".into());
-    }
-    let payload = env["payload"]
-        .as_str()
-        .and_then(|p| B64.decode(p).ok())
-        .ok_or("the DSSE payload is not base64")?;
-    let (key, whose) = match signer {
-        Signer::Key { .. } if bundle_certificate(&b).is_some() => {
-            return Err("signed with a certificate (keyless), not a key".into());
+    let (key, whose) = verification_key(signer, bundle_certificate(&b))?;
+    let payload = verify_dsse(&key, whose, &b["dsseEnvelope"])?;
+    let statement =
+        serde_json::from_slice(&payload).map_err(|e| format!("the payload is not JSON: {e}"))?;
+    Ok(VerifiedBundle {
+        hint: b["verificationMaterial"]["publicKey"]["hint"]
+            .as_str()
+            .map(str::to_string),
+        statement,
+    })
+}
+
+/// The key a signature by `signer` verifies with, and how to name it: the recorded public key
+/// (refused when the signature comes with a `certificate`: keyless, not by a key), or the key of
+/// the `certificate` that came with it, which must name the recorded identity and issuer.
+///
+/// # Errors
+/// One line: the key or certificate cannot be read, there is the wrong kind of material, the
+/// certificate names another identity or issuer.
+pub(crate) fn verification_key(
+    signer: Signer<'_>,
+    certificate: Option<Result<Certificate, String>>,
+) -> Result<(sigstore::crypto::CosignVerificationKey, &'static str), String> {
+    use sigstore::crypto::CosignVerificationKey;
+    match signer {
+        Signer::Key { .. } if certificate.is_some() => {
+            Err("signed with a certificate (keyless), not a key".into())
         }
-        Signer::Key { public_key, .. } => (
+        Signer::Key { public_key, .. } => Ok((
             CosignVerificationKey::from_pem(
                 public_key.as_bytes(),
                 &SigningScheme::ECDSA_P256_SHA256_ASN1,
             )
             .map_err(|e| format!("the recorded public key cannot be read: {e}"))?,
             "the recorded public key",
-        ),
+        )),
         Signer::Certificate { identity, issuer } => {
-            let cert = bundle_certificate(&b).ok_or("signed with a key, not a certificate")??;
+            let cert = certificate.ok_or("signed with a key, not a certificate")??;
             let named = certificate_identity(&cert);
             if named.identity.as_deref() != Some(identity)
                 || named.issuer.as_deref() != Some(issuer)
@@ -477,13 +494,33 @@ pub fn verify_bundle(signer: Signer<'_>, bundle: &[u8]) -> Result<VerifiedBundle
                     printable(&signer.to_string())
                 ));
             }
-            (
+            Ok((
                 CosignVerificationKey::try_from(cert.tbs_certificate().subject_public_key_info())
                     .map_err(|e| format!("its certificate's key cannot be read: {e}"))?,
                 "its certificate's key",
-            )
+            ))
         }
-    };
+    }
+}
+
+/// The payload of the DSSE envelope `env` (`payloadType`, base64 `payload`, `signatures`) of an
+/// in-toto Statement, when some signature verifies over its PAE with `key` (named `whose`).
+///
+/// # Errors
+/// One line: not an in-toto envelope, the payload is not base64, no signature verifies.
+pub(crate) fn verify_dsse(
+    key: &sigstore::crypto::CosignVerificationKey,
+    whose: &str,
+    env: &serde_json::Value,
+) -> Result<Vec<u8>, String> {
+    use sigstore::crypto::Signature;
+    if env["payloadType"].as_str() != Some(IN_TOTO_MEDIA_TYPE) {
+        return Err("not a DSSE bundle of an in-toto Statement".into());
+    }
+    let payload = env["payload"]
+        .as_str()
+        .and_then(|p| B64.decode(p).ok())
+        .ok_or("the DSSE payload is not base64")?;
     let signed = pae(IN_TOTO_MEDIA_TYPE, &payload);
     let verified = env["signatures"]
         .as_array()
@@ -494,14 +531,7 @@ pub fn verify_bundle(signer: Signer<'_>, bundle: &[u8]) -> Result<VerifiedBundle
     if !verified {
         return Err(format!("no signature verifies with {whose}"));
     }
-    let statement =
-        serde_json::from_slice(&payload).map_err(|e| format!("the payload is not JSON: {e}"))?;
-    Ok(VerifiedBundle {
-        hint: b["verificationMaterial"]["publicKey"]["hint"]
-            .as_str()
-            .map(str::to_string),
-        statement,
-    })
+    Ok(payload)
 }
 
 /// DSSE's pre-authentication encoding: `DSSEv1 <len(type)> <type> <len(body)> <body>`, lengths
