@@ -301,20 +301,14 @@ impl Finder<'_> {
             else {
                 continue;
             };
-            let signature = layer
-                .annotations
-                .get(tags::SIGNATURE_ANNOTATION)
-                .map(String::as_str)
-                .unwrap_or_default();
-            let cert = layer.annotations.get(tags::CERTIFICATE_ANNOTATION);
-            match tags::verify_simple_signing(signer, &payload, signature, cert.map(String::as_str))
-            {
-                Ok(d) if d == index => signed = true,
+            match tags::verify_layer(signer, &layer.media_type, &layer.annotations, &payload) {
+                Ok(tags::Verified::Signs(d)) if d == index => signed = true,
                 _ => {
+                    let keyless = layer.annotations.contains_key(tags::CERTIFICATE_ANNOTATION);
                     let who = format!(
                         "a signature in {} by another {}",
                         tags::tag(&index, "sig"),
-                        if cert.is_some() { "identity" } else { "key" }
+                        if keyless { "identity" } else { "key" }
                     );
                     if !others.contains(&who) {
                         others.push(who);
@@ -337,11 +331,9 @@ impl Finder<'_> {
                 else {
                     continue;
                 };
-                let cert = layer
-                    .annotations
-                    .get(tags::CERTIFICATE_ANNOTATION)
-                    .map(String::as_str);
-                let Ok(v) = tags::verify_envelope(signer, &envelope, cert) else {
+                let Ok(tags::Verified::Attests(v)) =
+                    tags::verify_layer(signer, &layer.media_type, &layer.annotations, &envelope)
+                else {
                     continue;
                 };
                 if v.subject_digests().contains(&index)

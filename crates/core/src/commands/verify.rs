@@ -702,25 +702,19 @@ impl Checker<'_> {
                 else {
                     continue;
                 };
-                let cert = layer
-                    .annotations
-                    .get(tags::CERTIFICATE_ANNOTATION)
-                    .map(String::as_str);
-                verified = if suffix == "sig" {
-                    let sig = layer
-                        .annotations
-                        .get(tags::SIGNATURE_ANNOTATION)
-                        .map(String::as_str)
-                        .unwrap_or_default();
-                    tags::verify_simple_signing(signer, &blob, sig, cert).as_deref()
-                        == Ok(entry.digest.as_str())
-                } else {
-                    match tags::verify_envelope(signer, &blob, cert) {
-                        Ok(v) if v.subject_digests().contains(&entry.digest) => {
-                            kinds.kind(&v).await?.as_deref() == Some(kind.as_str())
-                        }
-                        _ => false,
+                verified = match tags::verify_layer(
+                    signer,
+                    &layer.media_type,
+                    &layer.annotations,
+                    &blob,
+                ) {
+                    Ok(tags::Verified::Signs(d)) => suffix == "sig" && d == entry.digest,
+                    Ok(tags::Verified::Attests(v))
+                        if suffix == "att" && v.subject_digests().contains(&entry.digest) =>
+                    {
+                        kinds.kind(&v).await?.as_deref() == Some(kind.as_str())
                     }
+                    _ => false,
                 };
                 if verified {
                     break;

@@ -100,6 +100,44 @@ pub fn verify_envelope(
     })
 }
 
+/// What a layer of a cosign tag holds, once verified (see [`verify_layer`]).
+#[derive(Debug)]
+pub enum Verified {
+    /// A `.sig` layer: the digest its simple-signing payload signs.
+    Signs(String),
+    /// An `.att` layer: the in-toto Statement of its envelope.
+    Attests(VerifiedBundle),
+}
+
+/// Verifies one layer of a cosign tag with `signer`, told by its `media_type`: a simple-signing
+/// payload ([`verify_simple_signing`], signature and certificate from `annotations`) or a DSSE
+/// envelope ([`verify_envelope`]); `blob` is the layer's bytes.
+///
+/// # Errors
+/// One line: a layer of another media type, or what [`verify_simple_signing`] or
+/// [`verify_envelope`] says.
+pub fn verify_layer(
+    signer: Signer<'_>,
+    media_type: &str,
+    annotations: &std::collections::BTreeMap<String, String>,
+    blob: &[u8],
+) -> Result<Verified, String> {
+    let cert = annotations.get(CERTIFICATE_ANNOTATION).map(String::as_str);
+    match media_type {
+        SIMPLE_SIGNING_MEDIA_TYPE => {
+            let signature = annotations
+                .get(SIGNATURE_ANNOTATION)
+                .map(String::as_str)
+                .unwrap_or_default();
+            verify_simple_signing(signer, blob, signature, cert).map(Verified::Signs)
+        }
+        DSSE_MEDIA_TYPE => verify_envelope(signer, blob, cert).map(Verified::Attests),
+        other => Err(format!(
+            "a layer of media type {other} is no cosign signature"
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
