@@ -362,7 +362,8 @@ fn toolchain_proxy(f: &Fixture, listed: &[String], served: &[String]) -> String 
     format!("file://{}", f.path().join("goproxy").display())
 }
 
-/// `pin --go current` moves a minor to the newest revision of its Go line that the proxy serves
+/// `pin --go patch` moves a minor to the newest revision of its Go line that the proxy serves
+/// (`current` then has nothing left to do on a supported line)
 /// and starts a new revision; `--go` with a release the proxy lists but refuses is one line
 /// naming it and the proxy's answer, before any Go work, with images.toml unchanged; `upstream
 /// check` names the minor whose Go is behind (exit 11).
@@ -422,6 +423,12 @@ fn pin_go_current_takes_the_newest_patch_the_proxy_serves() {
     // newest one served, and the refused one is named.
     assert_eq!(m134["go"]["proposal"], newer.as_str(), "{m134}");
     assert_eq!(m134["go"]["refused"][0], refused.as_str(), "{m134}");
+    // On a supported line the one step is its newest patch, not built and accepted yet.
+    assert_eq!(
+        m134["go_proposals"],
+        serde_json::json!([{"go": newer, "step": "patch", "proposed": true}]),
+        "{m134}"
+    );
     let m135 = report["minors"]
         .as_array()
         .unwrap()
@@ -457,7 +464,7 @@ fn pin_go_current_takes_the_newest_patch_the_proxy_serves() {
         "images.toml changed"
     );
 
-    let o = run(&["pin", "--k8s", "1.34", "--go", "current"]);
+    let o = run(&["pin", "--k8s", "1.34", "--go", "patch"]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(
         stderr(&o).contains(&format!(
@@ -472,6 +479,11 @@ fn pin_go_current_takes_the_newest_patch_the_proxy_serves() {
     );
     let cfg = std::fs::read_to_string(&f.config).unwrap();
     assert!(cfg.contains(&format!("go = \"{newer}\"")), "{cfg}");
+    // On a supported line `current` is the same step: nothing left to do.
+    let o = run(&["pin", "--k8s", "1.34", "--go", "current"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stdout(&o), "", "{}", stderr(&o));
+    assert_eq!(std::fs::read_to_string(&f.config).unwrap(), cfg);
 
     // Back to an older Go only on purpose.
     let o = run(&["pin", "--k8s", "1.34", "--go", &go]);

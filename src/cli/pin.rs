@@ -34,11 +34,11 @@ pub struct PinArgs {
     #[arg(long, value_name = "DATE", value_parser = parse_date)]
     end_of_life: Option<time::Date>,
     /// Build the minor with this Go instead of its upstream tag's: a release the Go module proxy
-    /// serves (`1.26.11`), or `current`: the newest revision of its Go line, or, on a line out of
-    /// support, of the oldest supported line (what `upstream check` proposes). Starts a new
-    /// revision. Asks the proxy GOPROXY names (a fresh module cache: never a cached answer).
-    /// README, "Go versions".
-    #[arg(long, value_name = "VERSION|current")]
+    /// serves (`1.26.11`); `patch`: the newest revision of its own Go line (security fixes only);
+    /// or `current`: the same, but on a line out of support the newest revision of the oldest
+    /// supported line (KEP-3744; `upstream check` proposes both). Starts a new revision. Asks the
+    /// proxy GOPROXY names (a fresh module cache: never a cached answer). README, "Go versions".
+    #[arg(long, value_name = "VERSION|patch|current")]
     go: Option<pin::GoChoice>,
     #[command(flatten)]
     inputs: Inputs,

@@ -26,6 +26,11 @@ pub struct UpstreamArgs {
     /// Print the report as JSON.
     #[arg(long)]
     json: bool,
+    /// The acceptance reports (`accept --output`'s JSON) whose accepted builds mark each Go
+    /// proposal as built and accepted [default: docs/acceptance.json beside images.toml, when
+    /// it exists].
+    #[arg(long, value_name = "JSON")]
+    acceptance: Option<std::path::PathBuf>,
 }
 
 /// Exit 0 when nothing is new, 11 when something is, 13 when a pinned tag points at another
@@ -59,10 +64,21 @@ pub fn run(cli: &Cli, cmd: &UpstreamCommand) -> Result<u8, Error> {
         go_served.is_some().then_some(&judge as &dyn Fn(_) -> _),
         today,
     );
-    let report = upstream::UpstreamReport {
+    let mut report = upstream::UpstreamReport {
         go_unchecked,
         ..report
     };
+    let acceptance = args.acceptance.clone().or_else(|| {
+        let beside = config.path.parent()?.join("docs").join("acceptance.json");
+        beside.exists().then_some(beside)
+    });
+    if let Some(path) = acceptance {
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| Error::Usage(format!("{}: {e}", path.display())))?;
+        let accepted = upstream::accepted_builds(&text)
+            .map_err(|e| Error::Usage(format!("{}: {e}", path.display())))?;
+        upstream::mark_accepted(&mut report, &accepted);
+    }
     let text = if args.json {
         serde_json::to_string(&report).expect("report serialises")
     } else {

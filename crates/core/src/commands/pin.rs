@@ -48,21 +48,27 @@ pub enum GoChoice {
     Release(GoRelease),
     /// What `upstream check` proposes ([`crate::pipeline::go::release::currency`]): the newest revision of
     /// the minor's Go line, or on a line out of support the newest revision of the oldest
-    /// supported line.
+    /// supported line (KEP-3744: a Kubernetes release still supported moves off a Go line out
+    /// of support).
     Current,
+    /// The newest revision of the minor's own Go line (security fixes only; the least a minor
+    /// past its end of life gets).
+    Patch,
 }
 
 impl std::str::FromStr for GoChoice {
     type Err = String;
 
-    /// `current` or a Go release (`1.26.11`).
+    /// `current`, `patch` or a Go release (`1.26.11`).
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        if s == "current" {
-            return Ok(GoChoice::Current);
+        match s {
+            "current" => return Ok(GoChoice::Current),
+            "patch" => return Ok(GoChoice::Patch),
+            _ => {}
         }
         s.parse()
             .map(GoChoice::Release)
-            .map_err(|e| format!("{e}, or `current`"))
+            .map_err(|e| format!("{e}, or `current`, or `patch`"))
     }
 }
 
@@ -169,7 +175,7 @@ pub async fn pin(req: &PinRequest<'_>, registry: &dyn Registry) -> Result<PinOut
             .minors
             .get(&req.minor)
             .is_some_and(|m| m.go_policy == config::GoPolicy::Upstream);
-        if held && choice == GoChoice::Current {
+        if held && !matches!(choice, GoChoice::Release(_)) {
             out.warnings.push(format!(
                 "{key}: go_policy = \"upstream\" declines a newer Go; `go` kept (remove go_policy, or name the release with --go)"
             ));
@@ -484,6 +490,19 @@ fn pin_go(
     let proxy = |e: go_release::ReleaseError| Error::Usage(format!("pin --go: {e}"));
     let target = match choice {
         GoChoice::Release(r) => r,
+        GoChoice::Patch => {
+            let served = go_release::served(req.cache_dir).map_err(proxy)?;
+            let c = go_release::served_proposal(req.cache_dir, go, &served).map_err(proxy)?;
+            for r in &c.refused {
+                out.warnings.push(format!(
+                    "{key}: the Go module proxy lists Go {r} but does not serve it; skipped"
+                ));
+            }
+            match c.newer_patch {
+                Some(p) => p,
+                None => return Ok(()),
+            }
+        }
         GoChoice::Current => {
             let served = go_release::served(req.cache_dir).map_err(proxy)?;
             let c = go_release::served_proposal(req.cache_dir, go, &served).map_err(proxy)?;
@@ -509,7 +528,7 @@ fn pin_go(
     if target == go {
         return Ok(());
     }
-    if target < go && choice != GoChoice::Current && !req.allow_downgrade {
+    if target < go && matches!(choice, GoChoice::Release(_)) && !req.allow_downgrade {
         return Err(Error::Usage(format!(
             "--go {target} is older than the pinned Go {go}; pass --allow-downgrade to move back"
         )));

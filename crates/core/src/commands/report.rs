@@ -8,6 +8,7 @@ use crate::commands::upstream::{MinorStatus, UpstreamReport};
 use crate::commands::verify::Finding;
 use crate::config::Minor;
 use crate::pipeline::digest_manifest::{Entry, Signature};
+use crate::pipeline::go::release::GoCurrency;
 use crate::pipeline::{BuildOutcome, MinorResult};
 
 /// `build`'s stdout line: the JSON object with `json`, else the pushed reference, else
@@ -150,8 +151,8 @@ pub fn upstream(report: &UpstreamReport) -> String {
                     " is out of support"
                 },
             ));
-        } else if let Some(g) = m.go.as_ref().filter(|g| g.proposal.is_some()) {
-            state.push_str(&go_behind(m.minor, g));
+        } else if let Some(g) = m.go.as_ref().filter(|_| !m.go_proposals.is_empty()) {
+            state.push_str(&go_behind(m, g));
         }
         if let Some(g) = m.go.as_ref().filter(|g| !g.refused.is_empty()) {
             let refused: Vec<String> = g.refused.iter().map(ToString::to_string).collect();
@@ -179,26 +180,47 @@ pub fn upstream(report: &UpstreamReport) -> String {
     t
 }
 
-/// `upstream check`'s words on a minor whose Go has a proposal: a newer revision of its line,
-/// or a line out of support (with the supported lines and what `--go current` moves it to).
-fn go_behind(minor: crate::config::Minor, g: &crate::pipeline::go::release::GoCurrency) -> String {
-    let proposal = g.proposal.expect("only called with a proposal");
-    if g.supported {
+/// `upstream check`'s words on a minor with Go proposals: where its Go stands, then each
+/// proposal in the order worth trying, with the `pin` command that takes it and whether a build
+/// with it was accepted (`upstream check --acceptance`).
+fn go_behind(m: &MinorStatus, g: &GoCurrency) -> String {
+    use crate::commands::upstream::GoStep;
+    let minor = m.minor;
+    let each: Vec<String> = m
+        .go_proposals
+        .iter()
+        .map(|p| {
+            let (what, word) = match p.step {
+                GoStep::Patch => (format!("the newest {}", p.go.line()), "patch"),
+                GoStep::SupportedLine => ("a supported line".to_string(), "current"),
+            };
+            let proof = match &p.accepted {
+                Some(at) => format!("built and accepted {at}"),
+                None => "not built and accepted yet".into(),
+            };
+            let offered = if p.proposed { "" } else { "offered: " };
+            format!(
+                "{offered}{} ({what}; `occm-forge pin --k8s {minor} --go {word}`; {proof})",
+                p.go
+            )
+        })
+        .collect();
+    let stands = if g.supported {
+        format!("Go {} is behind its line", g.go)
+    } else if m.past_end_of_life && m.go_proposals.iter().all(|p| !p.proposed) {
         format!(
-            "; Go {proposal} is out (pinned {}): `occm-forge pin --k8s {minor} --go current`",
-            g.go
-        )
-    } else {
-        let newest = g
-            .newer_patch
-            .map(|n| format!("; {n} is the newest {}", n.line()))
-            .unwrap_or_default();
-        format!(
-            "; Go {} is out of support (Go supports {}{newest}): `occm-forge pin --k8s {minor} --go current` moves it to {proposal}",
+            "Go {} is out of support (Go supports {}), the newest of its line, enough past end of life",
             g.go,
             g.supported_lines.join(", ")
         )
-    }
+    } else {
+        format!(
+            "Go {} is out of support (Go supports {})",
+            g.go,
+            g.supported_lines.join(", ")
+        )
+    };
+    format!("; {stands}: {}", each.join(", or "))
 }
 
 /// The one line `build` says about a minor past its end of life on `today`, `None` otherwise:

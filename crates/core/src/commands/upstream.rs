@@ -40,6 +40,125 @@ pub struct MinorStatus {
     /// (`go_policy = "upstream"`): `go.proposal` is then empty, and nothing is proposed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub go_held: Option<GoRelease>,
+    /// The Go releases this minor could move to, in the order they are worth trying (see
+    /// [`go_proposals`]); empty when its Go is current, held, or could not be checked.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub go_proposals: Vec<GoProposal>,
+}
+
+/// Which step a [`GoProposal`] takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum GoStep {
+    /// The newest revision of the minor's own Go line (`pin --go patch`): security fixes only.
+    Patch,
+    /// The newest revision of the oldest supported Go line, from a line out of support
+    /// (`pin --go current`): what Kubernetes does for its supported releases (KEP-3744, "Stay on
+    /// supported Go versions"; the go.mod of upstream untouched, only the toolchain that builds
+    /// the image).
+    SupportedLine,
+}
+
+/// One Go release a minor could be built with instead of its pinned one.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct GoProposal {
+    /// The release (the module proxy serves it).
+    pub go: GoRelease,
+    /// Which step it is.
+    pub step: GoStep,
+    /// Whether it counts as the minor being behind (`go_behind`, exit 11): false for the move to
+    /// a supported line of a minor past its end of life, which is offered, not asked for.
+    pub proposed: bool,
+    /// When a build of this minor's pinned (or newer) tag with this Go was accepted, as the
+    /// acceptance reports say (`recorded_at`, RFC 3339; see [`mark_accepted`]); `None`: not
+    /// built and accepted yet.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub accepted: Option<String>,
+}
+
+/// A build `accept` accepted, as its report (docs/acceptance.json) records it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AcceptedBuild {
+    /// The minor.
+    pub minor: Minor,
+    /// The upstream tag built.
+    pub upstream_tag: String,
+    /// The Go it was built with.
+    pub go: GoRelease,
+    /// When the report was recorded (RFC 3339).
+    pub recorded_at: String,
+}
+
+/// The Go releases worth trying for a minor whose Go stands at `c`, best first: for a minor
+/// still supported on a Go line out of support, the move to a supported line (KEP-3744) and then
+/// the newest patch of its own line as the fallback; for a minor past its end of life, the newest
+/// patch of its own line (proposed) and the move to a supported line (offered only); on a
+/// supported line, the newest patch of it.
+pub fn go_proposals(c: &GoCurrency, past_end_of_life: bool) -> Vec<GoProposal> {
+    let patch = c.newer_patch.filter(|p| !c.refused.contains(p));
+    let line = c.proposal.filter(|p| Some(*p) != patch && !c.supported);
+    let mk = |go, step, proposed| GoProposal {
+        go,
+        step,
+        proposed,
+        accepted: None,
+    };
+    let mut out = Vec::new();
+    if past_end_of_life {
+        out.extend(patch.map(|p| mk(p, GoStep::Patch, true)));
+        out.extend(line.map(|p| mk(p, GoStep::SupportedLine, false)));
+    } else {
+        out.extend(line.map(|p| mk(p, GoStep::SupportedLine, true)));
+        out.extend(patch.map(|p| mk(p, GoStep::Patch, true)));
+    }
+    out
+}
+
+/// The accepted builds in an acceptance report file (`accept --output`'s `.json` beside the
+/// document, docs/acceptance.json: an array of reports, each with `minor`, `upstream_tag`, `go`,
+/// `verdict` and `recorded_at`); reports not accepted, or without `recorded_at`, are left out.
+///
+/// Errors: the text is not such an array (serde_json's message).
+pub fn accepted_builds(json: &str) -> Result<Vec<AcceptedBuild>, serde_json::Error> {
+    #[derive(serde::Deserialize)]
+    struct Report {
+        minor: Minor,
+        upstream_tag: String,
+        go: Option<String>,
+        verdict: String,
+        recorded_at: Option<String>,
+    }
+    let reports: Vec<Report> = serde_json::from_str(json)?;
+    Ok(reports
+        .into_iter()
+        .filter(|r| r.verdict == "accepted")
+        .filter_map(|r| {
+            Some(AcceptedBuild {
+                minor: r.minor,
+                upstream_tag: r.upstream_tag,
+                go: r.go?.parse().ok()?,
+                recorded_at: r.recorded_at?,
+            })
+        })
+        .collect())
+}
+
+/// Marks each Go proposal of `report` that `accepted` holds a build of (same minor and Go, and
+/// the minor's pinned or newest tag) with the time it was accepted.
+pub fn mark_accepted(report: &mut UpstreamReport, accepted: &[AcceptedBuild]) {
+    for m in &mut report.minors {
+        for p in &mut m.go_proposals {
+            p.accepted = accepted
+                .iter()
+                .filter(|a| {
+                    a.minor == m.minor
+                        && a.go == p.go
+                        && (a.upstream_tag == m.pinned || a.upstream_tag == m.latest)
+                })
+                .map(|a| a.recorded_at.clone())
+                .max();
+        }
+    }
 }
 
 /// A minor upstream has released but images.toml does not track.
@@ -120,6 +239,10 @@ pub fn check(
             Some(c) if m.go_policy == crate::config::GoPolicy::Upstream => c.proposal.take(),
             _ => None,
         };
+        let go_proposals = match (&currency, held) {
+            (Some(c), None) => go_proposals(c, m.past_end_of_life(today)),
+            _ => Vec::new(),
+        };
         minors.push(MinorStatus {
             minor: *minor,
             pinned: m.upstream_tag.clone(),
@@ -131,6 +254,7 @@ pub fn check(
             past_end_of_life: m.past_end_of_life(today),
             go: currency,
             go_held: held,
+            go_proposals,
         });
     }
     let newest_tracked = config.minors.keys().max().copied();
@@ -152,7 +276,7 @@ pub fn check(
         moved: minors.iter().any(|m| m.moved_to.is_some()),
         go_behind: minors
             .iter()
-            .any(|m| m.go.as_ref().is_some_and(|g| g.proposal.is_some())),
+            .any(|m| m.go_proposals.iter().any(|p| p.proposed)),
         go_unchecked: None,
         minors,
         untracked,
@@ -323,11 +447,11 @@ go_policy = "upstream"
         assert!(r.go_behind && !r.new);
         let text = crate::commands::report::upstream(&r);
         assert!(
-            text.contains("1.34  v1.34.1  up to date; Go 1.25.1 is out of support (Go supports 1.26, 1.27; 1.25.14 is the newest 1.25): `occm-forge pin --k8s 1.34 --go current` moves it to 1.26.11\n"),
+            text.contains("1.34  v1.34.1  up to date; Go 1.25.1 is out of support (Go supports 1.26, 1.27): 1.26.11 (a supported line; `occm-forge pin --k8s 1.34 --go current`; not built and accepted yet), or 1.25.14 (the newest 1.25; `occm-forge pin --k8s 1.34 --go patch`; not built and accepted yet)\n"),
             "{text}"
         );
         assert!(
-            text.contains("1.36  v1.36.0  up to date; Go 1.26.11 is out (pinned 1.26.2): `occm-forge pin --k8s 1.36 --go current`\n"),
+            text.contains("1.36  v1.36.0  up to date; Go 1.26.2 is behind its line: 1.26.11 (the newest 1.26; `occm-forge pin --k8s 1.36 --go patch`; not built and accepted yet)\n"),
             "{text}"
         );
         assert!(text.contains("1.37  v1.37.0  up to date\n"), "{text}");
@@ -343,5 +467,78 @@ go_policy = "upstream"
         let r = check(&cfg, &[], None, today);
         assert!(!r.go_behind);
         assert!(r.minors.iter().all(|m| m.go.is_none()));
+    }
+
+    /// A supported minor on a Go line out of support is offered the supported line first
+    /// (KEP-3744) and its own line's patch as the fallback; a minor past its end of life is asked
+    /// for its line's patch only, and once on it, is not behind; an accepted build marks its
+    /// proposal.
+    #[test]
+    fn proposes_both_steps_marks_accepted_ones_and_asks_less_of_a_minor_past_end_of_life() {
+        let served: Vec<GoRelease> = [
+            "1.25.0", "1.25.1", "1.25.14", "1.26.0", "1.26.2", "1.26.11", "1.27.0", "1.27.4",
+        ]
+        .iter()
+        .map(|v| v.parse().unwrap())
+        .collect();
+        let judge = |go| crate::pipeline::go::release::currency(go, &served);
+        let cfg = two_minors();
+        let today = time::macros::date!(2026 - 12 - 07);
+        let mut r = check(&cfg, &[], Some(&judge), today);
+        let steps = |m: &MinorStatus| -> Vec<(String, GoStep, bool)> {
+            m.go_proposals
+                .iter()
+                .map(|p| (p.go.to_string(), p.step, p.proposed))
+                .collect()
+        };
+        // 1.34 is past its end of life (2026-10-27), 1.35 is not.
+        assert_eq!(
+            steps(&r.minors[0]),
+            [
+                ("1.25.14".into(), GoStep::Patch, true),
+                ("1.26.11".into(), GoStep::SupportedLine, false)
+            ]
+        );
+        assert_eq!(
+            steps(&r.minors[1]),
+            [
+                ("1.26.11".into(), GoStep::SupportedLine, true),
+                ("1.25.14".into(), GoStep::Patch, true)
+            ]
+        );
+        let json = r#"[
+          {"minor": "1.35", "upstream_tag": "v1.35.0", "go": "1.26.11", "verdict": "accepted", "recorded_at": "2026-12-07T08:00:00Z"},
+          {"minor": "1.35", "upstream_tag": "v1.35.0", "go": "1.25.14", "verdict": "refused", "recorded_at": "2026-12-07T08:10:00Z"},
+          {"minor": "1.34", "upstream_tag": "v1.33.9", "go": "1.25.14", "verdict": "accepted", "recorded_at": "2026-12-07T08:20:00Z"}
+        ]"#;
+        mark_accepted(&mut r, &accepted_builds(json).unwrap());
+        let accepted: Vec<Option<&str>> = r
+            .minors
+            .iter()
+            .flat_map(|m| m.go_proposals.iter().map(|p| p.accepted.as_deref()))
+            .collect();
+        assert_eq!(
+            accepted,
+            [None, None, Some("2026-12-07T08:00:00Z"), None],
+            "another tag's build and a refused one mark nothing"
+        );
+        let text = crate::commands::report::upstream(&r);
+        assert!(
+            text.contains("1.26.11 (a supported line; `occm-forge pin --k8s 1.35 --go current`; built and accepted 2026-12-07T08:00:00Z), or 1.25.14"),
+            "{text}"
+        );
+        // On the newest patch of its line, a minor past its end of life is not behind; the
+        // supported line is still offered.
+        let mut eol = cfg.clone();
+        eol.minors.retain(|m, _| m.to_string() == "1.34");
+        eol.minors.values_mut().next().unwrap().go = "1.25.14".into();
+        let r = check(&eol, &[], Some(&judge), today);
+        assert!(!r.go_behind);
+        let text = crate::commands::report::upstream(&r);
+        assert!(
+            text.contains("Go 1.25.14 is out of support (Go supports 1.26, 1.27), the newest of its line, enough past end of life: offered: 1.26.11 (a supported line;"),
+            "{text}"
+        );
+        assert!(accepted_builds("{}").is_err());
     }
 }

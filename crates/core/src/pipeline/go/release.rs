@@ -97,7 +97,7 @@ fn currency_excluding(go: GoRelease, served: &[GoRelease], refused: &[GoRelease]
     }
 }
 
-/// [`currency`] whose proposal the proxy serves: a proposed release the proxy lists but refuses
+/// [`currency`] whose proposal and newer patch the proxy serves: a release the proxy lists but refuses
 /// ([`check_served`]) is skipped, recorded in `refused`, and the next one proposed, so neither
 /// `upstream check` nor `pin --go current` proposes what no build can download.
 ///
@@ -108,16 +108,25 @@ pub fn served_proposal(
     served: &[GoRelease],
 ) -> Result<GoCurrency, ReleaseError> {
     let mut refused = Vec::new();
-    loop {
+    let mut served_ok: Vec<GoRelease> = Vec::new();
+    'again: loop {
         let c = currency_excluding(go, served, &refused);
-        let Some(p) = c.proposal else {
-            return Ok(c);
-        };
-        match check_served(cache_dir, p) {
-            Ok(()) => return Ok(c),
-            Err(ReleaseError::NotServed { .. }) => refused.push(p),
-            Err(e) => return Err(e),
+        // Both steps are proposed (`upstream check`): the move to a supported line and the
+        // newest patch of the minor's own line.
+        for p in [c.proposal, c.newer_patch].into_iter().flatten() {
+            if served_ok.contains(&p) {
+                continue;
+            }
+            match check_served(cache_dir, p) {
+                Ok(()) => served_ok.push(p),
+                Err(ReleaseError::NotServed { .. }) => {
+                    refused.push(p);
+                    continue 'again;
+                }
+                Err(e) => return Err(e),
+            }
         }
+        return Ok(c);
     }
 }
 
