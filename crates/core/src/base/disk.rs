@@ -136,6 +136,33 @@ pub fn is_full(e: &std::io::Error) -> bool {
         )
 }
 
+/// When a program's output (Go's stderr, a test's output) says a write failed on a full file
+/// system (`write /c/go-build/ab/cd-d: no space left on device`, or `disk quota exceeded`): the
+/// one line naming the path, its file system and the room left there.
+pub fn full_in_output(output: &str) -> Option<String> {
+    let line = output.lines().find(|l| {
+        let l = l.to_ascii_lowercase();
+        l.contains("no space left on device") || l.contains("disk quota exceeded")
+    })?;
+    let path = line
+        .split_whitespace()
+        .map(|w| {
+            w.trim_end_matches(':')
+                .trim_matches(|c| c == '"' || c == '\'')
+        })
+        .find(|w| w.starts_with('/'));
+    Some(
+        match path.and_then(|p| file_system(Path::new(p)).map(|fs| (p, fs))) {
+            Some((p, fs)) => format!(
+                "{}: {p} is on {}, which is full",
+                line.trim(),
+                fs.describe()
+            ),
+            None => line.trim().to_string(),
+        },
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -151,6 +178,26 @@ mod tests {
         );
         assert!(fs.size >= fs.free && fs.size > 0);
         assert!(dir.path().starts_with(&fs.mount_point));
+    }
+
+    #[test]
+    fn a_full_file_system_in_gos_output_is_named_with_its_room() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = format!(
+            "# k8s.io/x\ngo: failed to trim cache: x\nwrite {}/go-build/ab/cd-d: no space left on device\nFAIL\tk8s.io/x [build failed]\n",
+            dir.path().display()
+        );
+        let line = full_in_output(&out).unwrap();
+        assert!(
+            line.starts_with(&format!(
+                "write {}/go-build/ab/cd-d: no space left on device: {}/go-build/ab/cd-d is on ",
+                dir.path().display(),
+                dir.path().display()
+            )) && line.ends_with(", which is full")
+                && line.contains(" free of "),
+            "{line}"
+        );
+        assert_eq!(full_in_output("--- FAIL: TestX\nexpected 1, got 2\n"), None);
     }
 
     #[test]

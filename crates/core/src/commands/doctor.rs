@@ -135,13 +135,15 @@ async fn base_check(plan: &BuildPlan, registry: &dyn Registry) -> Check {
     }
 }
 
-/// The checks as a table: `CHECK`, `FOR`, `STATUS` (`ok` or `MISSING`) and what was found or,
+/// The checks as a table: `CHECK`, `FOR`, `STATUS` (`ok`, `low` for one that passed with a
+/// warning, or `MISSING`) and what was found or,
 /// for a missing one, its cause and fix.
 pub fn table(checks: &[Check]) -> String {
     let rows: Vec<[String; 4]> = checks
         .iter()
         .map(|c| {
             let (status, detail) = match &c.status {
+                Ok(_) if c.warning.is_some() => ("low", c.warning.clone().unwrap_or_default()),
                 Ok(found) => ("ok", found.clone()),
                 Err(p) if p.fix.is_empty() => ("MISSING", p.cause.clone()),
                 Err(p) => ("MISSING", format!("{}; {}", p.cause, p.fix)),

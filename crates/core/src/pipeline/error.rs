@@ -96,6 +96,7 @@ impl Error {
             Error::Test(crate::pipeline::go::test::TestError::ModuleGraph { .. }) => 4,
             Error::Test(crate::pipeline::go::test::TestError::CannotRun { .. }) => 16,
             Error::Test(_) => 5,
+            Error::Build(e) if e.full => 16,
             Error::Build(_) => 6,
             Error::Image(_) | Error::Base(_) => 7,
             Error::Publish(_) | Error::Inputs(_) | Error::Registry(_) => 8,

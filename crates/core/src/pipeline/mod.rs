@@ -525,6 +525,9 @@ pub async fn prerequisites(
     if let Some(a) = acceptance.filter(|_| plan.accept) {
         checks.extend(tokio::task::block_in_place(|| a.prerequisites(plan)));
     }
+    for w in checks.iter().filter_map(|c| c.warning.as_deref()) {
+        tracing::warn!("{w}");
+    }
     checks
 }
 

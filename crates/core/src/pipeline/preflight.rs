@@ -39,6 +39,11 @@ pub const CACHE_WARM: u64 = 3 << 29;
 /// Room a build takes in `--output`: one minor's layout (both binaries compressed, the base,
 /// SBOMs, provenance): measured 36 MiB for v1.34.1 on the static base; with a margin, 256 MiB.
 pub const OUTPUT_ROOM: u64 = 256 << 20;
+/// Room below which no build gets anywhere: the toolchain unpacked (about 250 MiB for Go 1.25),
+/// the work tree and the layout. Between this and [`CACHE_COLD`] or [`CACHE_WARM`] the build
+/// goes on with a warning, since what a build takes is measured for upstream's module graph: a
+/// small source (a fork trimmed down, the test suite's fixtures) needs far less.
+pub const CACHE_FLOOR: u64 = 1 << 30;
 
 /// What a check is needed for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -87,6 +92,11 @@ pub struct Check {
     /// `Ok(what was found)` or the problem.
     #[serde(with = "status")]
     pub status: Result<String, Problem>,
+    /// For a check that passed short of what upstream is measured to need (room below
+    /// [`CACHE_COLD`] but above [`CACHE_FLOOR`]): what may go wrong, one sentence. The build
+    /// goes on and logs it; `doctor` shows `low`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub warning: Option<String>,
 }
 
 impl Check {
@@ -96,6 +106,20 @@ impl Check {
             name: name.into(),
             need,
             status: Ok(found.into()),
+            warning: None,
+        }
+    }
+
+    /// A check that passed with a warning (what may go wrong, one sentence).
+    pub fn low(
+        name: impl Into<String>,
+        need: Need,
+        found: impl Into<String>,
+        warning: impl Into<String>,
+    ) -> Self {
+        Check {
+            warning: Some(warning.into()),
+            ..Check::ok(name, need, found)
         }
     }
 
@@ -115,6 +139,7 @@ impl Check {
                 fix: fix.into(),
                 exit_code,
             }),
+            warning: None,
         }
     }
 }
@@ -198,7 +223,7 @@ pub fn build_checks(toolchain: &Toolchain, cache_dir: &Path, output: &Path) -> V
     let mut checks = cache_checks(cache_dir, toolchain);
     let usable = checks.iter().all(|c| c.status.is_ok());
     checks.extend(go_checks(toolchain, usable));
-    checks.push(room("room in --output", output, OUTPUT_ROOM));
+    checks.push(room("room in --output", output, OUTPUT_ROOM, OUTPUT_ROOM));
     checks
 }
 
@@ -458,6 +483,7 @@ pub fn cache_checks(cache_dir: &Path, toolchain: &Toolchain) -> Vec<Check> {
         checks.push(room(
             "room in the cache",
             cache_dir,
+            CACHE_FLOOR,
             if has_go(toolchain) {
                 CACHE_WARM
             } else {
@@ -517,20 +543,34 @@ pub fn output_check(dir: &Path) -> Check {
     }
 }
 
-/// At least `need` bytes free on the file system of `dir`.
-fn room(name: &str, dir: &Path, need: u64) -> Check {
+/// At least `floor` bytes free on the file system of `dir`, else a failed check; less than
+/// `need`, a check that passed with a warning (`need` is measured for upstream: a smaller source
+/// takes less).
+fn room(name: &str, dir: &Path, floor: u64, need: u64) -> Check {
     match disk::file_system(dir) {
-        Some(fs) if fs.free < need => Check::failed(
+        Some(fs) if fs.free < floor.min(need) => Check::failed(
             name,
             Need::Build,
             format!(
-                "{} is on {}, and a build needs about {} there",
+                "{} is on {}, and a build needs about {} there (no build gets anywhere with less than {})",
+                dir.display(),
+                fs.describe(),
+                disk::bytes(need),
+                disk::bytes(floor.min(need))
+            ),
+            "free some room there, or choose another directory",
+            16,
+        ),
+        Some(fs) if fs.free < need => Check::low(
+            name,
+            Need::Build,
+            format!("{} on {}", dir.display(), fs.describe()),
+            format!(
+                "{} is on {}, less than the about {} a build of upstream takes there; a smaller source may fit, and if the file system fills, the error names it",
                 dir.display(),
                 fs.describe(),
                 disk::bytes(need)
             ),
-            "free some room there, or choose another directory",
-            16,
         ),
         Some(fs) => Check::ok(
             name,
@@ -593,7 +633,7 @@ mod tests {
     #[test]
     fn a_cache_on_a_full_disk_is_refused_naming_it() {
         let dir = tempfile::tempdir().unwrap();
-        let c = room("room in the cache", dir.path(), u64::MAX);
+        let c = room("room in the cache", dir.path(), u64::MAX, u64::MAX);
         let p = c.status.unwrap_err();
         assert!(
             p.cause.contains(" free of ") && p.cause.contains("a build needs about"),
@@ -601,6 +641,19 @@ mod tests {
             p.cause
         );
         assert_eq!(p.exit_code, 16);
-        assert!(room("room", dir.path(), 0).status.is_ok());
+        let roomy = room("room", dir.path(), 0, 0);
+        assert!(roomy.status.is_ok() && roomy.warning.is_none(), "{roomy:?}");
+    }
+
+    #[test]
+    fn a_cache_with_room_short_of_upstreams_need_but_above_the_floor_is_a_warning() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = room("room in the cache", dir.path(), 0, u64::MAX);
+        assert!(c.status.is_ok(), "{c:?}");
+        let w = c.warning.unwrap();
+        assert!(
+            w.contains(" free of ") && w.contains("a build of upstream takes there"),
+            "{w}"
+        );
     }
 }

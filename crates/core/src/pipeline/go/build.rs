@@ -41,9 +41,15 @@ pub struct Binary {
 pub struct BuildError {
     /// The platform that failed.
     pub platform: String,
-    /// The tail of the compiler output.
+    /// The tail of the compiler output, or the full file system it names.
     pub message: String,
+    /// Whether the build failed because a file system filled ([`crate::base::disk::full_in_output`]):
+    /// exit 16, not a compile error.
+    pub full: bool,
 }
+
+/// What to do when Go's writes filled a file system.
+pub(crate) const FULL_FIX: &str = "free some room there, or point occm-forge's cache (--cache-dir, OCCM_FORGE_CACHE), where Go keeps its modules, toolchains and compiled packages, at a file system with room (a build of upstream takes about 6 GiB from an empty cache)";
 
 /// The `-ldflags` value for `version`.
 pub fn ldflags(version: &str) -> String {
@@ -74,6 +80,7 @@ fn build_one(req: &BuildRequest<'_>, p: &Platform) -> Result<Binary, BuildError>
     let err = |message: String| BuildError {
         platform: p.to_string(),
         message,
+        full: false,
     };
     std::fs::create_dir_all(&dir).map_err(|e| err(format!("{}: {e}", dir.display())))?;
     let path = dir.join("openstack-cloud-controller-manager");
@@ -92,10 +99,17 @@ fn build_one(req: &BuildRequest<'_>, p: &Platform) -> Result<Binary, BuildError>
     let output =
         crate::base::interrupt::output(&mut cmd).map_err(|e| err(format!("cannot run go: {e}")))?;
     if !output.status.success() {
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        if let Some(line) = crate::base::disk::full_in_output(&stderr) {
+            return Err(BuildError {
+                full: true,
+                ..err(format!("{line}; {FULL_FIX}"))
+            });
+        }
         return Err(err(format!(
             "{}: {}",
             output.status,
-            summarize_stderr(&String::from_utf8_lossy(&output.stderr), 8)
+            summarize_stderr(&stderr, 8)
         )));
     }
     Ok(Binary {
@@ -118,6 +132,7 @@ pub fn read_build_info(
     let err = |message: String| BuildError {
         platform: binary.display().to_string(),
         message,
+        full: false,
     };
     if let Ok(info) = super::buildinfo::read_file(binary) {
         return Ok(info);

@@ -96,8 +96,9 @@ pub enum TestError {
         message: String,
     },
     /// The test binaries could not be started: `fork/exec <binary>: permission denied` because
-    /// the directory Go wrote them to is on a `noexec` mount (golang/go#52941). Not a failing
-    /// test: the machine cannot run tests there.
+    /// the directory Go wrote them to is on a `noexec` mount (golang/go#52941); or Go's writes
+    /// filled a file system (`no space left on device`). Not a failing test: the machine cannot
+    /// run tests there.
     #[error("go test: {message}")]
     CannotRun {
         /// The binary, its mount and what to do.
@@ -311,6 +312,11 @@ pub fn run_raw(
     let status = child.wait().map_err(|e| go_err(e.to_string()))?;
     let err_text = err_thread.join().unwrap_or_default();
     if summary.results.is_empty() && summary.failures.is_empty() && !status.success() {
+        if let Some(line) = crate::base::disk::full_in_output(&err_text) {
+            return Err(TestError::CannotRun {
+                message: format!("{line}; {}", super::build::FULL_FIX),
+            });
+        }
         if super::toolchain_unavailable(&err_text) {
             return Err(TestError::Toolchain {
                 message: summarize_stderr(&err_text, 6),
@@ -364,6 +370,15 @@ pub fn check(summary: TestSummary, required: &[String]) -> Result<TestSummary, T
     }
     if let Some(message) = summary.failures.iter().find_map(|f| cannot_run(&f.output)) {
         return Err(TestError::CannotRun { message });
+    }
+    if let Some(line) = summary
+        .failures
+        .iter()
+        .find_map(|f| crate::base::disk::full_in_output(&f.output))
+    {
+        return Err(TestError::CannotRun {
+            message: format!("{line}; {}", super::build::FULL_FIX),
+        });
     }
     if !summary.failures.is_empty() {
         return Err(TestError::Failed {
@@ -444,6 +459,30 @@ mod tests {
                 binary.display()
             )),
             "{e}"
+        );
+    }
+
+    #[test]
+    fn a_package_that_fails_on_a_full_disk_is_not_a_failing_test() {
+        let dir = tempfile::tempdir().unwrap();
+        let output = format!(
+            "# k/p\ncompile: writing output: write {}/b001/_pkg_.a: no space left on device\nFAIL\tk/p [build failed]\n",
+            dir.path().display()
+        );
+        let s = TestSummary {
+            results: BTreeMap::new(),
+            failures: vec![FailedTest {
+                name: "k/p".into(),
+                output,
+            }],
+        };
+        let e = check(s, &[]).unwrap_err();
+        assert!(matches!(e, TestError::CannotRun { .. }), "{e}");
+        let text = e.to_string();
+        assert!(
+            text.contains("no space left on device: ")
+                && text.contains(", which is full; free some room there"),
+            "{text}"
         );
     }
 
