@@ -110,7 +110,15 @@ pub const NODES_2_36_2: &str =
     "  - nodes\n  verbs:\n  - get\n  - list\n  - watch\n  - patch\n  - update\n";
 
 pub async fn create(kube: &Kube, m: &Management, c: &TestCluster) {
-    let kubeconfig = std::fs::read_to_string(&m.control_plane.kubeconfig).unwrap();
+    create_at(kube, m, c, &m.control_plane.url).await;
+}
+
+/// [`create`] with the workload cluster's apiserver at `apiserver` (its kubeconfig Secret and
+/// control plane endpoint): an address nothing answers makes a cluster Cluster API cannot reach.
+pub async fn create_at(kube: &Kube, m: &Management, c: &TestCluster, apiserver: &str) {
+    let kubeconfig = std::fs::read_to_string(&m.control_plane.kubeconfig)
+        .unwrap()
+        .replace(&m.control_plane.url, apiserver);
     kube.create(
         "/api/v1/namespaces",
         json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": c.workload_ns}}),
@@ -118,7 +126,7 @@ pub async fn create(kube: &Kube, m: &Management, c: &TestCluster) {
     .await
     .unwrap();
     for (path, object) in
-        provider::cluster_objects(NS, c.name, &m.control_plane.url, &kubeconfig, c.versions.0)
+        provider::cluster_objects(NS, c.name, apiserver, &kubeconfig, c.versions.0)
     {
         kube.create(&path, object).await.unwrap();
     }

@@ -116,16 +116,26 @@ impl Fixed {
 /// Options of [`fix`].
 #[derive(Debug, Clone, Default)]
 pub struct FixOptions {
-    /// Wait this long per write for the binding to record the new hash.
+    /// Wait this long per cluster for the binding to record the new hash (all clusters at
+    /// once: one that never applies delays no other).
     pub wait: Option<Duration>,
 }
+
+/// How many times one pass pins again a Secret that a newer revision replaced during the wait
+/// (the driver's `coe cluster upgrade` writes it again); past that, the outcome stays
+/// [`Outcome::Superseded`] and a watch reads everything again.
+const REPINS: usize = 3;
 
 /// Rewrites the Secret of every row whose action is [`Action::Rewrite`] (rows and `fleet`'s
 /// clusters in the same order, as [`assess`] gives them): `render --format crs-secret`'s edit of
 /// the Secret as read, a `PUT` with its resourceVersion, then with `opts.wait` polling the
-/// Cluster's ClusterResourceSetBinding every 500 ms for the new hash. Other rows are left alone.
-/// A failure of one cluster is its [`Outcome`]; the others go on. `on_fixed` hears of each
-/// rewrite as soon as it is done (a watch logs it at once, not at the end of the pass).
+/// Cluster's ClusterResourceSetBinding every 500 ms for the new hash. All rewrites run at once,
+/// so a cluster whose binding never records the hash (Cluster API cannot reach its workload
+/// cluster) delays no other. A Secret replaced by a newer revision during the wait is read
+/// again and pinned again at once (up to [`REPINS`] times, within the same wait). Other rows
+/// are left alone. A failure of one cluster is its [`Outcome`]; the others go on. `on_fixed`
+/// hears of each rewrite as soon as it is done (a watch logs it at once, not at the end of the
+/// pass); the result is in the rows' order, each cluster's rewrites in the order they happened.
 pub async fn fix(
     kube: &Kube,
     fleet: &Fleet,
@@ -133,47 +143,167 @@ pub async fn fix(
     opts: &FixOptions,
     on_fixed: &mut (dyn FnMut(&Fixed) + Send),
 ) -> Vec<Fixed> {
-    let mut out = Vec::new();
-    for (c, row) in fleet.clusters.iter().zip(rows) {
-        let Action::Rewrite {
-            image,
-            restore_node_delete,
-        } = &row.action
-        else {
-            continue;
-        };
-        let fixed = rewrite(kube, fleet, c, row, (image, *restore_node_delete), opts).await;
-        on_fixed(&fixed);
-        out.push(fixed);
+    let (tx, mut rx) = futures::channel::mpsc::unbounded::<(usize, Fixed)>();
+    let mut tasks = futures::stream::FuturesUnordered::new();
+    for (i, job) in jobs(fleet, rows).into_iter().enumerate() {
+        let tx = tx.clone();
+        tasks.push(settle(kube, job, opts.wait, move |f| {
+            let _ = tx.unbounded_send((i, f));
+        }));
     }
-    out
+    drop(tx);
+    let mut out: Vec<(usize, Fixed)> = Vec::new();
+    let receive = async {
+        while let Some((i, fixed)) = rx.next().await {
+            on_fixed(&fixed);
+            out.push((i, fixed));
+        }
+    };
+    let drive = async { while tasks.next().await.is_some() {} };
+    futures::join!(drive, receive);
+    // Stable: each cluster's rewrites stay in the order they happened.
+    out.sort_by_key(|(i, _)| *i);
+    out.into_iter().map(|(_, f)| f).collect()
 }
 
-/// One rewrite: `image`, and `delete` on nodes restored when `restore_node_delete`.
+/// One cluster's rewrite, with everything it needs owned (a watch keeps it running across
+/// passes).
+struct Job {
+    cluster: Observed,
+    row: Row,
+    set: super::OccmSet,
+    image: String,
+    restore_node_delete: bool,
+    addons_version: String,
+}
+
+/// The rewrites `rows` ask for, in their order.
+fn jobs(fleet: &Fleet, rows: &[Row]) -> Vec<Job> {
+    fleet
+        .clusters
+        .iter()
+        .zip(rows)
+        .filter_map(|(c, row)| {
+            let Action::Rewrite {
+                image,
+                restore_node_delete,
+            } = &row.action
+            else {
+                return None;
+            };
+            let set = c
+                .sets
+                .iter()
+                .find(|s| s.secret == row.secret)
+                .expect("the row's Secret is one of the cluster's sets")
+                .clone();
+            Some(Job {
+                cluster: c.clone(),
+                row: row.clone(),
+                set,
+                image: image.clone(),
+                restore_node_delete: *restore_node_delete,
+                addons_version: fleet.addons_version.clone(),
+            })
+        })
+        .collect()
+}
+
+/// Runs `job`: the rewrite, the wait (at most `wait` in all), and while the Secret is replaced
+/// by a newer revision during the wait, the Secret read again and pinned again (up to
+/// [`REPINS`] times). Each rewrite goes to `report` as it ends; returns whether the last one
+/// was superseded still.
+async fn settle(
+    kube: &Kube,
+    job: Job,
+    wait: Option<Duration>,
+    report: impl Fn(Fixed),
+) -> (String, bool) {
+    let started = Instant::now();
+    let c = &job.cluster;
+    let mut object = job.set.object.clone();
+    let mut version = job.set.resource_version.clone();
+    let mut from = job.row.image.clone();
+    let path = format!(
+        "{}/{}",
+        collection("", "v1", &c.namespace, "secrets"),
+        job.set.secret
+    );
+    for repin in 0..=REPINS {
+        let target = Target {
+            set: &job.set.resource_set,
+            object: &object,
+            resource_version: &version,
+            from: &from,
+            addons_version: &job.addons_version,
+        };
+        let left = wait.map(|w| w.saturating_sub(started.elapsed()));
+        let fixed = rewrite(
+            kube,
+            c,
+            &job.row,
+            &target,
+            (&job.image, job.restore_node_delete),
+            left,
+        )
+        .await;
+        let superseded = matches!(fixed.outcome, Outcome::Superseded { .. });
+        report(fixed);
+        if !superseded || repin == REPINS {
+            return (c.id(), superseded);
+        }
+        // Read the newer revision and pin it now, whatever the other clusters do.
+        match kube.get(&path).await {
+            Ok(Some(now)) => {
+                version = now["metadata"]["resourceVersion"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string();
+                from = crs_secret::occm_image(&now.to_string()).unwrap_or_else(|e| e.0);
+                object = now;
+            }
+            Ok(None) => return (c.id(), false),
+            Err(e) => {
+                tracing::warn!("{}: {e}", c.id());
+                return (c.id(), true);
+            }
+        }
+    }
+    unreachable!("the loop returns at its last round")
+}
+
+/// The Secret one rewrite starts from: its set, its content and resourceVersion as read, and
+/// the image it runs.
+struct Target<'a> {
+    set: &'a str,
+    object: &'a serde_json::Value,
+    resource_version: &'a str,
+    from: &'a str,
+    /// The version of Cluster API's addons group the apiserver serves.
+    addons_version: &'a str,
+}
+
+/// One rewrite of `target`: `image`, and `delete` on nodes restored when `restore_node_delete`;
+/// then, with `wait`, the wait for Cluster API to apply it.
 async fn rewrite(
     kube: &Kube,
-    fleet: &Fleet,
     c: &Observed,
     row: &Row,
+    target: &Target<'_>,
     (image, restore_node_delete): (&str, bool),
-    opts: &FixOptions,
+    wait: Option<Duration>,
 ) -> Fixed {
-    let set = c
-        .sets
-        .iter()
-        .find(|s| s.secret == row.secret)
-        .expect("the row's Secret is one of the cluster's sets");
     let mut fixed = Fixed {
         cluster: row.cluster.clone(),
         secret: row.secret.clone(),
-        from: row.image.clone(),
+        from: target.from.to_string(),
         to: image.to_string(),
         rbac: None,
         hash: String::new(),
         outcome: Outcome::Written,
     };
     let written = crs_secret::rewrite_secret(
-        &set.object.to_string(),
+        &target.object.to_string(),
         &RewriteOptions {
             image: image.to_string(),
             // `assess` chose the image serving the minor the control plane runs.
@@ -195,11 +325,11 @@ async fn rewrite(
     fixed.rbac = out.rbac_change.clone();
     let mut object: serde_json::Value =
         serde_norway::from_str(&out.secret).expect("crs-secret writes YAML that parses");
-    object["metadata"]["resourceVersion"] = set.resource_version.clone().into();
+    object["metadata"]["resourceVersion"] = target.resource_version.into();
     let path = format!(
         "{}/{}",
         collection("", "v1", &c.namespace, "secrets"),
-        set.secret
+        row.secret
     );
     let written_version = match kube.replace(&path, object).await {
         Ok(o) => o["metadata"]["resourceVersion"]
@@ -217,13 +347,13 @@ async fn rewrite(
             return fixed;
         }
     };
-    if let Some(limit) = opts.wait {
+    if let Some(limit) = wait {
         let written = Written {
-            set: &set.resource_set,
+            set: target.set,
             path: &path,
             resource_version: &written_version,
         };
-        fixed.outcome = wait_applied(kube, fleet, c, &written, &fixed, limit).await;
+        fixed.outcome = wait_applied(kube, target.addons_version, c, &written, &fixed, limit).await;
     }
     fixed
 }
@@ -240,7 +370,7 @@ struct Written<'a> {
 /// write gave it.
 async fn wait_applied(
     kube: &Kube,
-    fleet: &Fleet,
+    addons_version: &str,
     c: &Observed,
     written: &Written<'_>,
     fixed: &Fixed,
@@ -251,7 +381,7 @@ async fn wait_applied(
         "{}/{}",
         collection(
             ADDONS_GROUP,
-            &fleet.addons_version,
+            addons_version,
             &c.namespace,
             "clusterresourcesetbindings"
         ),
@@ -260,15 +390,9 @@ async fn wait_applied(
     let t = Instant::now();
     let mut last = None;
     loop {
-        match kube.get(&path).await {
-            Ok(b) => last = b.and_then(|b| binding_hash(&b, set, &fixed.secret)),
-            Err(e) => tracing::warn!("{}: {e}", c.id()),
-        }
-        if last.as_deref() == Some(fixed.hash.as_str()) {
-            return Outcome::Applied {
-                seconds: t.elapsed().as_secs_f64(),
-            };
-        }
+        // The Secret first: once a newer revision replaced it, a binding that records our
+        // hash no longer says what the workload will run (Cluster API applies the newer one
+        // next).
         match kube.get(written.path).await {
             Ok(Some(now)) => {
                 let rv = now["metadata"]["resourceVersion"]
@@ -283,6 +407,15 @@ async fn wait_applied(
             }
             Ok(None) => {}
             Err(e) => tracing::warn!("{}: {e}", c.id()),
+        }
+        match kube.get(&path).await {
+            Ok(b) => last = b.and_then(|b| binding_hash(&b, set, &fixed.secret)),
+            Err(e) => tracing::warn!("{}: {e}", c.id()),
+        }
+        if last.as_deref() == Some(fixed.hash.as_str()) {
+            return Outcome::Applied {
+                seconds: t.elapsed().as_secs_f64(),
+            };
         }
         if t.elapsed() >= limit || crate::base::interrupt::signal().is_some() {
             return Outcome::NotApplied { binding_hash: last };
@@ -352,6 +485,10 @@ impl WatchOptions {
 /// `opts.resync`, until a signal stops it. The digest manifest is read again before every pass
 /// (a ConfigMap update reaches the next pass). Each pass's rows go to `report`
 /// before its rewrites, each rewrite to `on_fixed` as it is done.
+/// Rewrites run on their own, across passes: a pass starts one for each cluster that needs it
+/// and has none under way, and goes on watching while they wait for Cluster API, so a cluster
+/// that never applies delays no other, and a Secret the driver replaces is read and pinned again
+/// within seconds (by its own rewrite while that waits, else by the pass its change starts).
 /// A pass that fails (the API unreachable, a missing digest manifest) is logged and retried
 /// with back-off from 1 s to 60 s.
 ///
@@ -365,12 +502,19 @@ pub async fn watch(
 ) -> Result<(), ClustersError> {
     let namespace = opts.namespace.as_str();
     let mut backoff = Duration::from_secs(1);
+    let (tx, rx) = futures::channel::mpsc::unbounded::<Fixed>();
+    let mut work = InFlight {
+        tasks: futures::stream::FuturesUnordered::new(),
+        busy: std::collections::BTreeSet::new(),
+        rx,
+    };
     while crate::base::interrupt::signal().is_none() {
         let manifest = match crate::pipeline::digest_manifest::read_existing(&opts.manifest_path) {
             Ok(m) => m,
             Err(e) => {
                 tracing::warn!("{e}; retrying in {} s", backoff.as_secs());
-                tokio::time::sleep(backoff).await;
+                work.drive_until(tokio::time::sleep(backoff), on_fixed)
+                    .await;
                 backoff = (backoff * 2).min(Duration::from_secs(60));
                 continue;
             }
@@ -381,29 +525,77 @@ pub async fn watch(
                 let rows = assess(&fleet.clusters, &manifest, &opts.assess);
                 report(&rows);
                 if let Some(f) = &opts.fix {
-                    let fixed = fix(kube, &fleet, &rows, f, on_fixed).await;
-                    // A rewrite replaced by a newer revision: pin that one now, not at the
-                    // next event (the replacing write is older than the watch would start).
-                    if fixed
-                        .iter()
-                        .any(|f| matches!(f.outcome, Outcome::Superseded { .. }))
-                    {
-                        continue;
+                    for job in jobs(&fleet, &rows) {
+                        // A rewrite under way for this cluster pins a newer revision itself.
+                        if !work.busy.insert(job.cluster.id()) {
+                            continue;
+                        }
+                        let tx = tx.clone();
+                        work.tasks
+                            .push(Box::pin(settle(kube, job, f.wait, move |x| {
+                                let _ = tx.unbounded_send(x);
+                            })));
                     }
                 }
-                wait_for_change(kube, namespace, &fleet, opts).await;
+                // A rewrite that ended superseded still: read everything now, not at the next
+                // event (the replacing write is older than the watch would start).
+                if !work
+                    .drive_until(wait_for_change(kube, namespace, &fleet, opts), on_fixed)
+                    .await
+                {
+                    continue;
+                }
             }
             // Credentials that are refused stay refused: end the watch, so the Pod crash-loops
             // visibly instead of retrying in silence.
             Err(e) if matches!(e.code(), Some(401 | 403)) => return Err(e.into()),
             Err(e) => {
                 tracing::warn!("{e}; retrying in {} s", backoff.as_secs());
-                tokio::time::sleep(backoff).await;
+                work.drive_until(tokio::time::sleep(backoff), on_fixed)
+                    .await;
                 backoff = (backoff * 2).min(Duration::from_secs(60));
             }
         }
     }
+    while let Ok(f) = work.rx.try_recv() {
+        on_fixed(&f);
+    }
     Ok(())
+}
+
+/// The rewrites a watch has under way: their futures (each gives its cluster and whether its
+/// last rewrite was superseded still), the clusters they serve, and their reports.
+struct InFlight<'a> {
+    tasks: futures::stream::FuturesUnordered<futures::future::BoxFuture<'a, (String, bool)>>,
+    busy: std::collections::BTreeSet<String>,
+    rx: futures::channel::mpsc::UnboundedReceiver<Fixed>,
+}
+
+impl InFlight<'_> {
+    /// Drives the rewrites and hands each report to `on_fixed` until `until` resolves (`true`),
+    /// or a rewrite ends superseded still (`false`: a new pass is due).
+    async fn drive_until(
+        &mut self,
+        until: impl std::future::Future<Output = ()>,
+        on_fixed: &mut (dyn FnMut(&Fixed) + Send),
+    ) -> bool {
+        let mut until = std::pin::pin!(until);
+        loop {
+            tokio::select! {
+                _ = &mut until => return true,
+                Some(f) = self.rx.next() => on_fixed(&f),
+                Some((cluster, superseded)) = self.tasks.next(), if !self.tasks.is_empty() => {
+                    self.busy.remove(&cluster);
+                    if superseded {
+                        while let Ok(f) = self.rx.try_recv() {
+                            on_fixed(&f);
+                        }
+                        return false;
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// Waits until a resource-set Secret or a Cluster of `namespace` changes after what `fleet`
