@@ -6,7 +6,6 @@ mod cli;
 use std::io::IsTerminal;
 use std::process::ExitCode;
 
-use clap::Parser;
 use occm_forge_core::base::interrupt;
 use occm_forge_core::pipeline::Error;
 
@@ -25,7 +24,7 @@ fn exit_now(sig: i32, why: &str) -> ! {
 }
 
 fn main() -> ExitCode {
-    let cli = cli::Cli::parse();
+    let cli = cli::parse();
     let level = match (cli.quiet, cli.verbose) {
         (true, _) => "error",
         (false, 0) => "info",

@@ -5,8 +5,11 @@
 mod accept;
 mod build;
 mod clusters;
+mod completions;
 mod copy;
+mod docs;
 mod doctor;
+mod examples;
 mod manifest;
 mod minors;
 mod output;
@@ -19,7 +22,7 @@ mod verify;
 
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use occm_forge_core::config::{self, Config, Minor};
 use occm_forge_core::pipeline::Error;
 use occm_forge_core::pipeline::plan::{Environment, RegistryOverrides};
@@ -89,6 +92,29 @@ enum Command {
     /// Package this occm-forge (statically linked) as an OCI image for deploy/clusters/: an OCI
     /// layout, pushed with --push.
     SelfImage(self_image::SelfImageArgs),
+    /// Print the shell completion script for bash, zsh, fish, elvish or powershell to stdout.
+    Completions(completions::CompletionsArgs),
+    /// Write the man pages (DIR/man) and the Markdown command-line reference
+    /// (DIR/reference/cli.md) from these definitions.
+    #[command(hide = true)]
+    GenerateDocs(docs::GenerateDocsArgs),
+    /// Only parse the command line after `--` (exit 0, or 2 with the parse error); run nothing.
+    #[command(name = "__parse-check", hide = true)]
+    ParseCheck(docs::ParseCheckArgs),
+}
+
+/// The whole command line: the derive definitions of [`Cli`] with each command's examples
+/// ([`examples`]) as its after-help. What `--help`, completions and generated docs show.
+pub fn command() -> clap::Command {
+    examples::attach(Cli::command())
+}
+
+/// The process's arguments parsed by [`command`]; a usage error (or `--help`, `--version`)
+/// is printed and the process exits as clap does.
+pub fn parse() -> Cli {
+    let mut cmd = command();
+    let matches = cmd.get_matches_mut();
+    Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.format(&mut cmd).exit())
 }
 
 /// How registries are reached.
@@ -292,5 +318,8 @@ pub async fn run(cli: &Cli) -> Result<u8, Error> {
         Command::Accept(args) => accept::run(cli, args).await,
         Command::Clusters(args) => clusters::run(args, cli.quiet).await,
         Command::SelfImage(args) => self_image::run(args, cli.quiet).await,
+        Command::Completions(args) => completions::run(args),
+        Command::GenerateDocs(args) => docs::generate(args),
+        Command::ParseCheck(args) => docs::parse_check(args),
     }
 }
