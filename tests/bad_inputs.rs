@@ -572,7 +572,7 @@ fn a_go_line_newer_than_the_pinned_go_is_one_line_before_any_go_process() {
     assert_eq!(
         line,
         format!(
-            "occm-forge: error: 1.34: go.mod requires go >= 1.99.0 (patch {name}), but images.toml pins go {go}: move the minor to a Go that has it (`occm-forge pin --k8s <minor> --go 1.99.0` or newer, README \"Go versions\")"
+            "occm-forge: error: 1.34: go.mod requires go >= 1.99.0 (patch {name}), but images.toml pins go {go}: move the minor to a Go that has it (`occm-forge pin --k8s <minor> --go 1.99.0` or newer, docs/building.md, \"Go versions\")"
         )
     );
     assert!(!stderr(&o).contains("occm-forge: test"), "{}", stderr(&o));

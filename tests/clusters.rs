@@ -756,7 +756,7 @@ async fn three_clusters(m: &Management, dir: &Path) {
 }
 
 /// A statically linked occm-forge: `OCCM_FORGE_STATIC_BINARY` when set, else built here as
-/// README ("occm-forge's own image") and pipelines/occm-forge-image.yml build it
+/// docs/clusters.md ("occm-forge's own image") and pipelines/occm-forge-image.yml build it
 /// (`--features static`, `+crt-static`, the host triple), into `target/gated-static` so the
 /// test build's own artifacts are not rebuilt.
 fn static_binary() -> String {

@@ -42,8 +42,8 @@ fn a_published_tag_never_moves() {
         .unwrap()
         .to_string();
 
-    // Another base under the same tag (the README path "build with --base static, then pin the
-    // go-runner base") is refused before anything is built.
+    // Another base under the same tag (the path docs/getting-started.md warns about: "build
+    // with --base static, then pin the go-runner base") is refused before anything is built.
     let base = format!(
         "{}@{}",
         reg.repo("base/runner:v1"),

@@ -137,7 +137,8 @@ fn sbom_is_valid_spdx_and_meets_the_ntia_minimum_elements() {
         "a directory as a package name: {packages:?}"
     );
 
-    // A second build: the same SBOM and provenance bytes (README: no wall-clock time in either).
+    // A second build: the same SBOM and provenance bytes (docs/building.md: no wall-clock time in
+    // either).
     let out2 = f.path().join("out2");
     build(&f, &out2);
     let attest2 = out2.join("attestations/v1.34.1-occmforge.1");

@@ -19,7 +19,7 @@ use common::*;
 /// ignored unless asked for with `--ignored`, and then they must not pass without running).
 /// The image index digest of upstream v1.34.1 with the project's patch series, go1.25.1 and
 /// `--base static`, both platforms, as every build of these pins has given it since the image
-/// format 4 (README's example; the gated runs of earlier issues).
+/// format 4 (docs/getting-started.md's example; the gated runs of earlier issues).
 const V1_34_1_STATIC: &str =
     "sha256:bc42e125d6cc85cf94578425a2dc3292a6af6e38fb79d0ddab9e2f28eb6a08e6";
 
@@ -107,14 +107,14 @@ fn real_v1_34_build_push_and_run() {
         .unwrap();
     let version = text(&out);
     eprintln!("binary --version: {version}");
-    // The tag's suffix as semver build metadata (README, "What build does").
+    // The tag's suffix as semver build metadata (docs/building.md, "What build does").
     assert!(
         version.contains("v1.34.1+occmforge.1"),
         "the binary does not report v1.34.1+occmforge.1: {version}"
     );
 
     // The image the pins give, on any machine: the digest of this build as every earlier run
-    // recorded it (README's example; docs/acceptance.md).
+    // recorded it (docs/getting-started.md's example; docs/acceptance.md).
     assert_eq!(
         digest, V1_34_1_STATIC,
         "the pins of v1.34.1 on the static base no longer give the image they gave"

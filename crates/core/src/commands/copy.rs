@@ -507,7 +507,7 @@ pub struct CopyOutcome {
     pub recorded: bool,
 }
 
-/// `copy` failures; [`CopyError::exit_code`] maps them to README's exit codes.
+/// `copy` failures; [`CopyError::exit_code`] maps them to the exit codes of docs/exit-codes.md.
 #[derive(Debug, thiserror::Error)]
 pub enum CopyError {
     /// A bad request: no entry, an unpublished entry, a bad or identical target (exit 2).

@@ -441,7 +441,7 @@ fn move_to_tag(
                 && older(&go, p)
             {
                 out.warnings.push(format!(
-                    "{key}: {tag} builds with upstream's Go {go}, older than the Go {p} pinned until now; `--go current` keeps the minor on a current Go (README, \"Go versions\")"
+                    "{key}: {tag} builds with upstream's Go {go}, older than the Go {p} pinned until now; `--go current` keeps the minor on a current Go (docs/building.md, \"Go versions\")"
                 ));
             }
             note(out, key, "go", set(table, "go", go.as_str()), &go)

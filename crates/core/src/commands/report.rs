@@ -163,7 +163,7 @@ pub fn upstream(report: &UpstreamReport) -> String {
         }
         if let (true, Some(d)) = (m.past_end_of_life, &m.end_of_life) {
             state.push_str(&format!(
-                "; past its end of life ({d}): still built; retiring it is explicit (README, \"Retiring a minor\")"
+                "; past its end of life ({d}): still built; retiring it is explicit (docs/release-flow.md, \"Retiring a minor\")"
             ));
         }
         t.push_str(&format!("{}  {}  {state}\n", m.minor, m.pinned));
@@ -232,7 +232,7 @@ pub fn past_end_of_life(
 ) -> Option<String> {
     let d = m.end_of_life.filter(|_| m.past_end_of_life(today))?;
     Some(format!(
-        "{minor} is past its end of life ({d}, the Kubernetes release calendar): it is still built as images.toml says; retiring it is explicit (README, \"Retiring a minor\")"
+        "{minor} is past its end of life ({d}, the Kubernetes release calendar): it is still built as images.toml says; retiring it is explicit (docs/release-flow.md, \"Retiring a minor\")"
     ))
 }
 

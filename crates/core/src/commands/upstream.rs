@@ -350,7 +350,7 @@ test_packages = ["./pkg/openstack/"]
         assert_eq!(r.minors[0].end_of_life.as_deref(), Some("2026-10-27"));
         assert!(
             crate::commands::report::upstream(&r).contains(
-                "; past its end of life (2026-10-27): still built; retiring it is explicit (README, \"Retiring a minor\")\n1.35  v1.35.0  up to date; MOVED"
+                "; past its end of life (2026-10-27): still built; retiring it is explicit (docs/release-flow.md, \"Retiring a minor\")\n1.35  v1.35.0  up to date; MOVED"
             ),
             "{}",
             crate::commands::report::upstream(&r)

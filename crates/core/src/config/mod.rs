@@ -5,7 +5,8 @@
 //! (platforms, test packages, required tests, the patch series, the base; a minor's own key
 //! replaces the default outright, like ko's `defaultPlatforms`) and one table per Kubernetes
 //! minor. Every key is checked: unknown or misspelt keys and invalid values are errors that name
-//! the file, line and column. See README.md ("images.toml reference") for the full key list.
+//! the file, line and column. See docs/configuration.md ("images.toml reference") for the full
+//! key list.
 //!
 //! [`raw`] holds the serde shapes and the merge of `[defaults]`; [`check`] the validation rules.
 
@@ -344,7 +345,7 @@ pub struct MinorConfig {
     /// version (`"k8s.io/kubernetes" = "v1.31.14"`), for a dependency with a known fix or one
     /// the module proxy refuses at upstream's version. A module upstream replaces gets its
     /// replacement's version. Empty: upstream's go.mod as it is. A build input (it binds the
-    /// tag); README, "Dependency overrides".
+    /// tag); docs/building.md, "Dependency overrides".
     pub go_overrides: BTreeMap<String, String>,
     /// Whether `upstream check` and the watch job propose newer Go releases for this minor
     /// ([`GoPolicy`]). Not a build input.
@@ -352,7 +353,7 @@ pub struct MinorConfig {
 }
 
 /// images.toml `go_policy`: what `upstream check` does about a minor whose Go has a newer
-/// release or is out of support (README, "Go versions").
+/// release or is out of support (docs/building.md, "Go versions").
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum GoPolicy {

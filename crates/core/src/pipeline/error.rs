@@ -3,7 +3,7 @@
 //! error type sits in the build layer without naming anything above it.
 
 /// Any failure of occm-forge, by stage. `Display` is one line; [`Error::exit_code`] maps the
-/// stage to the process exit status documented in README.md.
+/// stage to the process exit status documented in docs/exit-codes.md.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// Invalid command-line use or a value that does not fit.
@@ -113,7 +113,7 @@ impl Error {
 /// A failure of a command above the build (its own error type, defined beside the command), as
 /// [`Error::Command`] carries it.
 pub trait Failure: std::error::Error + Send + Sync + 'static {
-    /// Its process exit status (README's table of exit codes).
+    /// Its process exit status (the table in docs/exit-codes.md).
     fn exit_code(&self) -> u8;
 
     /// What its one line starts with (`patches`), when its own `Display` does not say it.

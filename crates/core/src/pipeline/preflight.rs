@@ -77,7 +77,7 @@ pub struct Problem {
     pub cause: String,
     /// What to do, one sentence.
     pub fix: String,
-    /// The exit status it gives (README's table): 6 for Go and its toolchain, 8 for the
+    /// The exit status it gives (docs/exit-codes.md): 6 for Go and its toolchain, 8 for the
     /// registry, 16 for anything else missing from this machine.
     pub exit_code: u8,
 }

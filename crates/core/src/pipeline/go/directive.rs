@@ -54,7 +54,7 @@ pub fn check(
     };
     let too_new = |need: GoRelease, from: &str| {
         format!(
-            "go.mod requires go >= {need} ({from}), but images.toml pins go {pinned}: move the minor to a Go that has it (`occm-forge pin --k8s <minor> --go {need}` or newer, README \"Go versions\")"
+            "go.mod requires go >= {need} ({from}), but images.toml pins go {pinned}: move the minor to a Go that has it (`occm-forge pin --k8s <minor> --go {need}` or newer, docs/building.md, \"Go versions\")"
         )
     };
     let upstream_go_mod = crate::base::git::open(dir).ok().and_then(|repo| {
