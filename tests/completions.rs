@@ -80,6 +80,12 @@ fn bash_script_parses_and_names_the_commands() {
         script.contains("complete -F _occm-forge") || script.contains("complete -F _occm__forge"),
         "the bash script registers no completion function for occm-forge"
     );
+    for hidden in ["generate-docs", "__parse-check"] {
+        assert!(
+            !script.contains(hidden),
+            "the bash script offers the hidden command `{hidden}`"
+        );
+    }
 }
 
 #[test]
