@@ -1,5 +1,5 @@
 //! `occm-forge`: parses the command line, sets up logging, the async runtime and signal
-//! handling, runs the command and maps its error to the exit status of README's table.
+//! handling, runs the command and maps its error to its exit status (docs/exit-codes.md).
 
 mod cli;
 

@@ -20,7 +20,7 @@ pub struct AcceptArgs {
     /// The OCI layout holding the images (`build --output`); logs go to <DIR>/accept/<minor>.
     #[arg(long, default_value = "out", value_name = "DIR")]
     layout: PathBuf,
-    /// Run only these scenarios (repeatable): S1 … S8 (see README, "accept").
+    /// Run only these scenarios (repeatable): S1 … S8 (docs/accept.md).
     #[arg(long = "scenario", value_name = "S1..S8")]
     scenario: Vec<Scenario>,
     /// Keep <DIR>/accept/<minor> (OCCM, etcd and kube-apiserver logs, the simulated cloud's

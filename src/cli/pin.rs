@@ -37,7 +37,7 @@ pub struct PinArgs {
     /// serves (`1.26.11`); `patch`: the newest revision of its own Go line (security fixes only);
     /// or `current`: the same, but on a line out of support the newest revision of the oldest
     /// supported line (KEP-3744; `upstream check` proposes both). Starts a new revision. Asks the
-    /// proxy GOPROXY names (a fresh module cache: never a cached answer). README, "Go versions".
+    /// proxy GOPROXY names (a fresh module cache: never a cached answer). docs/building.md, "Go versions".
     #[arg(long, value_name = "VERSION|patch|current")]
     go: Option<pin::GoChoice>,
     #[command(flatten)]
