@@ -766,10 +766,11 @@ fn static_binary() -> String {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let target_dir = root.join("target/gated-static");
     let triple = "x86_64-unknown-linux-gnu";
-    assert!(
-        cfg!(all(target_arch = "x86_64", target_os = "linux")),
-        "the static build is made for {triple}; set OCCM_FORGE_STATIC_BINARY to one for this host"
-    );
+    if !cfg!(all(target_arch = "x86_64", target_os = "linux")) {
+        panic!(
+            "the static build is made for {triple}; set OCCM_FORGE_STATIC_BINARY to one for this host"
+        );
+    }
     eprintln!(
         "building occm-forge statically into {} (OCCM_FORGE_STATIC_BINARY unset)",
         target_dir.display()

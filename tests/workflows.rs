@@ -136,7 +136,12 @@ fn workflows() -> Vec<PathBuf> {
         .filter(|p| matches!(p.extension().and_then(|e| e.to_str()), Some("yml" | "yaml")))
         .collect();
     files.sort();
-    for name in ["build.yml", "watch.yml", "occm-forge-image.yml", "gated.yml"] {
+    for name in [
+        "build.yml",
+        "watch.yml",
+        "occm-forge-image.yml",
+        "gated.yml",
+    ] {
         assert!(
             files.iter().any(|p| p.ends_with(name)),
             "pipelines/{name} is missing"
