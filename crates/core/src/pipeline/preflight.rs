@@ -552,11 +552,18 @@ fn room(name: &str, dir: &Path, floor: u64, need: u64) -> Check {
             name,
             Need::Build,
             format!(
-                "{} is on {}, and a build needs about {} there (no build gets anywhere with less than {})",
+                "{} is on {}, and a build needs about {} there{}",
                 dir.display(),
                 fs.describe(),
                 disk::bytes(need),
-                disk::bytes(floor.min(need))
+                if floor < need {
+                    format!(
+                        " (no build gets anywhere with less than {})",
+                        disk::bytes(floor)
+                    )
+                } else {
+                    String::new()
+                }
             ),
             "free some room there, or choose another directory",
             16,
