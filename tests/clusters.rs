@@ -71,16 +71,7 @@ async fn exercise(m: &Management, dir: &Path) {
     let Access {
         kubeconfig, lock, ..
     } = set_up(m, dir, &[&current, &upgrading, &legacy]).await;
-    let clusters = |extra: &[&str]| {
-        let mut c = forge(dir);
-        c.arg("clusters")
-            .arg("--kubeconfig")
-            .arg(&kubeconfig)
-            .arg("--manifest")
-            .arg(&lock)
-            .args(extra);
-        c
-    };
+    let clusters = |extra: &[&str]| clusters_command(dir, &kubeconfig, &lock, extra);
 
     // What runs where, as JSON: nothing pinned.
     let o = clusters(&["--json"]).output().unwrap();
@@ -427,16 +418,7 @@ async fn the_field(m: &Management, dir: &Path) {
     create_without_occm(kube, m, "kube-opaq", Some("Opaque")).await;
     assert!(can_delete_nodes(kube, k137.workload_ns).await);
     assert!(!can_delete_nodes(kube, nodel.workload_ns).await);
-    let clusters = |extra: &[&str]| {
-        let mut c = forge(dir);
-        c.arg("clusters")
-            .arg("--kubeconfig")
-            .arg(&kubeconfig)
-            .arg("--manifest")
-            .arg(&lock)
-            .args(extra);
-        c
-    };
+    let clusters = |extra: &[&str]| clusters_command(dir, &kubeconfig, &lock, extra);
 
     let o = clusters(&["--json"]).output().unwrap();
     assert_eq!(o.status.code(), Some(14), "{}", stderr(&o));
@@ -621,16 +603,7 @@ async fn three_clusters(m: &Management, dir: &Path) {
     } = set_up(m, dir, &[&driven, &calm]).await;
     // Nothing listens on port 9 of the loopback address.
     create_at(kube, m, &gone, "https://127.0.0.1:9").await;
-    let clusters = |extra: &[&str]| {
-        let mut c = forge(dir);
-        c.arg("clusters")
-            .arg("--kubeconfig")
-            .arg(&kubeconfig)
-            .arg("--manifest")
-            .arg(&lock)
-            .args(extra);
-        c
-    };
+    let clusters = |extra: &[&str]| clusters_command(dir, &kubeconfig, &lock, extra);
     let secret_path = format!("/api/v1/namespaces/{NS}/secrets/{}", driven.secret);
     let image_of = || async {
         let s = kube.get(&secret_path).await.unwrap().unwrap().to_string();
@@ -753,6 +726,18 @@ async fn three_clusters(m: &Management, dir: &Path) {
     }
     assert_eq!(watcher.wait().unwrap().code(), Some(0));
     eprintln!("{}", std::fs::read_to_string(&log).unwrap());
+}
+
+/// `occm-forge clusters --kubeconfig KUBECONFIG --manifest LOCK` and `extra`, run in `dir`.
+fn clusters_command(dir: &Path, kubeconfig: &Path, lock: &Path, extra: &[&str]) -> Command {
+    let mut c = forge(dir);
+    c.arg("clusters")
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .arg("--manifest")
+        .arg(lock)
+        .args(extra);
+    c
 }
 
 /// A statically linked occm-forge: `OCCM_FORGE_STATIC_BINARY` when set, else built here as
