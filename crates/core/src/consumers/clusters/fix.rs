@@ -331,11 +331,14 @@ async fn rewrite(
         collection("", "v1", &c.namespace, "secrets"),
         row.secret
     );
-    let written_version = match kube.replace(&path, object).await {
-        Ok(o) => o["metadata"]["resourceVersion"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string(),
+    let (written_version, stored) = match kube.replace(&path, object).await {
+        Ok(o) => (
+            o["metadata"]["resourceVersion"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+            o["data"].clone(),
+        ),
         Err(e) if e.code() == Some(409) => {
             fixed.outcome = Outcome::Conflict;
             return fixed;
@@ -352,22 +355,27 @@ async fn rewrite(
             set: target.set,
             path: &path,
             resource_version: &written_version,
+            data: &stored,
         };
         fixed.outcome = wait_applied(kube, target.addons_version, c, &written, &fixed, limit).await;
     }
     fixed
 }
 
-/// A Secret as written: its set, its API path and the resourceVersion the write gave it.
+/// A Secret as written: its set, its API path, the resourceVersion the write gave it and the
+/// `data` the apiserver stored.
 struct Written<'a> {
     set: &'a str,
     path: &'a str,
     resource_version: &'a str,
+    data: &'a serde_json::Value,
 }
 
 /// Polls the Cluster's binding until it records `fixed.hash` for its Secret, at most `limit`;
-/// ends early, [`Outcome::Superseded`], when the Secret no longer has the resourceVersion the
-/// write gave it.
+/// ends early, [`Outcome::Superseded`], when a newer revision of the Secret holds other `data`
+/// (a driver's write). A newer revision with the same `data` — metadata only, such as the owner
+/// reference Cluster API's ClusterResourceSet controller adds to the Secrets it applies — is
+/// waited on as the one written.
 async fn wait_applied(
     kube: &Kube,
     addons_version: &str,
@@ -389,6 +397,7 @@ async fn wait_applied(
     );
     let t = Instant::now();
     let mut last = None;
+    let mut seen = written.resource_version.to_string();
     loop {
         // The Secret first: once a newer revision replaced it, a binding that records our
         // hash no longer says what the workload will run (Cluster API applies the newer one
@@ -398,7 +407,9 @@ async fn wait_applied(
                 let rv = now["metadata"]["resourceVersion"]
                     .as_str()
                     .unwrap_or_default();
-                if !written.resource_version.is_empty() && rv != written.resource_version {
+                if !seen.is_empty() && rv != seen && now["data"] == *written.data {
+                    seen = rv.to_string();
+                } else if !seen.is_empty() && rv != seen {
                     return Outcome::Superseded {
                         resource_version: rv.to_string(),
                         seconds: t.elapsed().as_secs_f64(),
