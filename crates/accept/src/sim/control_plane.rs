@@ -393,6 +393,10 @@ fn generate_pki(dir: &Path) -> Result<Pki, String> {
     })
 }
 
+/// How many times [`ControlPlane::start`] starts a control plane whose port another program took
+/// in between.
+pub const PORT_TRIES: usize = 3;
+
 /// The loopback ports of one control plane.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Ports {
@@ -436,17 +440,35 @@ pub struct ControlPlane {
 
 impl ControlPlane {
     /// Starts etcd and kube-apiserver in `dir` on free loopback ports (see
-    /// [`ControlPlane::start_on`]).
+    /// [`ControlPlane::start_on`]). A free port is found by binding and releasing it, so another
+    /// program may take it before etcd or kube-apiserver binds it (`bind: address already in
+    /// use`); then the control plane is started again on new ports, in a clean `dir`, at most
+    /// [`PORT_TRIES`] times in all.
     pub async fn start(
         binaries: &Binaries,
         dir: &Path,
         ready_timeout: Duration,
     ) -> Result<ControlPlane, AcceptError> {
-        let ports = Ports::free().map_err(|e| AcceptError::ControlPlane {
-            part: "etcd".into(),
-            message: format!("no free loopback port: {e}"),
-        })?;
-        Self::start_on(binaries, dir, ready_timeout, ports).await
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            let ports = Ports::free().map_err(|e| AcceptError::ControlPlane {
+                part: "etcd".into(),
+                message: format!("no free loopback port: {e}"),
+            })?;
+            match Self::start_on(binaries, dir, ready_timeout, ports).await {
+                Err(AcceptError::ControlPlane { part, message })
+                    if tries < PORT_TRIES && message.contains("address already in use") =>
+                {
+                    tracing::warn!(
+                        "{part}: a port was taken by another program before it bound it ({message}); starting the control plane again on new ports"
+                    );
+                    std::fs::remove_dir_all(dir)
+                        .map_err(|e| AcceptError::Io(format!("{}: {e}", dir.display())))?;
+                }
+                other => return other,
+            }
+        }
     }
 
     /// Starts etcd and kube-apiserver in `dir` on `ports` (logs `etcd.log`,
