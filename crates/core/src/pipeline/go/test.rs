@@ -436,14 +436,9 @@ mod tests {
         assert_eq!(s.outcome_of("TestZ"), None);
     }
 
-    #[test]
-    fn a_test_binary_that_cannot_start_is_not_a_failing_test() {
-        let dir = tempfile::tempdir().unwrap();
-        let binary = dir.path().join("b001/openstack.test");
-        let output = format!(
-            "fork/exec {}: permission denied\nFAIL\tk/p\t0.001s\n",
-            binary.display()
-        );
+    /// `check`'s error for package `k/p` failed with `output`, which must be
+    /// [`TestError::CannotRun`].
+    fn cannot_run_error(output: String) -> TestError {
         let s = TestSummary {
             results: BTreeMap::new(),
             failures: vec![FailedTest {
@@ -453,6 +448,18 @@ mod tests {
         };
         let e = check(s, &[]).unwrap_err();
         assert!(matches!(e, TestError::CannotRun { .. }), "{e}");
+        e
+    }
+
+    #[test]
+    fn a_test_binary_that_cannot_start_is_not_a_failing_test() {
+        let dir = tempfile::tempdir().unwrap();
+        let binary = dir.path().join("b001/openstack.test");
+        let output = format!(
+            "fork/exec {}: permission denied\nFAIL\tk/p\t0.001s\n",
+            binary.display()
+        );
+        let e = cannot_run_error(output);
         assert!(
             e.to_string().starts_with(&format!(
                 "go test: the test binary {} cannot be started (fork/exec",
@@ -469,15 +476,7 @@ mod tests {
             "# k/p\ncompile: writing output: write {}/b001/_pkg_.a: no space left on device\nFAIL\tk/p [build failed]\n",
             dir.path().display()
         );
-        let s = TestSummary {
-            results: BTreeMap::new(),
-            failures: vec![FailedTest {
-                name: "k/p".into(),
-                output,
-            }],
-        };
-        let e = check(s, &[]).unwrap_err();
-        assert!(matches!(e, TestError::CannotRun { .. }), "{e}");
+        let e = cannot_run_error(output);
         let text = e.to_string();
         assert!(
             text.contains("no space left on device: ")
