@@ -2,7 +2,7 @@
 //! of the command (offline, on the fixture upstream), and the gated end-to-end run on the real
 //! v1.34.1 (ours passes S1–S8, the unpatched control fails S1, S2, S5, S7 and S8; S6 has no control).
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 

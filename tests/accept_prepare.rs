@@ -6,7 +6,7 @@
 //! control. Before the helper's go.sum was resolved by the tool, this failed with
 //! `missing go.sum entry … the patch series needs go.mod/go.sum changes`.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -258,7 +258,7 @@ fn promtool_checks_the_rules_and_passes_the_unit_tests() {
     let mut args = vec!["test", "rules"];
     args.extend(tests.iter().map(String::as_str));
     let test = promtool(&args);
-    // Shown with `cargo test --test alerts -- --nocapture`.
+    // Shown with `cargo test --test suite alerts:: -- --nocapture`.
     println!("{check}{test}");
 }
 

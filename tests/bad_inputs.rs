@@ -1,7 +1,7 @@
 //! Bad inputs: each ends in a one-line cause naming the file, patch, test or registry, a
 //! non-zero exit status, and a digest manifest that is byte-for-byte unchanged.
 
-mod common;
+use crate::common;
 
 use std::process::{Command, Output};
 

@@ -1,7 +1,7 @@
 //! `occm-forge build` end to end: the real binary, a fixture upstream, the real Go toolchain and a
 //! real docker-registry; skopeo and umoci check what was published.
 
-mod common;
+use crate::common;
 
 use std::os::unix::fs::PermissionsExt;
 use std::process::Command;

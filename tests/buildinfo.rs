@@ -2,7 +2,7 @@
 //! prints for it: main module, every dependency with its version and sum, and replacements
 //! (a directory replace too), on a binary the real Go toolchain built offline.
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 

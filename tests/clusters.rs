@@ -5,11 +5,11 @@
 //! command runs with the token of deploy/clusters/rbac.yaml's ServiceAccount, so the RBAC it
 //! ships is what it is tested with, and the same token is refused everything else.
 //!
-//! Gated: `cargo test --test clusters -- --ignored` (needs the Go module proxy the first time;
+//! Gated: `cargo test --test suite clusters:: -- --ignored` (needs the Go module proxy the first time;
 //! `OCCM_FORGE_GATED_CACHE` names a cache to reuse, an empty one otherwise).
 
-mod common;
-mod management;
+use crate::common;
+use crate::management;
 
 use std::path::Path;
 use std::process::{Command, Stdio};

@@ -5,7 +5,7 @@
 //! yaml` prints it), and Atmosphere's `atmosphere_image_overrides`. `copy` runs against two real loopback registries and
 //! skopeo checks every digest on both.
 
-mod common;
+use crate::common;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};

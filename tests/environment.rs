@@ -12,7 +12,7 @@
 //! naming what was refused. A variation this machine cannot make (no root for a mount, no
 //! `faketime`) is listed as not made, with why. The table is printed (`--nocapture`).
 
-mod common;
+use crate::common;
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};

@@ -8,7 +8,7 @@
 //! is full (507, not retried); a registry that ignores the body of a monolithic upload `PUT`
 //! (chunked uploads) and answers `416` to a chunk.
 
-mod common;
+use crate::common;
 
 use std::process::Output;
 use std::time::{Duration, Instant};

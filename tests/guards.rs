@@ -2,7 +2,7 @@
 //! the digest manifest nor in the registry), an unpublished build never replaces a published
 //! entry, merged fragments are held to the same rules, and a misspelt patch key is an error.
 
-mod common;
+use crate::common;
 
 use std::process::Output;
 

@@ -1,7 +1,7 @@
 //! SIGINT and SIGTERM at several stages, and two runs on one digest manifest: no torn or changed
 //! manifest, no tag on a partial image, no scratch directories and no Go processes left behind.
 
-mod common;
+use crate::common;
 
 use std::io::Read;
 use std::path::{Path, PathBuf};

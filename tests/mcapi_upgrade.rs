@@ -19,14 +19,14 @@
 //! with OpenStack answered by a stand-in and Magnum's database objects as plain objects (its
 //! header lists what is imitated).
 //!
-//! Gated (`cargo test --test mcapi_upgrade -- --ignored`): needs `OCCM_FORGE_MCAPI_FULL_PYTHON`,
+//! Gated (`cargo test --test suite mcapi_upgrade:: -- --ignored`): needs `OCCM_FORGE_MCAPI_FULL_PYTHON`,
 //! a Python interpreter with magnum-cluster-api 0.38.2 and its dependencies installed from
 //! tests/mcapi/constraints.txt (`scripts/mcapi-full` makes `.tools/mcapi-full`; about 440 MB),
 //! helm in `.tools/bin` (scripts/test installs it), and, for the management cluster, the Go
 //! module proxy the first time (`OCCM_FORGE_GATED_CACHE` names a cache to reuse).
 
-mod common;
-mod management;
+use crate::common;
+use crate::management;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -5,7 +5,7 @@
 //! module upstream does not require, or to a version the proxy does not serve, is one line
 //! before any test runs, with the digest manifest unchanged.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

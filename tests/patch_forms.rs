@@ -6,7 +6,7 @@
 //! directory (a new `pkg/openstack/extra.go` at `openstack/extra.go`). What cannot be applied as
 //! `git am` applies it is refused in one line saying what the patch holds.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 

@@ -3,7 +3,7 @@
 //! sha256 stays over the file bytes as they are, and a patch that still does not apply says its
 //! lines end in CRLF.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

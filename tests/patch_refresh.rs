@@ -5,7 +5,7 @@
 //! no byte, a changed patch shared with other minors becomes the minor's own variant. What
 //! `export` refuses leaves patches/ and images.toml as they were.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Output;

@@ -13,7 +13,7 @@
 //!   in it changes), and keeps 0001 and 0002; `build --accept` of the tree with the refreshed
 //!   series applies all four as they are and passes S1–S8.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -3,7 +3,7 @@
 //! outcome says so per file. A patch whose own lines upstream changed still does not apply,
 //! naming the file and the conflict.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

@@ -1,7 +1,7 @@
 //! `patches prove` and "already upstream" on the fixture upstream: the real binary, real git,
 //! the real Go toolchain.
 
-mod common;
+use crate::common;
 
 use std::process::Output;
 

@@ -2,7 +2,7 @@
 //! pinning go-runner-like bases by digest in a real registry, all while keeping images.toml's
 //! comments.
 
-mod common;
+use crate::common;
 
 use std::process::Output;
 

@@ -6,7 +6,7 @@
 //! whose platform entry is itself an image index (buildx with attestations), and `doctor`, the
 //! same checks as a table.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;

@@ -10,7 +10,7 @@
 //! file on a non-loopback address, reached through a recording forward proxy (CONNECT, Basic
 //! credentials, 407) on loopback.
 
-mod common;
+use crate::common;
 
 use std::process::{Command, Output, Stdio};
 

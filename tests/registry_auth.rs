@@ -3,7 +3,7 @@
 //! unknown CA, a plain-HTTP registry without opt-in and a missing credential helper each end in
 //! one line; and the password appears in no output and no file occm-forge writes.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Output;

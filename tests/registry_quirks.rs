@@ -14,7 +14,7 @@
 //! - A mirror with immutable tags (ECR's `TAG_INVALID`) refuses `copy` before any push.
 //! - distribution v3.1.2, a second real registry (`.tools/bin/registry-v3`).
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::Output;

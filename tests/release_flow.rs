@@ -3,7 +3,7 @@
 //! `render` format parses back to the recorded image (Helm renders it through a chart whose
 //! image line is the OCCM chart's).
 
-mod common;
+use crate::common;
 
 use std::process::{Command, Output};
 

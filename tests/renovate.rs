@@ -13,7 +13,7 @@
 //! (renovatebot/renovate#15781): the control run shows that it offers neither the revision bump
 //! nor the patch release, and offers another Kubernetes minor instead.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};

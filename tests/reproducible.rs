@@ -3,7 +3,7 @@
 //! GOEXPERIMENT, GODEBUG, …) never reach a build, and `out/index.json` does not depend on the
 //! order in which images and referrers were written.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::{Command, Output};

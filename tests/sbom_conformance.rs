@@ -6,7 +6,7 @@
 //! pyspdxtools (spdx-tools) and ntia-checker (ntia-conformance-checker) are the PyPI releases
 //! pinned in scripts/spdx-tools.txt, which scripts/test installs into the virtualenv `.tools/spdx`.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

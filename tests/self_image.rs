@@ -4,7 +4,7 @@
 //! base, pushed to a real docker-registry, and read back by skopeo and umoci: the entrypoint,
 //! the user, the labels, and the binary runs from the unpacked root filesystem. Tags never move.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -2,7 +2,7 @@
 //! the real cosign v3.1.1 verifies (installed by scripts/test into .tools/bin through the Go
 //! module proxy), checked by `verify`, carried by `copy`, on a real docker-registry.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::{Command, Output};

@@ -3,7 +3,7 @@
 //! changed input, a lost tag or blob, or `--force` rebuilds and says why; several minors build
 //! in one run with a summary and a documented exit status.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -1,6 +1,6 @@
 //! Gated: the real upstream. Every test here is `#[ignore]`d, so an ordinary run lists them as
 //! ignored instead of counting them as passed; run them with
-//! `OCCM_FORGE_UPSTREAM_MIRROR=/path/to/cloud-provider-openstack.git cargo test --test upstream -- --ignored`
+//! `OCCM_FORGE_UPSTREAM_MIRROR=/path/to/cloud-provider-openstack.git cargo test --test suite upstream:: -- --ignored`
 //! (a clone or bare mirror of kubernetes/cloud-provider-openstack). Run with `--ignored` and
 //! without the variable, they fail and say so. The run needs the Go module proxy and starts from
 //! a new, empty cache directory, as a new user and a new CI runner do (`OCCM_FORGE_GATED_CACHE`
@@ -8,7 +8,7 @@
 //! with the project's images.toml and patches to a loopback registry, then checks the image with
 //! skopeo and umoci and runs the binary.
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 

@@ -1,6 +1,6 @@
 //! `occm-forge verify`: the registry against the digest manifest, on a real docker-registry.
 
-mod common;
+use crate::common;
 
 use std::process::Output;
 

@@ -4,7 +4,7 @@
 //! over), a tag that changed a patched line fails the job naming the patch, the file and the
 //! hunk with the commands that resolve it.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 
