@@ -407,14 +407,18 @@ pub fn build_control(
             out_dir: &scratch.path().join("bin"),
         },
     )
-    .map_err(|e| match refused(&e.message) {
-        Some(m) => occm_forge_core::pipeline::Error::Accept(AcceptError::NotVerified(format!(
-            "the Go module proxy refuses {m}, needed to build the control"
-        ))),
-        None => occm_forge_core::pipeline::Error::Accept(AcceptError::Build {
-            part: format!("control (upstream {})", req.upstream_tag),
-            message: e.message,
-        }),
+    .map_err(|e| {
+        if e.refused.is_empty() {
+            occm_forge_core::pipeline::Error::Accept(AcceptError::Build {
+                part: format!("control (upstream {})", req.upstream_tag),
+                message: e.message,
+            })
+        } else {
+            occm_forge_core::pipeline::Error::Accept(AcceptError::NotVerified(format!(
+                "the Go module proxy refuses {}, needed to build the control",
+                occm_forge_core::pipeline::go::refused_list(&e.refused)
+            )))
+        }
     })?;
     std::fs::create_dir_all(&dir).map_err(io)?;
     let tmp = dir.join(format!(".binary.tmp{}", std::process::id()));
@@ -426,13 +430,6 @@ pub fn build_control(
         go_mod,
         cached: false,
     })
-}
-
-/// The module list of a `module downloads failed: …` build message.
-fn refused(message: &str) -> Option<&str> {
-    message
-        .split_once("module downloads failed: ")
-        .map(|(_, m)| m.trim())
 }
 
 /// Reads the upstream go.mod of `tag` straight from the shared object store, after checking the

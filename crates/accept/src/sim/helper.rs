@@ -31,22 +31,21 @@ pub(crate) fn run_go(cmd: &mut Command, part: &str) -> Result<std::process::Outp
 /// refuses ([`AcceptError::NotVerified`]), else [`AcceptError::Build`] with Go's cause; an
 /// incomplete go.mod/go.sum names the helper module as occm-forge's own.
 pub(crate) fn helper_failure(part: &str, module: &Path, stderr: &str) -> AcceptError {
-    use occm_forge_core::pipeline::go::ModuleOwner;
-    let summary =
-        occm_forge_core::pipeline::go::summarize_stderr_of(stderr, 6, ModuleOwner::Helper);
-    if let Some(modules) = summary.strip_prefix("module downloads failed: ") {
+    use occm_forge_core::pipeline::go::{self as go, GoFailure, ModuleOwner};
+    let failure = go::classify_stderr(stderr, 6, ModuleOwner::Helper);
+    // Also when Go names a module graph change first (`go mod download -json` puts the refusal
+    // in its JSON `Error`).
+    let refused = match &failure {
+        GoFailure::Refused(modules) => modules.clone(),
+        _ => go::refused_modules(stderr),
+    };
+    if !refused.is_empty() {
         return AcceptError::NotVerified(format!(
-            "the Go module proxy refuses {modules}, needed to build {part}"
+            "the Go module proxy refuses {}, needed to build {part}",
+            go::refused_list(&refused)
         ));
     }
-    // `go mod download -json` puts the cause in the JSON: "k8s.io/kubernetes@v1.31.11: reading https://…: 403 Forbidden".
-    if let Some((module, rest)) = stderr.split_once(": reading ") {
-        let status = rest.rsplit(": ").next().unwrap_or("").trim();
-        return AcceptError::NotVerified(format!(
-            "the Go module proxy refuses {} ({status}), needed to build {part}",
-            module.trim()
-        ));
-    }
+    let summary = failure.to_string();
     let message = if occm_forge_core::pipeline::go::module_graph_line(stderr).is_some() {
         // Go says the module graph is incomplete: the helper is ours to resolve, not upstream's.
         format!(

@@ -46,6 +46,9 @@ pub struct BuildError {
     /// Whether the build failed because a file system filled ([`crate::base::disk::full_in_output`]):
     /// exit 16, not a compile error.
     pub full: bool,
+    /// The modules the Go module proxy refused, when that is why the build failed (empty
+    /// otherwise): a caller that proves something says "not verified", not "does not compile".
+    pub refused: Vec<super::RefusedModule>,
 }
 
 /// What to do when Go's writes filled a file system.
@@ -81,6 +84,7 @@ fn build_one(req: &BuildRequest<'_>, p: &Platform) -> Result<Binary, BuildError>
         platform: p.to_string(),
         message,
         full: false,
+        refused: Vec::new(),
     };
     std::fs::create_dir_all(&dir).map_err(|e| err(format!("{}: {e}", dir.display())))?;
     let path = dir.join("openstack-cloud-controller-manager");
@@ -106,11 +110,15 @@ fn build_one(req: &BuildRequest<'_>, p: &Platform) -> Result<Binary, BuildError>
                 ..err(format!("{line}; {FULL_FIX}"))
             });
         }
-        return Err(err(format!(
-            "{}: {}",
-            output.status,
-            summarize_stderr(&stderr, 8)
-        )));
+        let failure = super::classify_stderr(&stderr, 8, super::ModuleOwner::Upstream);
+        let refused = match &failure {
+            super::GoFailure::Refused(modules) => modules.clone(),
+            _ => Vec::new(),
+        };
+        return Err(BuildError {
+            refused,
+            ..err(format!("{}: {failure}", output.status))
+        });
     }
     Ok(Binary {
         platform: p.clone(),
@@ -133,6 +141,7 @@ pub fn read_build_info(
         platform: binary.display().to_string(),
         message,
         full: false,
+        refused: Vec::new(),
     };
     if let Ok(info) = super::buildinfo::read_file(binary) {
         return Ok(info);

@@ -285,10 +285,10 @@ pub(crate) fn toolchain_unavailable(text: &str) -> bool {
     text.contains("toolchain not available")
 }
 
-/// One line from a `go` command's stderr: the toolchain that cannot be had, or the go.mod/go.sum
-/// change a patch needs and does not carry, or the modules the proxy would not serve
-/// (`module downloads failed: k8s.io/kubernetes@v1.31.11 (403 Forbidden), …`), else the last
-/// `n` non-empty lines joined with ` | `.
+/// One line from a `go` command's stderr ([`classify_stderr`] said as text): the toolchain that
+/// cannot be had, or the go.mod/go.sum change a patch needs and does not carry, or the modules the
+/// proxy would not serve (`module downloads failed: k8s.io/kubernetes@v1.31.11 (403 Forbidden), …`),
+/// else the last `n` non-empty lines joined with ` | `.
 pub(crate) fn summarize_stderr(text: &str, n: usize) -> String {
     summarize_stderr_of(text, n, ModuleOwner::Upstream)
 }
@@ -297,6 +297,60 @@ pub(crate) fn summarize_stderr(text: &str, n: usize) -> String {
 /// [`ModuleOwner::Helper`] an incomplete go.mod/go.sum is reported as the line Go printed
 /// (the caller names the helper module), never with the patch-series hint.
 pub fn summarize_stderr_of(text: &str, n: usize, owner: ModuleOwner) -> String {
+    classify_stderr(text, n, owner).to_string()
+}
+
+/// A module the Go module proxy would not serve, from a line such as
+/// `main.go:30:2: k8s.io/x@v1.2.3: reading https://proxy.golang.org/…: 403 Forbidden`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RefusedModule {
+    /// `path@version`.
+    pub module: String,
+    /// The proxy's answer, `403 Forbidden`, `404 Not Found`, `410 Gone`.
+    pub status: String,
+}
+
+/// What a failed `go` command's stderr says, as data: callers decide on the kind (a refused
+/// module is "not verified", not a compile error) without reading their own text back.
+/// `Display` is the one line [`summarize_stderr_of`] gives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GoFailure {
+    /// The toolchain of images.toml `go` cannot be downloaded: the line, with the fix.
+    ToolchainUnavailable(String),
+    /// go.mod/go.sum lack what the build needs: the cause (with the patch-series hint for
+    /// upstream, Go's own line for a helper module).
+    ModuleGraph(String),
+    /// The module proxy refused these modules, in the order Go named them, each once.
+    Refused(Vec<RefusedModule>),
+    /// Anything else: the last lines of stderr joined with ` | `.
+    Other(String),
+}
+
+impl std::fmt::Display for GoFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            GoFailure::ToolchainUnavailable(s)
+            | GoFailure::ModuleGraph(s)
+            | GoFailure::Other(s) => f.write_str(s),
+            GoFailure::Refused(modules) => {
+                write!(f, "module downloads failed: {}", refused_list(modules))
+            }
+        }
+    }
+}
+
+/// `k8s.io/a@v1 (403 Forbidden), k8s.io/b@v2 (410 Gone)`.
+pub fn refused_list(modules: &[RefusedModule]) -> String {
+    modules
+        .iter()
+        .map(|m| format!("{} ({})", m.module, m.status))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Reads a failed `go` command's stderr into a [`GoFailure`]; `n` is how many last lines
+/// [`GoFailure::Other`] keeps.
+pub fn classify_stderr(text: &str, n: usize, owner: ModuleOwner) -> GoFailure {
     if toolchain_unavailable(text) {
         let line = text
             .lines()
@@ -304,44 +358,50 @@ pub fn summarize_stderr_of(text: &str, n: usize, owner: ModuleOwner) -> String {
             .unwrap_or("toolchain not available")
             .trim();
         let proxy = std::env::var("GOPROXY").unwrap_or_else(|_| "the default".into());
-        return format!(
+        return GoFailure::ToolchainUnavailable(format!(
             "{line}: the Go toolchain of images.toml `go` cannot be downloaded; check that it is a released version and that GOPROXY ({proxy}) reaches a module proxy"
-        );
+        ));
     }
-    match owner {
-        ModuleOwner::Upstream => {
-            if let Some(cause) = module_graph_change(text) {
-                return cause;
-            }
-        }
-        ModuleOwner::Helper => {
-            if let Some(line) = module_graph_line(text) {
-                return line.to_string();
-            }
-        }
+    let graph = match owner {
+        ModuleOwner::Upstream => module_graph_change(text),
+        ModuleOwner::Helper => module_graph_line(text).map(str::to_string),
+    };
+    if let Some(cause) = graph {
+        return GoFailure::ModuleGraph(cause);
     }
-    let mut failed: Vec<String> = Vec::new();
-    for line in text.lines() {
-        // e.g. "main.go:30:2: k8s.io/x@v1.2.3: reading https://proxy.golang.org/…: 403 Forbidden"
-        let Some((before, after)) = line.split_once(": reading ") else {
-            continue;
-        };
-        let module = before.rsplit(": ").next().unwrap_or(before).trim();
-        let status = after.rsplit(": ").next().unwrap_or("").trim();
-        let entry = format!("{module} ({status})");
-        if module.contains('@') && !failed.contains(&entry) {
-            failed.push(entry);
-        }
-    }
-    if !failed.is_empty() {
-        return format!("module downloads failed: {}", failed.join(", "));
+    let refused = refused_modules(text);
+    if !refused.is_empty() {
+        return GoFailure::Refused(refused);
     }
     let lines: Vec<&str> = text
         .lines()
         .map(str::trim)
         .filter(|l| !l.is_empty())
         .collect();
-    lines[lines.len().saturating_sub(n)..].join(" | ")
+    GoFailure::Other(lines[lines.len().saturating_sub(n)..].join(" | "))
+}
+
+/// The modules a `go` command's output says the proxy refused (`<module>@<version>: reading
+/// <url>: <status>`, also as `go mod download -json` puts it in its `Error`), each once.
+pub fn refused_modules(text: &str) -> Vec<RefusedModule> {
+    let mut failed: Vec<RefusedModule> = Vec::new();
+    for line in text.lines() {
+        let Some((before, after)) = line.split_once(": reading ") else {
+            continue;
+        };
+        let module = before.rsplit(": ").next().unwrap_or(before).trim();
+        let module = module.trim_start_matches('"');
+        let status = after.rsplit(": ").next().unwrap_or("").trim();
+        let status = status.trim_end_matches([',', '"']);
+        let entry = RefusedModule {
+            module: module.to_string(),
+            status: status.to_string(),
+        };
+        if module.contains('@') && !failed.contains(&entry) {
+            failed.push(entry);
+        }
+    }
+    failed
 }
 
 #[cfg(test)]
@@ -402,5 +462,31 @@ mod tests {
             "module downloads failed: k8s.io/cloud-provider@v0.31.11 (403 Forbidden), k8s.io/kubernetes@v1.31.11 (403 Forbidden)"
         );
         assert_eq!(super::summarize_stderr("a\n\n  b\nc\n", 2), "b | c");
+    }
+
+    #[test]
+    fn refused_modules_are_data_not_text() {
+        let stderr = "go: k8s.io/kubernetes@v1.31.11: reading https://proxy.golang.org/k8s.io/kubernetes/@v/v1.31.11.zip: 410 Gone\n";
+        let failure = super::classify_stderr(stderr, 6, super::ModuleOwner::Helper);
+        assert_eq!(
+            failure,
+            super::GoFailure::Refused(vec![super::RefusedModule {
+                module: "k8s.io/kubernetes@v1.31.11".into(),
+                status: "410 Gone".into(),
+            }])
+        );
+        // As `go mod download -json` puts it in its `Error`.
+        let json = "\t\"Error\": \"k8s.io/kubernetes@v1.31.11: reading https://proxy.golang.org/k8s.io/kubernetes/@v/v1.31.11.zip: 403 Forbidden\",\n";
+        assert_eq!(
+            super::refused_modules(json),
+            vec![super::RefusedModule {
+                module: "k8s.io/kubernetes@v1.31.11".into(),
+                status: "403 Forbidden".into(),
+            }]
+        );
+        assert!(matches!(
+            super::classify_stderr("compile error\n", 6, super::ModuleOwner::Upstream),
+            super::GoFailure::Other(_)
+        ));
     }
 }
