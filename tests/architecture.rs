@@ -336,3 +336,105 @@ fn the_core_depends_on_no_acceptance() {
         );
     }
 }
+
+/// The dependencies a manifest's `[dependencies]` (or, with `dev`, `[dev-dependencies]`) declares,
+/// as Rust names (`serde_norway`, `k8s_openapi`), without those its
+/// `[package.metadata.cargo-machete] ignored` lists (the convention cargo-machete reads).
+fn declared(manifest: &Path, dev: bool) -> Vec<String> {
+    let doc: toml::Table = toml::from_str(&std::fs::read_to_string(manifest).unwrap()).unwrap();
+    let ignored: Vec<String> = doc
+        .get("package")
+        .and_then(|p| p.get("metadata"))
+        .and_then(|m| m.get("cargo-machete"))
+        .and_then(|m| m.get("ignored"))
+        .and_then(|i| i.as_array())
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default();
+    let table = if dev {
+        "dev-dependencies"
+    } else {
+        "dependencies"
+    };
+    doc.get(table)
+        .and_then(|d| d.as_table())
+        .map(|d| {
+            d.keys()
+                .filter(|k| !ignored.contains(k))
+                .map(|k| k.replace('-', "_"))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Whether `name` is used in `text`: a path through it (`name::`), a `use name`, or a derive or
+/// attribute macro it provides being named with it (`#[serde(...)]` counts only with `name::`).
+fn uses(text: &str, name: &str) -> bool {
+    let re = regex::Regex::new(&format!(r"(^|[^A-Za-z0-9_:]){name}(::|\s*;|\s+as\s)")).unwrap();
+    re.is_match(text)
+}
+
+/// Every dependency a package declares is named in its code (a dependency nobody uses still
+/// compiles, links and is audited for every build): `[dependencies]` in `src/` (and the build
+/// script), `[dev-dependencies]` also in `tests/`.
+#[test]
+fn every_declared_dependency_is_used() {
+    let packages = [
+        (root(), vec![root().join("src")], vec![root().join("tests")]),
+        (
+            root().join("crates/core"),
+            vec![root().join("crates/core/src")],
+            vec![],
+        ),
+        (
+            root().join("crates/accept"),
+            vec![root().join("crates/accept/src")],
+            vec![],
+        ),
+    ];
+    let mut unused = Vec::new();
+    for (dir, src, tests) in packages {
+        let text_of = |dirs: &[PathBuf]| -> String {
+            dirs.iter()
+                .flat_map(|d| rust_files(d))
+                .map(|f| std::fs::read_to_string(f).unwrap())
+                .collect::<Vec<_>>()
+                .join("\n")
+        };
+        let code = text_of(&src);
+        let all = format!("{code}\n{}", text_of(&[src.clone(), tests].concat()));
+        let manifest = dir.join("Cargo.toml");
+        for (dev, text) in [(false, &code), (true, &all)] {
+            for name in declared(&manifest, dev) {
+                if !uses(text, &name) {
+                    unused.push(format!(
+                        "{} [{}] {name}",
+                        manifest.strip_prefix(root()).unwrap().display(),
+                        if dev {
+                            "dev-dependencies"
+                        } else {
+                            "dependencies"
+                        }
+                    ));
+                }
+            }
+        }
+    }
+    assert!(
+        unused.is_empty(),
+        "declared and never named in the code (remove them, or list one that is used only through a feature under [package.metadata.cargo-machete] ignored):\n{}",
+        unused.join("\n")
+    );
+}
+
+#[test]
+fn a_dependency_named_only_in_a_comment_or_another_name_is_not_used() {
+    assert!(uses("use serde_norway::Value;", "serde_norway"));
+    assert!(uses("let v = hex::encode(x);", "hex"));
+    assert!(uses("use tempfile;", "tempfile"));
+    assert!(!uses("let hexadecimal = 1; // hex", "hex"));
+    assert!(!uses("occm_forge_core::hex::encode", "hex"));
+}
