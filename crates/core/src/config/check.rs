@@ -346,10 +346,26 @@ fn check_minor(
     let mut config = merged.config;
     config.end_of_life = end_of_life;
     let m = &config;
-    let fail = |field: &str, message: String| Err(s.err(f.span(s, field), message));
     let minor: Minor = key
         .parse()
         .map_err(|e: String| s.err(s.of(&["minors", key]), e))?;
+    check_pins(s, &f, minor, m)?;
+    check_base(s, &f, &m.base)?;
+    check_lists(s, &f, m)?;
+    check_go_overrides(s, &f, m)?;
+    check_rendered_tag(s, &f, scheme, minor, m)?;
+    Ok((minor, config))
+}
+
+/// A minor's pins: `commit` a 40-character lowercase hex id, `upstream_tag` a `v<minor>.N`
+/// release tag, `go` a Go release (`1.25.1`, not `go1.25.1` or the language version `1.22`).
+fn check_pins(
+    s: &Spans<'_>,
+    f: &Field<'_>,
+    minor: Minor,
+    m: &MinorConfig,
+) -> Result<(), ConfigError> {
+    let fail = |field: &str, message: String| Err(s.err(f.span(s, field), message));
     if m.commit.len() != 40
         || !m
             .commit
@@ -394,9 +410,18 @@ fn check_minor(
             ),
         );
     }
-    check_base(s, &f, &m.base)?;
-    check_lists(s, &f, m)?;
-    check_go_overrides(s, &f, m)?;
+    Ok(())
+}
+
+/// The tag the scheme renders for a minor: a valid image tag, never the upstream tag itself.
+fn check_rendered_tag(
+    s: &Spans<'_>,
+    f: &Field<'_>,
+    scheme: &str,
+    minor: Minor,
+    m: &MinorConfig,
+) -> Result<(), ConfigError> {
+    let fail = |field: &str, message: String| Err(s.err(f.span(s, field), message));
     let rendered = render_tag(
         scheme,
         &TagInputs {
@@ -418,7 +443,7 @@ fn check_minor(
             format!("the tag scheme gives `{rendered}`, not a valid image tag"),
         ));
     }
-    Ok((minor, config))
+    Ok(())
 }
 
 /// `go_overrides`: module paths as the go command writes them (no spaces, no `@`, a dot in the
