@@ -51,6 +51,9 @@ pub fn if_present<T>(r: Result<T, RegistryError>) -> Result<Option<T>, RegistryE
 pub enum ErrorKind {
     /// Connection refused/reset, timeout, 5xx (but 507), 408, 429: worth retrying.
     Transient,
+    /// The registry's host name does not exist (DNS answered `EAI_NONAME`): asking again gets
+    /// the same answer, so it is not retried (`unreachable: cannot resolve the host name`).
+    HostUnknown,
     /// 429 Too Many Requests where its `Retry-After` was read (RFC 9110 §10.2.3: seconds or an
     /// HTTP date), as the wait it names (`None` when it named none or could not be read): worth
     /// retrying, not before then (Docker Hub, Quay; containers/image#618).

@@ -479,7 +479,7 @@ fn error(repo: &RepositoryName, operation: String, e: OciDistributionError) -> R
             repo.registry
         );
     }
-    if kind == ErrorKind::Transient
+    if matches!(kind, ErrorKind::Transient | ErrorKind::HostUnknown)
         && matches!(e, OciDistributionError::RequestError(_))
         && message.contains("onnect")
     {
@@ -491,6 +491,23 @@ fn error(repo: &RepositoryName, operation: String, e: OciDistributionError) -> R
         message,
         kind,
     }
+}
+
+/// Whether an error chain says the registry's host name does not exist: getaddrinfo's
+/// `EAI_NONAME` (glibc: `Name or service not known`, `No address associated with hostname`;
+/// BSD and macOS: `nodename nor servname provided, or not known`). A definite answer, as Go's
+/// `net.DNSError.IsNotFound`, which go-containerregistry's retry does not retry; a resolver that
+/// could not answer (`Temporary failure in name resolution`, `EAI_AGAIN`) stays transient.
+pub(crate) fn host_name_unknown(e: &dyn std::error::Error) -> bool {
+    let chain = error_chain(e);
+    chain.contains("dns error")
+        && [
+            "Name or service not known",
+            "No address associated with hostname",
+            "nodename nor servname provided",
+        ]
+        .iter()
+        .any(|m| chain.contains(m))
 }
 
 /// `a: b: c` from an error and its sources, without repeated parts.
@@ -520,7 +537,9 @@ fn classify(e: &OciDistributionError) -> ErrorKind {
     };
     match e {
         OciDistributionError::RequestError(r) => {
-            if r.is_connect() || r.is_timeout() || r.is_request() && r.status().is_none() {
+            if host_name_unknown(r) {
+                ErrorKind::HostUnknown
+            } else if r.is_connect() || r.is_timeout() || r.is_request() && r.status().is_none() {
                 ErrorKind::Transient
             } else {
                 r.status()
@@ -803,6 +822,21 @@ mod tests {
         };
         assert_eq!(classify(&server(507, "")), ErrorKind::Other);
         assert_eq!(classify(&server(503, "")), ErrorKind::Transient);
+        let dns = |m: &str| {
+            std::io::Error::other(format!(
+                "dns error: failed to lookup address information: {m}"
+            ))
+        };
+        assert!(super::host_name_unknown(&dns("Name or service not known")));
+        assert!(super::host_name_unknown(&dns(
+            "nodename nor servname provided, or not known"
+        )));
+        assert!(!super::host_name_unknown(&dns(
+            "Temporary failure in name resolution"
+        )));
+        assert!(!super::host_name_unknown(&std::io::Error::other(
+            "tcp connect error: Name or service not known"
+        )));
         assert_eq!(classify(&server(400, "")), ErrorKind::Refused);
         assert_eq!(classify(&server(413, "")), ErrorKind::Refused);
         assert_eq!(classify(&server(404, "")), ErrorKind::NotFound);
