@@ -123,10 +123,13 @@ pub fn run(args: &RenderArgs, quiet: bool) -> Result<u8, Error> {
     Ok(0)
 }
 
-/// `--format crs-secret`: the image of `--image`, or of the minor's entry (at `--prefix`); a
-/// minor without a build of its own is served by the newest older one, as the version-skew
-/// policy allows (one minor older), said on stderr.
-fn run_crs_secret(args: &RenderArgs, opts: &RenderOptions, quiet: bool) -> Result<u8, Error> {
+/// The image a crs-secret render writes: `--image`, or the pinned image of the minor's entry (or
+/// of the newest older minor serving it); with the cluster's minor and the line saying so when an
+/// older minor serves it.
+fn crs_secret_image(
+    args: &RenderArgs,
+    opts: &RenderOptions,
+) -> Result<(String, Option<Minor>, Option<String>), Error> {
     let mut cluster_minor = None;
     let mut served = None;
     let image = match (&args.image, args.k8s) {
@@ -157,6 +160,14 @@ fn run_crs_secret(args: &RenderArgs, opts: &RenderOptions, quiet: bool) -> Resul
             ));
         }
     };
+    Ok((image, cluster_minor, served))
+}
+
+/// `--format crs-secret`: the image of `--image`, or of the minor's entry (at `--prefix`); a
+/// minor without a build of its own is served by the newest older one, as the version-skew
+/// policy allows (one minor older), said on stderr.
+fn run_crs_secret(args: &RenderArgs, opts: &RenderOptions, quiet: bool) -> Result<u8, Error> {
+    let (image, cluster_minor, served) = crs_secret_image(args, opts)?;
     let mut bytes = Vec::new();
     std::io::Read::read_to_end(&mut std::io::stdin(), &mut bytes)
         .map_err(|e| crs::CrsError(format!("stdin cannot be read: {e}")))?;
