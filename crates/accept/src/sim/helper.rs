@@ -46,7 +46,7 @@ pub(crate) fn helper_failure(part: &str, module: &Path, stderr: &str) -> AcceptE
         ));
     }
     let summary = failure.to_string();
-    let message = if occm_forge_core::pipeline::go::module_graph_line(stderr).is_some() {
+    let message = if matches!(failure, GoFailure::ModuleGraph(_)) {
         // Go says the module graph is incomplete: the helper is ours to resolve, not upstream's.
         format!(
             "{summary}: the go.sum of occm-forge's helper module {} did not cover it after resolving (a bug in occm-forge; remove that directory to resolve it again)",
