@@ -15,9 +15,10 @@
 //!   pins our 1.35 image, and `--fix --watch` pins it again after each upgrade's write.
 //!
 //! The harness, tests/mcapi/upgrade.py, runs `magnum_cluster_api.driver.UbuntuDriver()
-//! .upgrade_cluster` against an in-process imitation of the management cluster's kube-apiserver,
-//! with OpenStack answered by a stand-in and Magnum's database objects as plain objects (its
-//! header lists what is imitated).
+//! .upgrade_cluster` here against an in-process imitation of the management cluster's
+//! kube-apiserver (quick, and able to show each request's body), with OpenStack answered by a
+//! stand-in and Magnum's database objects as plain objects (its header lists what is imitated);
+//! tests/mcapi_apiserver.rs runs it against the real apiserver under Cluster API.
 //!
 //! Gated (`cargo test --test suite mcapi_upgrade:: -- --ignored`): needs `OCCM_FORGE_MCAPI_FULL_PYTHON`,
 //! a Python interpreter with magnum-cluster-api 0.38.2 and its dependencies installed from
@@ -43,23 +44,23 @@ use serde_json::{Value, json};
 /// The environment variable naming the Python interpreter with the full install.
 const FULL_PYTHON_ENV: &str = "OCCM_FORGE_MCAPI_FULL_PYTHON";
 /// The Magnum cluster of every upgrade: its Heat stack id (the Cluster API Cluster) and UUID.
-const STACK_ID: &str = "kube-up135";
-const UUID: &str = "8b1d7c5e-7f0c-4a59-9a3e-3f1b8a7c2d10";
-const SECRET: &str = "kube-up135-cloud-provider";
+pub(crate) const STACK_ID: &str = "kube-up135";
+pub(crate) const UUID: &str = "8b1d7c5e-7f0c-4a59-9a3e-3f1b8a7c2d10";
+pub(crate) const SECRET: &str = "kube-up135-cloud-provider";
 
 /// What tests/mcapi/upgrade.py reports about one `upgrade_cluster` call.
 #[derive(Debug, serde::Deserialize)]
-struct Upgraded {
-    version: String,
-    labels_after: BTreeMap<String, String>,
-    image_before: Option<String>,
-    image_after: Option<String>,
-    data_before: BTreeMap<String, String>,
-    data_after: BTreeMap<String, String>,
-    keys_after: Vec<String>,
+pub(crate) struct Upgraded {
+    pub(crate) version: String,
+    pub(crate) labels_after: BTreeMap<String, String>,
+    pub(crate) image_before: Option<String>,
+    pub(crate) image_after: Option<String>,
+    pub(crate) data_before: BTreeMap<String, String>,
+    pub(crate) data_after: BTreeMap<String, String>,
+    pub(crate) keys_after: Vec<String>,
     /// The request that wrote the Secret: `{method, path, content_type, body}`.
     secret_write: Value,
-    topology_version: Option<String>,
+    pub(crate) topology_version: Option<String>,
     requests: Vec<String>,
     seconds: f64,
 }
@@ -76,8 +77,18 @@ fn full_python() -> PathBuf {
 }
 
 /// Runs the real `upgrade_cluster` on a cluster with `labels` (at `kube_tag` v1.34.1) to a
-/// template with `template` (at v1.35.0).
+/// template with `template` (at v1.35.0), against the harness's imitation of the apiserver.
 fn upgrade(labels: &BTreeMap<String, String>, template: &BTreeMap<String, String>) -> Upgraded {
+    upgrade_on(labels, template, None)
+}
+
+/// [`upgrade`], against the real apiserver `apiserver` (`{kubeconfig, url, token, ca_file}`)
+/// when it is given: the driver creates the cluster there first (tests/mcapi/upgrade.py).
+pub(crate) fn upgrade_on(
+    labels: &BTreeMap<String, String>,
+    template: &BTreeMap<String, String>,
+    apiserver: Option<Value>,
+) -> Upgraded {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let helm = mcapi_tools().helm.unwrap();
     assert!(
@@ -91,14 +102,21 @@ fn upgrade(labels: &BTreeMap<String, String>, template: &BTreeMap<String, String
     )
     .unwrap();
     let home = tempfile::tempdir().unwrap();
-    let request = json!({"uuid": UUID, "stack_id": STACK_ID, "network_driver": "calico",
-                         "labels": labels, "template_labels": template});
+    let mut request = json!({"uuid": UUID, "stack_id": STACK_ID, "network_driver": "calico",
+                             "labels": labels, "template_labels": template});
+    if let Some(a) = apiserver {
+        request["apiserver"] = a;
+    }
     let t = Instant::now();
     let mut child = Command::new(full_python())
         .arg(root.join("tests/mcapi/upgrade.py"))
         .env("PATH", path)
         .env("HOME", home.path())
         .env_remove("KUBECONFIG")
+        // requests prefers these to the CA a session (pykube's, from the kubeconfig) names:
+        // a machine's bundle must not stand in for the management cluster's CA.
+        .env_remove("REQUESTS_CA_BUNDLE")
+        .env_remove("CURL_CA_BUNDLE")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -127,7 +145,7 @@ fn upgrade(labels: &BTreeMap<String, String>, template: &BTreeMap<String, String
 
 /// The labels `occm-forge render --k8s <minor> --format magnum-prefix-tag` prints for the
 /// digest manifest of tests/clusters.rs (ours at `r.example/occm`).
-fn rendered_labels(minor: &str) -> BTreeMap<String, String> {
+pub(crate) fn rendered_labels(minor: &str) -> BTreeMap<String, String> {
     let f = fixture(&["linux/amd64"]);
     write_manifest(&f.lock);
     let o = occm_forge(f.path())
@@ -145,7 +163,7 @@ fn rendered_labels(minor: &str) -> BTreeMap<String, String> {
 }
 
 /// `labels` with `kube_tag`.
-fn at(kube_tag: &str, labels: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+pub(crate) fn at(kube_tag: &str, labels: &BTreeMap<String, String>) -> BTreeMap<String, String> {
     let mut l = labels.clone();
     l.insert("kube_tag".into(), kube_tag.into());
     l

@@ -22,6 +22,7 @@ mod faults;
 mod golden;
 mod guards;
 mod interrupt;
+mod mcapi_apiserver;
 mod mcapi_upgrade;
 mod overrides;
 mod patch_forms;

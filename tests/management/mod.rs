@@ -212,7 +212,7 @@ pub async fn reached(
 }
 
 /// Creates each object of the multi-document YAML `text` (ServiceAccount, Role, RoleBinding,
-/// ConfigMap, Deployment), with `?dryRun=All` when `dry_run`.
+/// ClusterRole, ClusterRoleBinding, ConfigMap, Deployment), with `?dryRun=All` when `dry_run`.
 pub async fn create_manifests(kube: &Kube, text: &str, dry_run: bool) -> Vec<Value> {
     let mut out = Vec::new();
     for doc in serde_norway::Deserializer::from_str(text) {
@@ -229,6 +229,10 @@ pub async fn create_manifests(kube: &Kube, text: &str, dry_run: bool) -> Vec<Val
                 format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings")
             }
             "Deployment" => format!("/apis/apps/v1/namespaces/{ns}/deployments"),
+            "ClusterRole" => "/apis/rbac.authorization.k8s.io/v1/clusterroles".to_string(),
+            "ClusterRoleBinding" => {
+                "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings".to_string()
+            }
             k => panic!("a {k} in deploy/clusters"),
         };
         let path = if dry_run {

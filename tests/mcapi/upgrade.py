@@ -4,7 +4,9 @@
 #
 # Usage: python upgrade.py < request.json > answer.json, the request being
 #   {"uuid", "stack_id", "network_driver", "labels": {cluster's labels before},
-#    "template_labels": {the new cluster template's labels}}
+#    "template_labels": {the new cluster template's labels},
+#    "apiserver": {"kubeconfig", "url", "token", "ca_file"} (optional: a real management
+#    cluster's kube-apiserver, see below)}
 # The answer:
 #   {"version": magnum-cluster-api's, "labels_before", "labels_after": the cluster's labels after
 #    the call,
@@ -13,6 +15,16 @@
 #    "secret_write": the last request that wrote the Secret (method, path, body as sent),
 #    "topology_version": the Cluster API Cluster's spec.topology.version after the call,
 #    "requests": every request the driver made ("METHOD path"), "seconds": the call's time}
+#
+# With "apiserver" (tests/mcapi_upgrade.rs's real management cluster: kube-apiserver, Cluster
+# API's core, kubeadm control plane and bootstrap managers with their conversion webhooks and
+# ClusterTopology on, the OpenStack provider's CRDs), the imitation below is not started: the
+# driver talks to that apiserver with the identity of the kubeconfig, and creates the cluster
+# itself first, as its create_cluster does (the ClusterClass and its templates, the cloud-config
+# Secret, the cloud-provider ClusterResourceSet and Secret, the topology-managed Cluster), but
+# for the cluster CA Secrets (their certificates come from Magnum's certificate store, Barbican
+# or its database, which are not here) and its validation against Nova and Glance. Then
+# "requests" and "secret_write" are empty: the apiserver's audit log tells them.
 #
 # What is real: every line of magnum-cluster-api 0.38.2 (its Python and its compiled Rust
 # driver, which renders the OCCM chart with `helm template`, so helm must be on PATH), Magnum's
@@ -47,6 +59,9 @@ import uuid as uuidlib
 import yaml
 
 OCCM = "openstack-cloud-controller-manager"
+# Glance's ID of the cluster's image: a UUID, as Glance gives (the OpenStack provider's CRDs
+# require one in OpenStackMachineTemplate's spec.template.spec.image.id).
+IMAGE_ID = "0b8a3c6e-5d4f-4a1b-9c2d-7e6f5a4b3c2d"
 OCCM_KEY = "cloud-controller-manager.yaml"
 NS = "magnum-system"
 
@@ -224,6 +239,9 @@ class FakeOpenStack:
     def url_for(self, **kwargs):
         return "https://keystone.example:5000/v3"
 
+    def create_application_credential(self, user_id, name, description):
+        return types.SimpleNamespace(id="0123", secret="not-a-real-secret")
+
     def cinder_region_name(self):
         return "RegionOne"
 
@@ -250,7 +268,7 @@ class FakeOpenStack:
         return types.SimpleNamespace(name="__DEFAULT__")
 
     def glance(self):
-        image = Resource(id="image-1", name="ubuntu-2204-kube", os_distro="ubuntu")
+        image = Resource(id=IMAGE_ID, name="ubuntu-2204-kube", os_distro="ubuntu")
         return types.SimpleNamespace(find_image=lambda ref, ignore_missing=False: image)
 
 
@@ -270,7 +288,7 @@ class NodeGroup(types.SimpleNamespace):
 def magnum_cluster(req, labels, template):
     """A magnum.objects.Cluster with the attributes the driver reads."""
     common = dict(
-        image_id="image-1",
+        image_id=IMAGE_ID,
         flavor_id="flavor-1",
         docker_volume_size=None,
         status="CREATE_COMPLETE",
@@ -319,7 +337,7 @@ def template_of(req, labels):
         uuid=str(uuidlib.uuid5(uuidlib.NAMESPACE_DNS, json.dumps(labels, sort_keys=True))),
         network_driver=req.get("network_driver", "calico"),
         labels=dict(labels),
-        image_id="image-1",
+        image_id=IMAGE_ID,
         external_network_id="5b7e2c1a-9f3d-4e8a-b6c0-1d2e3f4a5b6c",  # an ID: no Neutron lookup
         dns_nameserver="8.8.8.8",
         master_lb_enabled=False,
@@ -451,10 +469,95 @@ def secret_path(req):
     return f"/api/v1/namespaces/{NS}/secrets/{req['stack_id']}-cloud-provider"
 
 
-def main():
-    from importlib import metadata
+class Apiserver:
+    """A real kube-apiserver, read and written with the request's token (not by the driver)."""
 
-    req = json.load(sys.stdin)
+    def __init__(self, spec):
+        import requests
+
+        self.url = spec["url"]
+        self.session = requests.Session()
+        self.session.headers["Authorization"] = f"Bearer {spec['token']}"
+        self.ca_file = spec["ca_file"]
+
+    def get(self, path):
+        r = self.session.get(self.url + path, verify=self.ca_file)
+        if r.status_code == 404:
+            return None
+        r.raise_for_status()
+        return r.json()
+
+    def create(self, path, obj):
+        r = self.session.post(self.url + path, json=obj, verify=self.ca_file)
+        if r.status_code != 409:
+            r.raise_for_status()
+
+
+def create_real(req, api, workload_kubeconfig):
+    """Creates the cluster in the real management cluster as the driver's create_cluster does
+    (see the header for what it leaves out), with the labels before; returns the driver."""
+    from magnum.common import context as magnum_context
+    from magnum_cluster_api import clients, driver, resources
+
+    clients.get_openstack_api = FakeOpenStack
+    api.create(
+        "/api/v1/namespaces",
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}},
+    )
+    # The workload cluster's kubeconfig Secret, as Cluster API's control plane writes it once
+    # the cluster has an endpoint (none here: nothing provisions OpenStack).
+    api.create(
+        f"/api/v1/namespaces/{NS}/secrets",
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {
+                "name": f"{req['stack_id']}-kubeconfig",
+                "namespace": NS,
+                "labels": {"cluster.x-k8s.io/cluster-name": req["stack_id"]},
+            },
+            "type": "cluster.x-k8s.io/secret",
+            "stringData": {"value": workload_kubeconfig},
+        },
+    )
+    context = magnum_context.RequestContext(is_admin=False)
+    cluster = magnum_cluster(req, req["labels"], template_of(req, req["labels"]))
+    d = driver.UbuntuDriver()
+    osc = FakeOpenStack(context)
+    d.rust_driver.create_cluster(cluster)
+    credential = osc.create_application_credential(
+        user_id=cluster.user_id, name=cluster.uuid, description=""
+    )
+    resources.CloudConfigSecret(
+        context, d.kube_client, cluster, osc.cinder_region_name(), credential
+    ).apply()
+    resources.apply_cluster_from_magnum_cluster(
+        context, d.kube_client, d.k8s_api, cluster, skip_auto_scaling_release=True
+    )
+    resources.Cluster(
+        context, d.kube_client, d.k8s_api, cluster, rust_driver=d.rust_driver
+    ).apply()
+    return context, cluster, d
+
+
+def main_real(req):
+    spec = req["apiserver"]
+    os.environ["KUBECONFIG"] = spec["kubeconfig"]
+    api = Apiserver(spec)
+    with open(spec["kubeconfig"]) as f:
+        context, cluster, d = create_real(req, api, f.read())
+    before = decoded(api.get(secret_path(req)))
+    t = time.monotonic()
+    d.upgrade_cluster(
+        context, cluster, template_of(req, req["template_labels"]), 1, cluster.default_ng_worker
+    )
+    seconds = time.monotonic() - t
+    after = decoded(api.get(secret_path(req)))
+    capi = api.get(f"/apis/cluster.x-k8s.io/v1beta1/namespaces/{NS}/clusters/{req['stack_id']}")
+    return cluster, before, after, [], capi, [], seconds
+
+
+def main_imitated(req):
     store = Store()
     with tempfile.TemporaryDirectory(prefix="mcapi-upgrade-") as scratch:
         os.environ["KUBECONFIG"] = kubeconfig(serve(store), scratch)
@@ -468,6 +571,18 @@ def main():
     capi = store.objects.get(
         f"/apis/cluster.x-k8s.io/v1beta1/namespaces/{NS}/clusters/{req['stack_id']}"
     )
+    requests = [f"{r['method']} {r['path']}" for r in store.requests]
+    return cluster, before, after, writes, capi, requests, seconds
+
+
+def main():
+    from importlib import metadata
+
+    req = json.load(sys.stdin)
+    real = req.get("apiserver")
+    cluster, before, after, writes, capi, requests, seconds = (
+        main_real(req) if real else main_imitated(req)
+    )
     json.dump(
         {
             "version": metadata.version("magnum-cluster-api"),
@@ -480,7 +595,7 @@ def main():
             "keys_after": sorted(after),
             "secret_write": writes[-1] if writes else None,
             "topology_version": capi["spec"]["topology"]["version"],
-            "requests": [f"{r['method']} {r['path']}" for r in store.requests],
+            "requests": requests,
             "seconds": seconds,
         },
         sys.stdout,

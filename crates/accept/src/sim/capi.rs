@@ -90,7 +90,11 @@ pub fn build(release: &ClusterApi, cache_dir: &Path) -> Result<Manager, AcceptEr
     )
     .map_err(io)?;
     let source = download(&toolchain, &module, release)?;
-    write_crds(&source.join("config").join("crd").join("bases"), &crds_dir)?;
+    write_crds(
+        &source.join("config").join("crd").join("bases"),
+        &crds_dir,
+        storage_version_only,
+    )?;
 
     let mut get = toolchain.helper_command(&module);
     get.arg("get").arg(format!("{MODULE}@{}", release.version));
@@ -124,7 +128,7 @@ pub fn build(release: &ClusterApi, cache_dir: &Path) -> Result<Manager, AcceptEr
 
 /// `go mod download -json sigs.k8s.io/cluster-api@<version>` in `module`: the directory of the
 /// extracted module in the module cache.
-fn download(
+pub(crate) fn download(
     toolchain: &Toolchain,
     module: &Path,
     release: &ClusterApi,
@@ -141,7 +145,7 @@ fn download(
 }
 
 /// The `*.json` files of `dir`, sorted.
-fn list_crds(dir: &Path) -> Result<Vec<PathBuf>, AcceptError> {
+pub(crate) fn list_crds(dir: &Path) -> Result<Vec<PathBuf>, AcceptError> {
     let io = |e: std::io::Error| AcceptError::Io(format!("{}: {e}", dir.display()));
     let mut out = Vec::new();
     for entry in std::fs::read_dir(dir).map_err(io)? {
@@ -155,10 +159,15 @@ fn list_crds(dir: &Path) -> Result<Vec<PathBuf>, AcceptError> {
 }
 
 /// Converts each CRD of `bases` (`*.yaml`, as in the module zip's `config/crd/bases`) with
-/// [`storage_version_only`] into `<out>/<metadata.name>.json`, replacing `out`.
+/// `convert` ([`storage_version_only`], or [`released`]) into `<out>/<metadata.name>.json`,
+/// replacing `out`.
 ///
 /// Errors: [`AcceptError::Build`] naming the file that cannot be read or is not a CRD.
-fn write_crds(bases: &Path, out: &Path) -> Result<(), AcceptError> {
+pub(crate) fn write_crds(
+    bases: &Path,
+    out: &Path,
+    convert: fn(Value) -> Result<Value, String>,
+) -> Result<(), AcceptError> {
     let bad = |p: &Path, m: String| AcceptError::Build {
         part: "cluster-api".into(),
         message: format!("{}: {m}", p.display()),
@@ -179,7 +188,7 @@ fn write_crds(bases: &Path, out: &Path) -> Result<(), AcceptError> {
     for f in &files {
         let text = std::fs::read_to_string(f).map_err(|e| bad(f, e.to_string()))?;
         let crd: Value = serde_norway::from_str(&text).map_err(|e| bad(f, e.to_string()))?;
-        let crd = storage_version_only(crd).map_err(|m| bad(f, m))?;
+        let crd = convert(crd).map_err(|m| bad(f, m))?;
         let name = crd["metadata"]["name"].as_str().unwrap_or_default();
         std::fs::write(
             tmp.join(format!("{name}.json")),
@@ -189,6 +198,14 @@ fn write_crds(bases: &Path, out: &Path) -> Result<(), AcceptError> {
     }
     let _ = std::fs::remove_dir_all(out);
     std::fs::rename(&tmp, out).map_err(io)
+}
+
+/// `crd` as released, once checked to be a CRD with exactly one storage version.
+///
+/// Errors: as [`storage_version_only`]'s.
+pub fn released(crd: Value) -> Result<Value, String> {
+    storage_version_only(crd.clone())?;
+    Ok(crd)
 }
 
 /// `crd` (a `apiextensions.k8s.io/v1` CustomResourceDefinition) serving only its storage version:
@@ -237,6 +254,53 @@ pub async fn install_crds(kube: &Kube, crds: &[PathBuf]) -> Result<f64, AcceptEr
     Ok(kube.apply_crds(objects, ESTABLISHED_TIMEOUT).await?)
 }
 
+/// The webhook server of one manager: a free loopback port and a self-signed certificate for
+/// `127.0.0.1` and `localhost` (`tls.crt`, `tls.key` in `cert_dir`), which is also the CA bundle
+/// a CRD's conversion webhook or a webhook configuration names.
+pub struct Webhook {
+    /// The port of `--webhook-port`.
+    pub port: u16,
+    /// `<dir>/webhook-certs`, the `--webhook-cert-dir`.
+    pub cert_dir: PathBuf,
+    /// PEM of the self-signed certificate.
+    pub ca_pem: String,
+}
+
+impl Webhook {
+    /// A new port and certificate in `<dir>/webhook-certs`.
+    ///
+    /// Errors: [`AcceptError::Io`] for `dir`; [`AcceptError::ControlPlane`] naming `cluster-api`
+    /// when no port is free or the certificate cannot be made.
+    pub fn new(dir: &Path) -> Result<Webhook, AcceptError> {
+        let io = |e: std::io::Error| AcceptError::Io(format!("{}: {e}", dir.display()));
+        let failed = |message: String| AcceptError::ControlPlane {
+            part: "cluster-api".into(),
+            message,
+        };
+        let cert_dir = dir.join("webhook-certs");
+        std::fs::create_dir_all(&cert_dir).map_err(io)?;
+        let cert = rcgen::generate_simple_self_signed(vec![
+            "127.0.0.1".to_string(),
+            "localhost".to_string(),
+        ])
+        .map_err(|e| failed(format!("webhook certificate: {e}")))?;
+        std::fs::write(cert_dir.join("tls.crt"), cert.cert.pem()).map_err(io)?;
+        std::fs::write(cert_dir.join("tls.key"), cert.signing_key.serialize_pem()).map_err(io)?;
+        let port = free_port().map_err(|e| failed(format!("no free loopback port: {e}")))?;
+        Ok(Webhook {
+            port,
+            cert_dir,
+            ca_pem: cert.cert.pem(),
+        })
+    }
+
+    /// `https://127.0.0.1:<port>/convert`: controller-runtime's conversion webhook, which a
+    /// manager serves for every convertible type it registers.
+    pub fn conversion_url(&self) -> String {
+        format!("https://127.0.0.1:{}/convert", self.port)
+    }
+}
+
 /// A running Cluster API manager.
 pub struct Running {
     /// `http://127.0.0.1:<port>` of its health probes (`/readyz`, `/healthz`).
@@ -261,40 +325,56 @@ impl Running {
         kubeconfig: &Path,
         dir: &Path,
     ) -> Result<Running, AcceptError> {
+        let webhook = Webhook::new(dir)?;
+        Self::start_binary(
+            "cluster-api",
+            &manager.binary,
+            kubeconfig,
+            dir,
+            &webhook,
+            &[],
+        )
+        .await
+    }
+
+    /// Starts one of Cluster API's managers (`binary`: the core one or a provider's, which take
+    /// the same flags) as `part` in `dir` (log `<part>.log`), its webhook server on `webhook`,
+    /// with `extra` flags last (e.g. `--feature-gates=ClusterTopology=true`); otherwise as
+    /// [`Running::start`].
+    ///
+    /// Errors: those of [`Running::start`], naming `part`.
+    pub async fn start_binary(
+        part: &str,
+        binary: &Path,
+        kubeconfig: &Path,
+        dir: &Path,
+        webhook: &Webhook,
+        extra: &[String],
+    ) -> Result<Running, AcceptError> {
         let t = Instant::now();
-        let io = |e: std::io::Error| AcceptError::Io(format!("{}: {e}", dir.display()));
-        let certs = dir.join("webhook-certs");
-        std::fs::create_dir_all(&certs).map_err(io)?;
-        let cert = rcgen::generate_simple_self_signed(vec![
-            "127.0.0.1".to_string(),
-            "localhost".to_string(),
-        ])
-        .map_err(|e| AcceptError::ControlPlane {
-            part: "cluster-api".into(),
-            message: format!("webhook certificate: {e}"),
-        })?;
-        std::fs::write(certs.join("tls.crt"), cert.cert.pem()).map_err(io)?;
-        std::fs::write(certs.join("tls.key"), cert.signing_key.serialize_pem()).map_err(io)?;
         let port = || {
             free_port().map_err(|e| AcceptError::ControlPlane {
-                part: "cluster-api".into(),
+                part: part.into(),
                 message: format!("no free loopback port: {e}"),
             })
         };
-        let (webhook, health, diagnostics) = (port()?, port()?, port()?);
-        let mut cmd = Command::new(&manager.binary);
+        let (health, diagnostics) = (port()?, port()?);
+        let mut cmd = Command::new(binary);
         cmd.current_dir(dir)
             .arg(format!("--kubeconfig={}", kubeconfig.display()))
             .arg("--leader-elect=false")
-            .arg(format!("--webhook-port={webhook}"))
-            .arg(format!("--webhook-cert-dir={}", certs.display()))
+            .arg(format!("--webhook-port={}", webhook.port))
+            .arg(format!("--webhook-cert-dir={}", webhook.cert_dir.display()))
             .arg(format!("--health-addr=127.0.0.1:{health}"))
             .arg(format!("--diagnostics-address=127.0.0.1:{diagnostics}"))
-            .arg("--insecure-diagnostics");
-        let mut process = Process::spawn("cluster-api", cmd, &dir.join("cluster-api.log"))
-            .map_err(|e| AcceptError::ControlPlane {
-                part: "cluster-api".into(),
-                message: format!("cannot start {}: {e}", manager.binary.display()),
+            .arg("--insecure-diagnostics")
+            .args(extra);
+        let mut process =
+            Process::spawn(part, cmd, &dir.join(format!("{part}.log"))).map_err(|e| {
+                AcceptError::ControlPlane {
+                    part: part.into(),
+                    message: format!("cannot start {}: {e}", binary.display()),
+                }
             })?;
         let health_url = format!("http://127.0.0.1:{health}");
         let plain = reqwest::Client::builder()
@@ -322,7 +402,8 @@ impl Running {
     pub fn crashed(&mut self) -> Option<String> {
         self.process.exited().map(|s| {
             format!(
-                "cluster-api exited ({s}): {}",
+                "{} exited ({s}): {}",
+                self.process.name,
                 last_error(&self.process.log_text())
             )
         })
@@ -345,6 +426,9 @@ pub struct Management {
     pub kube: Kube,
     /// The manager.
     pub manager: Running,
+    /// Further managers beside it (Cluster API's kubeadm providers, see
+    /// [`super::capi_installed`]); none here.
+    pub providers: Vec<Running>,
 }
 
 impl Management {
@@ -379,6 +463,7 @@ impl Management {
                 control_plane: cp,
                 kube,
                 manager,
+                providers: Vec::new(),
             }),
             Err(e) => {
                 cp.stop().await;
@@ -391,11 +476,15 @@ impl Management {
     pub fn crashed(&mut self) -> Option<String> {
         self.manager
             .crashed()
+            .or_else(|| self.providers.iter_mut().find_map(Running::crashed))
             .or_else(|| self.control_plane.crashed())
     }
 
-    /// Stops the manager, then the control plane.
+    /// Stops the managers, then the control plane.
     pub async fn stop(self) {
+        for p in self.providers {
+            p.stop().await;
+        }
         self.manager.stop().await;
         self.control_plane.stop().await;
     }
@@ -461,7 +550,7 @@ mod tests {
         }
         std::fs::write(bases.join("kustomization.yml"), "resources: []\n").unwrap();
         let out = d.path().join("crds");
-        write_crds(&bases, &out).unwrap();
+        write_crds(&bases, &out, storage_version_only).unwrap();
         let listed = list_crds(&out).unwrap();
         let names: Vec<_> = listed
             .iter()
@@ -482,7 +571,9 @@ mod tests {
             "kind: ConfigMap\nmetadata: {name: x}\n",
         )
         .unwrap();
-        let e = write_crds(&bases, &out).unwrap_err().to_string();
+        let e = write_crds(&bases, &out, storage_version_only)
+            .unwrap_err()
+            .to_string();
         assert!(
             e.starts_with("building cluster-api: ") && e.contains("c.yaml: kind \"ConfigMap\""),
             "{e}"

@@ -449,6 +449,17 @@ impl ControlPlane {
         dir: &Path,
         ready_timeout: Duration,
     ) -> Result<ControlPlane, AcceptError> {
+        Self::start_with(binaries, dir, ready_timeout, &[]).await
+    }
+
+    /// [`ControlPlane::start`] with `apiserver_args` added to kube-apiserver's command line
+    /// (e.g. `--audit-policy-file=…`, `--audit-log-path=…`).
+    pub async fn start_with(
+        binaries: &Binaries,
+        dir: &Path,
+        ready_timeout: Duration,
+        apiserver_args: &[String],
+    ) -> Result<ControlPlane, AcceptError> {
         let mut tries = 0;
         loop {
             tries += 1;
@@ -456,7 +467,7 @@ impl ControlPlane {
                 part: "etcd".into(),
                 message: format!("no free loopback port: {e}"),
             })?;
-            match Self::start_on(binaries, dir, ready_timeout, ports).await {
+            match Self::start_on_with(binaries, dir, ready_timeout, ports, apiserver_args).await {
                 Err(AcceptError::ControlPlane { part, message })
                     if tries < PORT_TRIES && message.contains("address already in use") =>
                 {
@@ -484,6 +495,16 @@ impl ControlPlane {
         ready_timeout: Duration,
         ports: Ports,
     ) -> Result<ControlPlane, AcceptError> {
+        Self::start_on_with(binaries, dir, ready_timeout, ports, &[]).await
+    }
+
+    async fn start_on_with(
+        binaries: &Binaries,
+        dir: &Path,
+        ready_timeout: Duration,
+        ports: Ports,
+        apiserver_args: &[String],
+    ) -> Result<ControlPlane, AcceptError> {
         let t0 = Instant::now();
         let io = |e: std::io::Error| AcceptError::Io(format!("{}: {e}", dir.display()));
         let pki_dir = dir.join("pki");
@@ -504,7 +525,8 @@ impl ControlPlane {
         let mut etcd = start_etcd(binaries, dir, &etcd_url, peer_port, ready_timeout).await?;
 
         let url = format!("https://127.0.0.1:{api_port}");
-        let mut apiserver = spawn_apiserver(binaries, dir, &pki, &etcd_url, api_port)?;
+        let mut apiserver =
+            spawn_apiserver(binaries, dir, &pki, &etcd_url, api_port, apiserver_args)?;
         let kube = Kube::with_token(&url, &pki.ca_pem, &token, Duration::from_secs(5)).await?;
         let ready = wait_ready(&mut apiserver, ready_timeout, || async {
             kube.get_text("/readyz").await.is_ok()
@@ -616,7 +638,8 @@ async fn start_etcd(
 
 /// Spawns kube-apiserver in `dir` (log `kube-apiserver.log`) on loopback `api_port` against
 /// etcd at `etcd_url`, serving with `pki`'s certificate, authenticating the token file
-/// `dir/tokens.csv`, authorising by RBAC. Does not wait for it to get ready.
+/// `dir/tokens.csv`, authorising by RBAC, with `extra` arguments last. Does not wait for it to
+/// get ready.
 ///
 /// Errors: [`AcceptError::ControlPlane`] naming kube-apiserver when it cannot be started.
 fn spawn_apiserver(
@@ -625,6 +648,7 @@ fn spawn_apiserver(
     pki: &Pki,
     etcd_url: &str,
     api_port: u16,
+    extra: &[String],
 ) -> Result<Process, AcceptError> {
     let mut cmd = Command::new(&binaries.kube_apiserver);
     cmd.current_dir(dir)
@@ -649,7 +673,8 @@ fn spawn_apiserver(
             "--service-account-signing-key-file={}",
             pki.sa_key.display()
         ))
-        .arg("--service-cluster-ip-range=10.0.0.0/24");
+        .arg("--service-cluster-ip-range=10.0.0.0/24")
+        .args(extra);
     Process::spawn("kube-apiserver", cmd, &dir.join("kube-apiserver.log")).map_err(|e| {
         AcceptError::ControlPlane {
             part: "kube-apiserver".into(),
