@@ -5,6 +5,21 @@
 use super::*;
 use super::remediation::{self, Fault};
 
+/// S7's fault: no token ever has a compute endpoint. The fix cannot cure it, only make it loud:
+/// settled once OCCM crash-loops ([`remediation::CRASH_LOOP`] exits) or after
+/// [`remediation::PERMANENT_WINDOW`]; the verdict is [`remediation::crash_loop_verdict`]'s.
+pub const FAULT: Fault = Fault {
+    tokens_without_compute: u32::MAX,
+    workers: 1,
+    max_unhealthy: "100%",
+    node_startup_timeout: remediation::NODE_STARTUP_TIMEOUT,
+    restart_after_warm_up: false,
+    settled: |_, exits, watched| {
+        exits >= remediation::CRASH_LOOP || watched >= remediation::PERMANENT_WINDOW
+    },
+    verdict: remediation::crash_loop_verdict,
+};
+
 /// S7 as data.
 pub const SCENARIO: Scenario = Scenario(&Spec {
     name: "S7",
@@ -22,5 +37,5 @@ pub const SCENARIO: Scenario = Scenario(&Spec {
 });
 
 async fn run(c: &Ctx<'_>, _: &mut Vec<Replica>) -> Result<RunResult, AcceptError> {
-    remediation::run(c.capi()?, c.binary, c.dir, Fault::Permanent).await
+    remediation::run(c.capi()?, c.binary, c.dir, FAULT).await
 }

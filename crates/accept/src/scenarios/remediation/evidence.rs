@@ -93,7 +93,7 @@ pub struct Observed {
     pub skipped: Option<String>,
     /// Cluster API's first `marking for remediation` line, when logged.
     pub capi_line: Option<String>,
-    /// The workers that were healthy before the fault ([`Fault::MagnumHealthCheck`]): not
+    /// The workers that were healthy before the fault ([`Fault::restart_after_warm_up`]): not
     /// candidates for `healthy` or `any_node_ref`; a remediation of one is still counted.
     pub old: Vec<String>,
 }
@@ -199,7 +199,7 @@ pub fn crash_loop_verdict(o: &Observed) -> RunResult {
         n => format!("{n} remediation{}", if n == 1 { "" } else { "s" }),
     };
     // The fault never ends: past the startup timeout the Machine is remediated on either side.
-    let timeout = Fault::Permanent.node_startup_timeout();
+    let timeout = NODE_STARTUP_TIMEOUT;
     if o.watched >= timeout.as_secs_f64() {
         remediations.push_str(&format!(
             " (the fault outlasted nodeStartupTimeout, {} s: the failure is loud, not cured)",

@@ -1,5 +1,7 @@
-//! The Cluster API runs of S5, S7 and S8 (each its own [`Fault`]): the bug report's symptom where it lives, Cluster API's MachineHealthCheck replacing a worker
-//! Machine again and again because its Node never gets a provider ID.
+//! The machinery the Cluster API scenarios share (S5, S7 and S8, each with its [`Fault`] and
+//! evidence rule in its own file: s5.rs, s7.rs, s8.rs): the bug report's symptom where it
+//! lives, Cluster API's MachineHealthCheck replacing a worker Machine again and again because
+//! its Node never gets a provider ID.
 //!
 //! Each side runs on a control plane of its own (a fresh etcd and kube-apiserver, Cluster API's
 //! manager against it, the stand-in provider and kubelets of [`crate::sim::provider`]),
@@ -39,19 +41,6 @@ use occm_forge_core::pipeline::acceptance::AcceptError;
 /// apply without the webhook; magnum-cluster-api sets none, so Cluster API's default 600 s
 /// applies there: shortened to fit the run).
 pub const NODE_STARTUP_TIMEOUT: Duration = Duration::from_secs(60);
-/// [`Fault::MagnumHealthCheck`]'s `nodeStartupTimeoutSeconds`: longer, as the restarted OCCM
-/// first waits out the stopped leader's Lease (15 s), twice.
-pub const MAGNUM_NODE_STARTUP_TIMEOUT: Duration = Duration::from_secs(90);
-
-impl Fault {
-    /// The MachineHealthCheck's `nodeStartupTimeoutSeconds` for this case.
-    pub fn node_startup_timeout(self) -> Duration {
-        match self {
-            Fault::MagnumHealthCheck => MAGNUM_NODE_STARTUP_TIMEOUT,
-            _ => NODE_STARTUP_TIMEOUT,
-        }
-    }
-}
 /// How long a side is watched at most: two startup timeouts plus the MachineHealthCheck's
 /// reconcile cadence (remediation came 1–11 s after the timeout).
 pub const WINDOW: Duration = Duration::from_secs(150);
@@ -61,21 +50,32 @@ pub const PERMANENT_WINDOW: Duration = Duration::from_secs(100);
 /// Exits that make a crash loop (kubelet shows `CrashLoopBackOff` from the second restart).
 pub const CRASH_LOOP: usize = 3;
 
-/// The case a side runs: the missing-compute fault and the MachineHealthCheck it runs under.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Fault {
-    /// The first Keystone token has no compute endpoint (the report's transient fault), one
-    /// worker, the MachineHealthCheck remediating at 100 %: S5.
-    FirstToken,
-    /// No token ever has one: S7. The fix cannot cure it, only make it loud.
-    Permanent,
-    /// magnum-cluster-api's own MachineHealthCheck (remediation while at most 80 % are
-    /// unhealthy): two workers become healthy first, then OCCM restarts, its first token without
-    /// compute, and the pool scales to three: S8.
-    MagnumHealthCheck,
+/// What one Cluster API scenario brings to the shared run: its fault, the MachineHealthCheck it
+/// runs under, when a side is settled and its verdict. Each scenario defines its own in its file
+/// (`s5::FAULT`, `s7::FAULT`, `s8::FAULT`); a new one is a new file and a `Fault`.
+#[derive(Debug, Clone, Copy)]
+pub struct Fault {
+    /// Keystone tokens without a compute endpoint from the start (`u32::MAX`: every one).
+    pub tokens_without_compute: u32,
+    /// The worker MachineSet's replicas at the start.
+    pub workers: u32,
+    /// The MachineHealthCheck's `unhealthyLessThanOrEqualTo` (`100%`, or magnum-cluster-api's
+    /// `80%`).
+    pub max_unhealthy: &'static str,
+    /// The MachineHealthCheck's `nodeStartupTimeoutSeconds`.
+    pub node_startup_timeout: Duration,
+    /// Whether the workers become healthy first ([`WARM_UP`]), then OCCM restarts with its
+    /// next token without compute and the pool scales to three.
+    pub restart_after_warm_up: bool,
+    /// Whether what was observed settles the side (asked every second): `observed`, OCCM's
+    /// exits so far, the time watched.
+    pub settled: fn(observed: &Observed, exits: usize, watched: Duration) -> bool,
+    /// The side's verdict.
+    pub verdict: fn(&Observed) -> RunResult,
 }
 
-/// How long the old workers of [`Fault::MagnumHealthCheck`] may take to become healthy.
+/// How long the old workers of a [`Fault::restart_after_warm_up`] run may take to become
+/// healthy.
 pub const WARM_UP: Duration = Duration::from_secs(90);
 
 /// Remediations that make a loop.
@@ -218,11 +218,7 @@ async fn watch(
     let (cp, kube) = (&m.control_plane, &m.kube);
     let io = |e: std::io::Error| AcceptError::Io(format!("{}: {e}", dir.display()));
     bench.cloud.set_state(CloudState {
-        tokens_without_compute: match fault {
-            Fault::FirstToken => 1,
-            Fault::Permanent => u32::MAX,
-            Fault::MagnumHealthCheck => 0,
-        },
+        tokens_without_compute: fault.tokens_without_compute,
         ..CloudState::default()
     });
     let kubeconfig_text = std::fs::read_to_string(&cp.kubeconfig).map_err(io)?;
@@ -238,14 +234,12 @@ async fn watch(
         crate::sim::chart::install(kube, bench.chart, (&cp.url, &cp.ca_pem), dir).await?;
     let mut occm = Supervised::new(binary, dir, cloud_conf, occm_kubeconfig);
     let outcome = async {
-        let old = match fault {
-            Fault::MagnumHealthCheck => match warm_up(bench, m, &mut provider, &mut occm).await? {
+        let mut old = Vec::new();
+        if fault.restart_after_warm_up {
+            old = match warm_up(bench, m, &mut provider, &mut occm).await? {
                 Ok(old) => old,
                 Err(evidence) => return Ok(Err(evidence)),
-            },
-            _ => Vec::new(),
-        };
-        if fault == Fault::MagnumHealthCheck {
+            };
             bench.cloud.fail_next_tokens(1);
             occm.restart().await?;
             m.kube
@@ -294,11 +288,7 @@ async fn watch(
             klog_value(l, "reason").unwrap_or("?")
         )
     });
-    Ok(match fault {
-        Fault::FirstToken => verdict(&o, NODE_STARTUP_TIMEOUT, LOOP),
-        Fault::MagnumHealthCheck => verdict(&o, MAGNUM_NODE_STARTUP_TIMEOUT, 1),
-        Fault::Permanent => crash_loop_verdict(&o),
-    })
+    Ok((fault.verdict)(&o))
 }
 
 /// The klog message of OCCM's `Skipping "cloud-node-controller"` line in `logs`, if any.
@@ -355,7 +345,7 @@ async fn round(
         .collect())
 }
 
-/// [`Fault::MagnumHealthCheck`]'s start: OCCM, the stand-ins and Cluster API act, with compute
+/// The start of a [`Fault::restart_after_warm_up`] run: OCCM, the stand-ins and Cluster API act, with compute
 /// in every token, until both workers are healthy: their names, or (`Err`) the evidence that
 /// they were not within [`WARM_UP`].
 async fn warm_up(
@@ -447,20 +437,7 @@ async fn observe(
             }
         }
         o.watched = t0.elapsed().as_secs_f64();
-        let done = match fault {
-            Fault::MagnumHealthCheck => {
-                o.healthy.is_some()
-                    || (!o.any_node_ref && !o.remediations.is_empty())
-                    || t0.elapsed() >= WINDOW
-            }
-            Fault::FirstToken => {
-                o.healthy.is_some()
-                    || (!o.any_node_ref && o.remediations.len() >= LOOP)
-                    || t0.elapsed() >= WINDOW
-            }
-            Fault::Permanent => occm.exits.len() >= CRASH_LOOP || t0.elapsed() >= PERMANENT_WINDOW,
-        };
-        if done {
+        if (fault.settled)(&o, occm.exits.len(), t0.elapsed()) {
             return Ok(o);
         }
         tokio::time::sleep(Duration::from_secs(1)).await;

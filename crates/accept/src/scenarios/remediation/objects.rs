@@ -13,10 +13,7 @@ pub fn objects(
     version: &str,
     fault: Fault,
 ) -> Vec<(String, Value)> {
-    let (replicas, trigger) = match fault {
-        Fault::MagnumHealthCheck => (2, "80%"),
-        _ => (1, "100%"),
-    };
+    let (replicas, trigger) = (fault.workers, fault.max_unhealthy);
     let cluster_label = json!({"cluster.x-k8s.io/cluster-name": CLUSTER});
     let pool_labels = json!({"cluster.x-k8s.io/cluster-name": CLUSTER, "nodepool": POOL});
     let capi = |kind: &str| format!("/apis/cluster.x-k8s.io/v1beta2/namespaces/{NAMESPACE}/{kind}");
@@ -65,7 +62,7 @@ pub fn objects(
                 "clusterName": CLUSTER,
                 "selector": {"matchLabels": {"nodepool": POOL}},
                 "checks": {
-                    "nodeStartupTimeoutSeconds": fault.node_startup_timeout().as_secs(),
+                    "nodeStartupTimeoutSeconds": fault.node_startup_timeout.as_secs(),
                     "unhealthyNodeConditions": [
                         {"type": "Ready", "status": "Unknown", "timeoutSeconds": 300},
                         {"type": "Ready", "status": "False", "timeoutSeconds": 300}

@@ -206,7 +206,7 @@ fn with_magnum_s_health_check_one_remediation_of_a_new_worker_shows_the_bug() {
         "https://127.0.0.1:6443",
         "{}",
         "v1.34.1",
-        Fault::MagnumHealthCheck,
+        crate::scenarios::s8::FAULT,
     );
     assert_eq!(objs[6].1["spec"]["replicas"], 2);
     assert_eq!(objs[7].1["spec"]["checks"]["nodeStartupTimeoutSeconds"], 90);
@@ -265,7 +265,12 @@ fn machines_are_read_from_v1beta2_status() {
 
 #[test]
 fn the_objects_carry_what_the_webhooks_would_add() {
-    let objs = objects("https://127.0.0.1:6443", "{}", "v1.34.1", Fault::FirstToken);
+    let objs = objects(
+        "https://127.0.0.1:6443",
+        "{}",
+        "v1.34.1",
+        crate::scenarios::s5::FAULT,
+    );
     let kinds: Vec<_> = objs
         .iter()
         .map(|(_, o)| o["kind"].as_str().unwrap())
