@@ -255,6 +255,45 @@ fn each_layer_imports_only_the_layers_above_it() {
     assert!(c.modules.len() > 50, "{} modules read", c.modules.len());
 }
 
+/// The digest manifest's readers (everything under `consumers/`, and the commands that only read
+/// or annotate it) import its format (`digest_manifest/`), never the build's record of it
+/// (`pipeline/record.rs`), and the consumers nothing of the build but its error type: a change
+/// to the build cannot reach them.
+#[test]
+fn the_digest_manifests_readers_import_its_format_not_the_build() {
+    let c = core();
+    let readers = |f: &str| {
+        f.starts_with("consumers/")
+            || [
+                "commands/verify.rs",
+                "commands/report.rs",
+                "commands/signatures.rs",
+            ]
+            .contains(&f)
+    };
+    let mut into_build = Vec::new();
+    let mut into_format = 0;
+    for (from, to) in c.edges.iter().filter(|(f, _)| readers(f)) {
+        for t in to {
+            let consumer = from.starts_with("consumers/");
+            if t == "pipeline/record.rs"
+                || (consumer && t.starts_with("pipeline/") && t != "pipeline/error.rs")
+            {
+                into_build.push(format!("{from} → {t}"));
+            }
+            if t.starts_with("digest_manifest/") {
+                into_format += 1;
+            }
+        }
+    }
+    assert!(
+        into_build.is_empty(),
+        "readers of the digest manifest importing the build:\n{}",
+        into_build.join("\n")
+    );
+    assert!(into_format >= 8, "{into_format} imports of the format read");
+}
+
 #[test]
 fn no_files_import_each_other_round_a_circle() {
     let c = core();

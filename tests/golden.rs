@@ -9,13 +9,14 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use occm_forge_core::config::{self, Minor, Platform};
+use occm_forge_core::digest_manifest;
 use occm_forge_core::image::base::{self, BaseLayer, LayerData, PlatformBase, ResolvedBase};
 use occm_forge_core::image::layer;
 use occm_forge_core::image::spec::{Descriptor, Family};
 use occm_forge_core::image::{self, ImageRequest};
 use occm_forge_core::pipeline::describe;
-use occm_forge_core::pipeline::digest_manifest;
 use occm_forge_core::pipeline::go::build::{BuildInfo, Module};
+use occm_forge_core::pipeline::record;
 use occm_forge_core::registry::publish::ReferrersPushed;
 
 const EPOCH: i64 = 1_760_539_416;
@@ -330,14 +331,14 @@ fn digest_manifest_bytes() {
         mirrors: vec![],
     };
     let minor: Minor = "1.34".parse().unwrap();
-    digest_manifest::record(&path, "images.toml", minor, entry.clone()).unwrap();
+    record::record(&path, "images.toml", minor, entry.clone()).unwrap();
     let mut other = entry;
     other.base_image = format!("registry.k8s.io/build-image/go-runner:v2.4.0@{}", h("5"));
     other.base_digest = Some(h("5"));
     other.already_upstream = vec![];
     other.published = false;
     other.referrers = None;
-    digest_manifest::record(&path, "images.toml", "1.9".parse().unwrap(), other).unwrap();
+    record::record(&path, "images.toml", "1.9".parse().unwrap(), other).unwrap();
     assert_eq!(
         std::fs::read_to_string(&path).unwrap(),
         include_str!("golden/digest-manifest.yaml")

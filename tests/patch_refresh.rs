@@ -350,8 +350,7 @@ fn export_refuses_what_would_lose_work_and_writes_nothing() {
     // Another run holds the digest manifest's run lock.
     {
         let _held =
-            occm_forge_core::pipeline::digest_manifest::lock_run(&f.lock, false, &mut |_| {})
-                .unwrap();
+            occm_forge_core::pipeline::record::lock_run(&f.lock, false, &mut |_| {}).unwrap();
         refused(&f, "another occm-forge run");
     }
     // The branch moved: a commit squashed away, or images.toml pinning another commit.

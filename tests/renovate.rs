@@ -25,7 +25,7 @@ use std::time::Duration;
 use common::*;
 use occm_forge_core::config::{Config, Minor};
 use occm_forge_core::consumers::render::{EntryFormat, RenderOptions, render_with};
-use occm_forge_core::pipeline::digest_manifest::Entry;
+use occm_forge_core::digest_manifest::Entry;
 use occm_forge_core::pipeline::plan::{BuildPlan, Overrides};
 use serde_json::{Value, json};
 

@@ -8,9 +8,9 @@ use clap::Args;
 use occm_forge_core::consumers::clusters::assess::{AssessOptions, table};
 use occm_forge_core::consumers::clusters::fix::{self, FixOptions, Fixed, WatchOptions};
 use occm_forge_core::consumers::clusters::{NAMESPACE, Row};
+use occm_forge_core::digest_manifest;
 use occm_forge_core::kubernetes::Kube;
 use occm_forge_core::pipeline::Error;
-use occm_forge_core::pipeline::digest_manifest;
 
 use super::output::{note, print_stdout, warn as occm_forge_warn};
 

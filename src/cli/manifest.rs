@@ -6,9 +6,10 @@ use clap::{Args, Subcommand};
 use occm_forge_core::commands::report;
 use occm_forge_core::commands::signatures;
 use occm_forge_core::config::Minor;
+use occm_forge_core::digest_manifest::{self, Signer};
 use occm_forge_core::pipeline::Error;
-use occm_forge_core::pipeline::digest_manifest::{self, Signer};
 use occm_forge_core::pipeline::plan;
+use occm_forge_core::pipeline::record;
 use occm_forge_core::signing;
 
 use super::output::{note, print_stdout, warn};
@@ -170,7 +171,7 @@ fn record_found(
     }
     let before = entry.signature.as_ref().and_then(|s| s.signer().ok());
     let written = tokio::task::block_in_place(|| {
-        digest_manifest::record_signature(path, minor, &entry.digest, found.signature.clone())
+        record::record_signature(path, minor, &entry.digest, found.signature.clone())
     })?;
     if !written {
         note(
@@ -186,22 +187,22 @@ fn record_found(
             cli.quiet,
             &format!("{minor}: recorded in {}{replaced}", path.display()),
         );
-        if let Some(line) = digest_manifest::mirrors_lack_new_bundles(minor, &entry.mirrors) {
+        if let Some(line) = record::mirrors_lack_new_bundles(minor, &entry.mirrors) {
             warn(&line);
         }
     }
     print_stdout(&report::signature_recorded(minor, entry, &found.signature))
 }
 
-fn lock(path: &std::path::Path, no_wait: bool) -> Result<digest_manifest::RunLock, Error> {
-    Ok(digest_manifest::take_run_lock(path, !no_wait)?)
+fn lock(path: &std::path::Path, no_wait: bool) -> Result<record::RunLock, Error> {
+    Ok(record::take_run_lock(path, !no_wait)?)
 }
 
 fn merge(cli: &Cli, args: &MergeArgs) -> Result<u8, Error> {
     let config = args.config.load()?;
     let path = &config.digest_manifest;
     let _lock = lock(path, args.no_wait)?;
-    let merged = digest_manifest::merge(path, &args.fragments)?;
+    let merged = record::merge(path, &args.fragments)?;
     note(cli.quiet, &report::merged(&merged, path));
     Ok(0)
 }

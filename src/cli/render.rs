@@ -5,8 +5,8 @@ use occm_forge_core::config::Minor;
 use occm_forge_core::consumers::render;
 use occm_forge_core::consumers::render::crs_secret as crs;
 use occm_forge_core::consumers::render::{Format, RenderOptions};
+use occm_forge_core::digest_manifest;
 use occm_forge_core::pipeline::Error;
-use occm_forge_core::pipeline::digest_manifest;
 
 use super::output::{note, print_stdout};
 

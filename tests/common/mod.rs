@@ -1468,12 +1468,8 @@ pub fn non_loopback_ip() -> String {
 }
 
 /// A digest-manifest entry of `repository:tag@digest`, as `render` reads it.
-pub fn entry(
-    repository: &str,
-    tag: &str,
-    digest: &str,
-) -> occm_forge_core::pipeline::digest_manifest::Entry {
-    occm_forge_core::pipeline::digest_manifest::Entry {
+pub fn entry(repository: &str, tag: &str, digest: &str) -> occm_forge_core::digest_manifest::Entry {
+    occm_forge_core::digest_manifest::Entry {
         image: format!("{repository}:{tag}@{digest}"),
         repository: repository.to_string(),
         tag: tag.to_string(),

@@ -16,8 +16,8 @@ use occm_forge_accept::sim::capi::{self, Management};
 use occm_forge_accept::sim::provider::{self, Provider};
 use occm_forge_core::config::ClusterApi;
 use occm_forge_core::consumers::mcapi::objects as magnum;
+use occm_forge_core::digest_manifest::DigestManifest;
 use occm_forge_core::kubernetes::Kube;
-use occm_forge_core::pipeline::digest_manifest::DigestManifest;
 use serde_json::{Value, json};
 
 pub const NS: &str = "magnum-system";

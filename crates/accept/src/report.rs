@@ -542,7 +542,7 @@ pub fn write_document(
         occm_forge_core::pipeline::Error::Io(format!("{}: {e}", p.display()))
     };
     let json = reports_path(path);
-    let _lock = occm_forge_core::pipeline::digest_manifest::take_run_lock(path, true)
+    let _lock = occm_forge_core::pipeline::record::take_run_lock(path, true)
         .map_err(|e| occm_forge_core::pipeline::Error::Io(e.to_string()))?;
     let mut all = recorded_reports(path)?;
     for row in all.iter_mut().flat_map(|r| r.rows.iter_mut()) {

@@ -11,9 +11,11 @@
 //! - [`registry`]: the `Registry` trait, its `oci-client` implementation, retries, credentials,
 //!   referrers, base pulls and the push.
 //! - [`signing`]: signing keys, statements and bundles; the signatures an image carries.
+//! - [`digest_manifest`]: the digest manifest's format (entries, signatures, the YAML read and
+//!   written) and what determines an image ([`digest_manifest::inputs`]); what its readers import.
 //! - [`pipeline`]: the build — [`pipeline::build`] over its stages' implementations
 //!   ([`pipeline::source`], [`pipeline::patches`], [`pipeline::go`], [`pipeline::describe`],
-//!   [`pipeline::digest_manifest`]) beside the stage trait ([`pipeline::stage`]) and the stages
+//!   [`pipeline::record`]) beside the stage trait ([`pipeline::stage`]) and the stages
 //!   ([`pipeline::stages`]), the plan, [`pipeline::Error`], and the seam acceptance plugs into
 //!   ([`pipeline::acceptance`]).
 //! - [`consumers`]: what consumes the digest manifest — magnum-cluster-api's vocabulary
@@ -32,6 +34,7 @@ pub mod base;
 pub mod commands;
 pub mod config;
 pub mod consumers;
+pub mod digest_manifest;
 pub mod image;
 pub mod kubernetes;
 pub mod pipeline;

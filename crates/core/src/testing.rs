@@ -7,9 +7,9 @@ use std::path::PathBuf;
 
 use crate::base::reference::RepositoryName;
 use crate::config::Platform;
+use crate::digest_manifest::Entry;
 use crate::image::referrer::{self, Attachment};
 use crate::image::{self, BuiltImage, base};
-use crate::pipeline::digest_manifest::Entry;
 
 /// Where the fixture image lives and what describes it.
 pub struct FixtureImage {
@@ -189,10 +189,10 @@ pub async fn published() -> (FixtureImage, crate::registry::memory::MemoryRegist
 
 /// A published digest-manifest entry for `minor` at `repository`, tagged
 /// `v<minor>.1-occmforge.1`, with the digest `sha256:<hex of fill>…`.
-pub fn entry(minor: &str, repository: &str, fill: char) -> crate::pipeline::digest_manifest::Entry {
+pub fn entry(minor: &str, repository: &str, fill: char) -> crate::digest_manifest::Entry {
     let digest = format!("sha256:{}", fill.to_string().repeat(64));
     let tag = format!("v{minor}.1-occmforge.1");
-    crate::pipeline::digest_manifest::Entry {
+    crate::digest_manifest::Entry {
         image: format!("{repository}:{tag}@{digest}"),
         repository: repository.into(),
         tag,

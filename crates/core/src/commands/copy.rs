@@ -24,8 +24,9 @@ use crate::base::reference::RepositoryName;
 use crate::base::util::short;
 use crate::commands::verify::{self, Finding};
 use crate::config::{Config, Minor};
+use crate::digest_manifest::{self, DigestManifestError, Entry};
 use crate::image::spec::{self, Descriptor, Index, Manifest};
-use crate::pipeline::digest_manifest::{self, DigestManifestError, Entry};
+use crate::pipeline::record;
 use crate::registry::publish::ReferrersPushed;
 use crate::registry::transfer::{
     BlobSource, ManifestBytes, Planned, immutable_tag, push_manifests, read_tag_schemas, tag_last,
@@ -342,7 +343,7 @@ fn recorded_referrers(entry: &Entry) -> BTreeMap<String, Vec<String>> {
     if let Some(s) = entry
         .signature
         .as_ref()
-        .filter(|s| s.form == crate::pipeline::digest_manifest::SignatureForm::Bundles)
+        .filter(|s| s.form == crate::digest_manifest::SignatureForm::Bundles)
     {
         index.push(s.digest.clone());
         index.extend(s.attestations.values().cloned());
@@ -552,14 +553,14 @@ crate::command_failure!(CopyError);
 /// Copies the published image of `req.minor` to `req.to`, checks it there with
 /// [`verify::check_entry`] (the entry with its repository replaced by the target), and records the
 /// target in the entry's `mirrors`, all under the digest manifest's run lock; the digest manifest
-/// is rewritten atomically and only after the check passed (the lock: [`digest_manifest::take_run_lock`]).
+/// is rewritten atomically and only after the check passed (the lock: [`record::take_run_lock`]).
 pub async fn copy(
     req: &CopyRequest<'_>,
     registry: &dyn Registry,
     on_bytes: &(dyn Fn(u64, u64) + Sync),
 ) -> Result<CopyOutcome, CopyError> {
     let path = &req.config.digest_manifest;
-    let _lock = digest_manifest::take_run_lock(path, req.wait_for_lock)?;
+    let _lock = record::take_run_lock(path, req.wait_for_lock)?;
     let manifest = digest_manifest::read(path)?;
     let entry = manifest.images.get(&req.minor).ok_or_else(|| {
         CopyError::Usage(format!("{}: no entry for {}", path.display(), req.minor))
@@ -599,7 +600,7 @@ pub async fn copy(
             findings,
         });
     }
-    let recorded = digest_manifest::record_mirror(path, req.minor, &entry.digest, &target)?;
+    let recorded = record::record_mirror(path, req.minor, &entry.digest, &target)?;
     Ok(CopyOutcome {
         minor: req.minor,
         copied,

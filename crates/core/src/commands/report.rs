@@ -7,7 +7,7 @@ use crate::base::util::{join, plural};
 use crate::commands::upstream::{MinorStatus, UpstreamReport};
 use crate::commands::verify::Finding;
 use crate::config::Minor;
-use crate::pipeline::digest_manifest::{Entry, Signature};
+use crate::digest_manifest::{Entry, Signature};
 use crate::pipeline::go::release::GoCurrency;
 use crate::pipeline::{BuildOutcome, MinorResult};
 

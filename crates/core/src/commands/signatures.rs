@@ -16,8 +16,8 @@ use std::collections::BTreeMap;
 
 use crate::base::reference::RepositoryName;
 use crate::base::util::short;
+use crate::digest_manifest::{Entry, Signature, SignatureForm, Signer};
 use crate::image::spec::{Descriptor, Manifest, keys::CREATED};
-use crate::pipeline::digest_manifest::{Entry, Signature, SignatureForm, Signer};
 use crate::registry::{Registry, RegistryError, if_present};
 use crate::signing::{
     self, BUNDLE_MEDIA_TYPE, COSIGN_SIGN_PREDICATE, SLSA_PROVENANCE_V1, SPDX_PREDICATE,
@@ -75,7 +75,7 @@ impl From<FindError> for crate::pipeline::Error {
 }
 
 /// The bundles by `signer` about `entry`'s index in its repository, for
-/// [`crate::pipeline::digest_manifest::record_signature`].
+/// [`crate::pipeline::record::record_signature`].
 ///
 /// # Errors
 /// [`FindError::Usage`] when the entry was not pushed; [`FindError::NotSigned`] when no

@@ -22,10 +22,10 @@ use crate::base::reference::RepositoryName;
 use crate::base::util::{join, sha256_digest, short};
 use crate::commands::signatures::Kinds;
 use crate::config::{Config, Minor, Platform};
+use crate::digest_manifest::{Entry, Signature, SignatureForm, Signer};
 use crate::image::referrer::fallback_tag;
 use crate::image::spec::{Index, Manifest, keys};
 use crate::pipeline::describe::{IN_TOTO_MEDIA_TYPE, SPDX_MEDIA_TYPE};
-use crate::pipeline::digest_manifest::{Entry, Signature, SignatureForm, Signer};
 use crate::pipeline::plan::{BuildPlan, Overrides};
 use crate::pipeline::stage::Reporter;
 use crate::registry::publish::ReferrersPushed;
@@ -214,7 +214,7 @@ pub async fn audit(
 ) -> Result<Vec<Finding>, crate::pipeline::Error> {
     let path = &req.config.digest_manifest;
     // A lost digest manifest is not a registry that matches it.
-    let manifest = crate::pipeline::digest_manifest::read_existing(path)?;
+    let manifest = crate::digest_manifest::read_existing(path)?;
     if manifest.images.is_empty() {
         return Err(crate::pipeline::Error::Usage(format!(
             "{}: no entries to verify (a digest manifest is written by `occm-forge build`)",

@@ -50,7 +50,7 @@ pub enum Error {
     /// starts with `digest manifest <path>` or names the fragments; it is not always the record
     /// stage: the tag guard and the run lock come first).
     #[error(transparent)]
-    DigestManifest(#[from] crate::pipeline::digest_manifest::DigestManifestError),
+    DigestManifest(#[from] crate::digest_manifest::DigestManifestError),
     /// SIGINT or SIGTERM stopped the run; nothing was recorded.
     #[error("interrupted by signal {0}: stopped, nothing recorded, no tag moved")]
     Interrupted(i32),

@@ -1,8 +1,8 @@
 //! The build of one minor's image ([`build`] and [`build_many`] here): the stage trait and its
 //! runner ([`stage`]), each stage's implementation — one public entry taking plain data —
-//! ([`source`], [`patches`], [`go`] (overrides, test, build), [`describe`], [`digest_manifest`]
-//! (the record); the image is [`crate::image`], the push [`crate::registry::publish`]) beside the
-//! stages that run them ([`stages`]), what determines an image ([`inputs`]), the settings resolved
+//! ([`source`], [`patches`], [`go`] (overrides, test, build), [`describe`], [`record`]
+//! (the record into [`crate::digest_manifest`]); the image is [`crate::image`], the push [`crate::registry::publish`]) beside the
+//! stages that run them ([`stages`]), what determines an image ([`crate::digest_manifest::inputs`]), the settings resolved
 //! once ([`plan`]), every failure ([`Error`]), the seam acceptance plugs into ([`acceptance`]),
 //! and the stage lines on stderr ([`progress`]).
 //!
@@ -15,14 +15,13 @@
 
 pub mod acceptance;
 pub mod describe;
-pub mod digest_manifest;
 pub mod error;
 pub mod go;
-pub mod inputs;
 pub mod patches;
 pub mod plan;
 pub mod preflight;
 pub mod progress;
+pub mod record;
 pub mod source;
 pub mod stage;
 pub mod stages;
@@ -36,6 +35,7 @@ use serde::Serialize;
 
 use crate::base::util::{rfc3339, scratch_dir, short};
 use crate::config::Minor;
+use crate::digest_manifest::Entry;
 use crate::image::referrer::Attachment;
 use crate::pipeline::acceptance::{Acceptance, Accepted};
 use crate::pipeline::patches::{AppliedPatch, PatchOutcome};
@@ -46,7 +46,6 @@ use crate::pipeline::stages::test::Judge;
 use crate::registry::Registry;
 use crate::registry::publish::{Published, ReferrersPushed};
 use crate::registry::pull::PullError;
-use digest_manifest::Entry;
 use stages::{Described, Freshness, Signed, image::Imaged};
 
 /// What a successful build produced.
@@ -97,7 +96,7 @@ pub async fn build(
     reporter: &dyn Reporter,
 ) -> Result<BuildOutcome, Error> {
     let path = &plan.record_to;
-    let _lock = digest_manifest::take_run_lock(path, plan.wait_for_lock)?;
+    let _lock = record::take_run_lock(path, plan.wait_for_lock)?;
     build_locked(plan, registry, acceptance, reporter).await
 }
 
@@ -128,7 +127,7 @@ pub async fn build_many(
     reporter: &dyn Fn(Minor) -> Box<dyn Reporter>,
     fail_fast: bool,
 ) -> Result<Vec<MinorResult>, Error> {
-    let _lock = digest_manifest::take_run_lock(record_to, wait_for_lock)?;
+    let _lock = record::take_run_lock(record_to, wait_for_lock)?;
     let mut results = Vec::new();
     let mut fragment_started = false;
     for (minor, plan) in plans {
@@ -433,7 +432,7 @@ async fn preflight(
     registry: &dyn Registry,
     acceptance: Option<&dyn Acceptance>,
 ) -> Result<Option<String>, Error> {
-    if let Err(guard) = digest_manifest::check_tag(
+    if let Err(guard) = record::check_tag(
         &plan.digest_manifest,
         &plan.config_name,
         plan.minor,

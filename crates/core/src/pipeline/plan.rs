@@ -22,9 +22,9 @@ use std::path::{Path, PathBuf};
 
 use crate::base::reference::{ImageRef, RepositoryName};
 use crate::config::{self, Config, Minor, Platform};
+use crate::digest_manifest::inputs::{BuildInputs, IMAGE_FORMAT};
 use crate::pipeline::Error;
 use crate::pipeline::go::Toolchain;
-use crate::pipeline::inputs::{BuildInputs, IMAGE_FORMAT};
 use crate::pipeline::patches::{self, PatchFile};
 use crate::registry::auth::{AuthFiles, Keychains};
 use crate::registry::oci::{OciRegistry, OciRegistryConfig};

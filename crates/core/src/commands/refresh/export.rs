@@ -287,17 +287,15 @@ fn check_commits(
 }
 
 /// Takes the digest manifest's run lock without waiting: a build reads patches_dir under it.
-fn lock(config: &Config) -> Result<crate::pipeline::digest_manifest::RunLock, RefreshError> {
-    crate::pipeline::digest_manifest::take_run_lock(&config.digest_manifest, false).map_err(|e| {
-        match e {
-            crate::pipeline::digest_manifest::DigestManifestError::Busy { path, holder } => {
-                RefreshError::Busy { path, holder }
-            }
-            other => RefreshError::Io {
-                path: config.digest_manifest.clone(),
-                message: other.to_string(),
-            },
+fn lock(config: &Config) -> Result<crate::pipeline::record::RunLock, RefreshError> {
+    crate::pipeline::record::take_run_lock(&config.digest_manifest, false).map_err(|e| match e {
+        crate::digest_manifest::DigestManifestError::Busy { path, holder } => {
+            RefreshError::Busy { path, holder }
         }
+        other => RefreshError::Io {
+            path: config.digest_manifest.clone(),
+            message: other.to_string(),
+        },
     })
 }
 

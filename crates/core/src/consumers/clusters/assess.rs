@@ -7,7 +7,7 @@ use super::{Observed, OccmSet};
 use crate::base::reference::{ImageRef, RepositoryName};
 use crate::config::Minor;
 use crate::consumers::render::{self, RenderOptions};
-use crate::pipeline::digest_manifest::{DigestManifest, Entry};
+use crate::digest_manifest::{DigestManifest, Entry};
 
 pub use crate::consumers::mcapi::objects::UPSTREAM_REPOSITORY;
 

@@ -11,8 +11,8 @@ use serde::Serialize;
 use super::read::{ADDONS_GROUP, CLUSTER_GROUP, Fleet, RESOURCE_SET_TYPE, binding_hash, observe};
 use super::{Action, ClustersError, Observed, Row, assess};
 use crate::consumers::render::crs_secret::{self, RewriteOptions};
+use crate::digest_manifest::DigestManifest;
 use crate::kubernetes::{Kube, KubeError, collection};
-use crate::pipeline::digest_manifest::DigestManifest;
 
 /// What became of one rewrite.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -520,7 +520,7 @@ pub async fn watch(
         rx,
     };
     while crate::base::interrupt::signal().is_none() {
-        let manifest = match crate::pipeline::digest_manifest::read_existing(&opts.manifest_path) {
+        let manifest = match crate::digest_manifest::read_existing(&opts.manifest_path) {
             Ok(m) => m,
             Err(e) => {
                 tracing::warn!("{e}; retrying in {} s", backoff.as_secs());

@@ -4,7 +4,7 @@
 //! no Atmosphere role reads an OCCM key, so the only effect is that Atmosphere mirrors the image.
 
 use crate::config::Minor;
-use crate::pipeline::digest_manifest::Entry;
+use crate::digest_manifest::Entry;
 
 /// The opening of the output, before the one entry per minor.
 pub const HEADER: &str = "# Atmosphere merges these into atmosphere_images (roles/defaults/vars/main.yml); it then\n# mirrors them. No Atmosphere role deploys OCCM from them.\natmosphere_image_overrides:\n";

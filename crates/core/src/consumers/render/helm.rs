@@ -4,7 +4,7 @@
 //! carries the digest.
 
 use super::pinned_tag;
-use crate::pipeline::digest_manifest::Entry;
+use crate::digest_manifest::Entry;
 
 /// One entry's values document.
 pub fn values(e: &Entry) -> String {

@@ -16,7 +16,7 @@
 
 use super::{RenderOptions, pinned_tag, recorded_as};
 use crate::config::Minor;
-use crate::pipeline::digest_manifest::Entry;
+use crate::digest_manifest::Entry;
 
 pub use crate::consumers::mcapi::IMAGE_NAME as MCAPI_IMAGE_NAME;
 

@@ -25,7 +25,7 @@ use std::str::FromStr;
 
 use crate::base::reference::RepositoryName;
 use crate::config::Minor;
-use crate::pipeline::digest_manifest::{DigestManifest, Entry};
+use crate::digest_manifest::{DigestManifest, Entry};
 
 pub use magnum::{MCAPI_IMAGE_NAME, PREFIX_MOVES, mcapi_repository};
 

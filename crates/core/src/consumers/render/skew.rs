@@ -10,7 +10,7 @@
 //! unless the operator passes `--allow-skew`.
 
 use crate::config::Minor;
-use crate::pipeline::digest_manifest::{DigestManifest, Entry};
+use crate::digest_manifest::{DigestManifest, Entry};
 
 /// How an OCCM minor stands to a cluster's minor under the policy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

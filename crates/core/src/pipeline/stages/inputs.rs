@@ -8,9 +8,9 @@
 use async_trait::async_trait;
 
 use crate::base::util::{display_rel, short};
+use crate::digest_manifest::{self, Entry};
 use crate::image::layout;
 use crate::pipeline::Error;
-use crate::pipeline::digest_manifest::{self, Entry};
 use crate::pipeline::plan::BuildPlan;
 use crate::pipeline::stage::{Done, Stage, StageContext};
 use crate::registry::Registry;

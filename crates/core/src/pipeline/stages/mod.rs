@@ -2,7 +2,7 @@
 //! inputs implementing [`crate::pipeline::stage::Stage`]; its `run` calls the one public entry of the
 //! module that does the work (`source::checkout`, `patches::apply_series`, `go::test::run`,
 //! `go::build::build`, `image::assemble`, `describe`, `sign`, `registry::publish`,
-//! `digest_manifest::record`) and words its stage line. `pipeline::build` lists them;
+//! `record::record`) and words its stage line. `pipeline::build` lists them;
 //! `patches prove` and `verify --rebuild` run the same stages through the same runner.
 
 pub mod accept;

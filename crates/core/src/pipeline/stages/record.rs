@@ -4,9 +4,11 @@
 use async_trait::async_trait;
 
 use crate::base::util::display_rel;
+use crate::digest_manifest::Entry;
 use crate::pipeline::Error;
-use crate::pipeline::digest_manifest::{self, Entry, Recorded};
 use crate::pipeline::plan::BuildPlan;
+use crate::pipeline::record;
+use crate::pipeline::record::Recorded;
 use crate::pipeline::stage::{Done, Stage, StageContext};
 
 /// Records `entry` for `plan.minor` at `plan.record_to`.
@@ -31,14 +33,11 @@ impl Stage for RecordStage<'_> {
             // A fragment holds this run's entries alone.
             let _ = std::fs::remove_file(&plan.record_to);
         }
-        let recorded =
-            digest_manifest::record(&plan.record_to, &plan.config_name, plan.minor, self.entry)?;
+        let recorded = record::record(&plan.record_to, &plan.config_name, plan.minor, self.entry)?;
         let at = display_rel(&plan.record_to);
         let detail = match &recorded {
             Recorded::Written { stale_mirrors } => {
-                if let Some(line) =
-                    digest_manifest::mirrors_lack_new_bundles(plan.minor, stale_mirrors)
-                {
+                if let Some(line) = record::mirrors_lack_new_bundles(plan.minor, stale_mirrors) {
                     tracing::warn!("{line}");
                 }
                 format!("{} in {at}", plan.minor)

@@ -15,10 +15,10 @@ use std::collections::BTreeMap;
 use async_trait::async_trait;
 
 use crate::base::util::short;
+use crate::digest_manifest::{Signature, Signer};
 use crate::image::referrer::{self, Attachment};
 use crate::image::{ImageError, layout};
 use crate::pipeline::Error;
-use crate::pipeline::digest_manifest::{Signature, Signer};
 use crate::pipeline::plan::BuildPlan;
 use crate::pipeline::stage::{Done, Stage, StageContext};
 use crate::signing::{self, BUNDLE_MEDIA_TYPE, COSIGN_SIGN_PREDICATE, SPDX_PREDICATE, SigningKey};
