@@ -29,7 +29,7 @@
 
 use crate::common;
 use crate::management;
-use crate::mcapi_upgrade::{SECRET, STACK_ID, Upgraded, at, rendered_labels, upgrade_on};
+use crate::mcapi_upgrade::{SECRET, STACK_ID, Upgraded, at, rendered_labels, row, upgrade_on};
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -111,12 +111,7 @@ fn audited(log: &Path) -> Vec<Request> {
 /// The driver's ServiceAccount, bound to `cluster-admin`, and a kubeconfig with its token.
 async fn driver_identity(m: &Management, dir: &Path) -> (std::path::PathBuf, String) {
     let kube = &m.kube;
-    kube.create(
-        "/api/v1/namespaces",
-        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}}),
-    )
-    .await
-    .unwrap();
+    create_namespace(kube).await;
     let manifests = format!(
         "apiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: {DRIVER_SA}\n  namespace: {NS}\n---\n\
          apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata:\n  name: {DRIVER_SA}\n\
@@ -124,25 +119,7 @@ async fn driver_identity(m: &Management, dir: &Path) -> (std::path::PathBuf, Str
          subjects:\n- {{kind: ServiceAccount, name: {DRIVER_SA}, namespace: {NS}}}\n"
     );
     create_manifests(kube, &manifests, false).await;
-    let token = kube
-        .post(
-            &format!("/api/v1/namespaces/{NS}/serviceaccounts/{DRIVER_SA}/token"),
-            json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
-                   "spec": {"expirationSeconds": 3600}}),
-        )
-        .await
-        .unwrap()["status"]["token"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let cp = &m.control_plane;
-    let kubeconfig = dir.join("magnum.kubeconfig");
-    std::fs::write(
-        &kubeconfig,
-        occm_forge_core::kubernetes::kubeconfig(&cp.url, &cp.ca_pem, &token),
-    )
-    .unwrap();
-    (kubeconfig, token)
+    service_account_kubeconfig(m, dir, DRIVER_SA).await
 }
 
 /// The driver's requests, counted by resource and verb (`core/v1 secrets: get 5, update 1`).
@@ -390,50 +367,20 @@ async fn clusters_under_the_shipped_rbac(m: &Management, dir: &Path) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let rbac = std::fs::read_to_string(root.join("deploy/clusters/rbac.yaml")).unwrap();
     create_manifests(kube, &rbac, false).await;
-    let token = kube
-        .post(
-            &format!("/api/v1/namespaces/{NS}/serviceaccounts/occm-forge/token"),
-            json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
-                   "spec": {"expirationSeconds": 3600}}),
-        )
-        .await
-        .unwrap()["status"]["token"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let cp = &m.control_plane;
-    let kubeconfig = dir.join("occm-forge.kubeconfig");
-    std::fs::write(
-        &kubeconfig,
-        occm_forge_core::kubernetes::kubeconfig(&cp.url, &cp.ca_pem, &token),
-    )
-    .unwrap();
+    let (kubeconfig, _) = service_account_kubeconfig(m, dir, "occm-forge").await;
     let lock = dir.join("images.lock.yaml");
     write_manifest(&lock);
-    let o = forge(dir)
+    let (row, code) = row(forge(dir)
         .arg("clusters")
         .arg("--kubeconfig")
         .arg(&kubeconfig)
         .arg("--manifest")
-        .arg(&lock)
-        .arg("--json")
-        .output()
-        .unwrap();
-    eprintln!("clusters --json: {}{}", stdout(&o), stderr(&o));
-    let report: Value = serde_json::from_slice(&o.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {}{}", stdout(&o), stderr(&o)));
-    let row = report["clusters"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["cluster"] == format!("{NS}/{STACK_ID}"))
-        .unwrap_or_else(|| panic!("no row for {STACK_ID}: {report}"))
-        .clone();
+        .arg(&lock));
     // The shipped RBAC reads the Cluster, the real KubeadmControlPlane and the Secret (a 403
     // would exit 15): the cluster asks for 1.35 and runs our 1.34 image, which `clusters` will
     // not rewrite to 1.35 while the control plane reports no version (it never provisions
     // here).
-    assert_eq!(o.status.code(), Some(14), "{}", stderr(&o));
+    assert_eq!(code, Some(14), "{row}");
     assert_eq!(
         (&row["minor"], &row["image_kind"], &row["image"]),
         (

@@ -324,7 +324,7 @@ async fn clusters_fix_and_watch_pin_the_secret_the_real_upgrade_wrote_through_cl
 }
 
 /// One row of `clusters --json`, and its exit status.
-fn row(clusters: &mut Command) -> (Value, Option<i32>) {
+pub(crate) fn row(clusters: &mut Command) -> (Value, Option<i32>) {
     let o = clusters.arg("--json").output().unwrap();
     let report: Value = serde_json::from_slice(&o.stdout)
         .unwrap_or_else(|e| panic!("{e}: {}{}", stdout(&o), stderr(&o)));

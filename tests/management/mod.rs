@@ -289,16 +289,50 @@ pub struct Access {
     pub lock: std::path::PathBuf,
 }
 
-/// Creates `magnum-system`, `clusters` (waiting until Cluster API applied each Secret) and the
-/// ServiceAccount; see [`Access`].
-pub async fn set_up(m: &Management, dir: &Path, clusters: &[&TestCluster]) -> Access {
-    let kube = &m.kube;
+/// Creates the namespace [`NS`].
+pub async fn create_namespace(kube: &Kube) {
     kube.create(
         "/api/v1/namespaces",
         json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}}),
     )
     .await
     .unwrap();
+}
+
+/// A token of the ServiceAccount `NS/name` (TokenRequest, an hour) and `<dir>/<name>.kubeconfig`
+/// with it for the management cluster: (the kubeconfig, the token).
+pub async fn service_account_kubeconfig(
+    m: &Management,
+    dir: &Path,
+    name: &str,
+) -> (std::path::PathBuf, String) {
+    let token = m
+        .kube
+        .post(
+            &format!("/api/v1/namespaces/{NS}/serviceaccounts/{name}/token"),
+            json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+                   "spec": {"expirationSeconds": 3600}}),
+        )
+        .await
+        .unwrap()["status"]["token"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let cp = &m.control_plane;
+    let kubeconfig = dir.join(format!("{name}.kubeconfig"));
+    std::fs::write(
+        &kubeconfig,
+        occm_forge_core::kubernetes::kubeconfig(&cp.url, &cp.ca_pem, &token),
+    )
+    .unwrap();
+    (kubeconfig, token)
+}
+
+/// Creates `magnum-system`, `clusters` (waiting until Cluster API applied each Secret) and the
+/// ServiceAccount; see [`Access`].
+pub async fn set_up(m: &Management, dir: &Path, clusters: &[&TestCluster]) -> Access {
+    let kube = &m.kube;
+    create_namespace(kube).await;
     for c in clusters {
         create(kube, m, c).await;
     }
@@ -313,24 +347,7 @@ pub async fn set_up(m: &Management, dir: &Path, clusters: &[&TestCluster]) -> Ac
         provider::CONTROL_PLANE_GROUP
     );
     create_manifests(kube, &stand_in, false).await;
-    let token = kube
-        .post(
-            &format!("/api/v1/namespaces/{NS}/serviceaccounts/occm-forge/token"),
-            json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
-                   "spec": {"expirationSeconds": 3600}}),
-        )
-        .await
-        .unwrap()["status"]["token"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let cp = &m.control_plane;
-    let kubeconfig = dir.join("occm-forge.kubeconfig");
-    std::fs::write(
-        &kubeconfig,
-        occm_forge_core::kubernetes::kubeconfig(&cp.url, &cp.ca_pem, &token),
-    )
-    .unwrap();
+    let (kubeconfig, token) = service_account_kubeconfig(m, dir, "occm-forge").await;
     let lock = dir.join("images.lock.yaml");
     write_manifest(&lock);
     Access {

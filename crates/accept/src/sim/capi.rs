@@ -96,34 +96,56 @@ pub fn build(release: &ClusterApi, cache_dir: &Path) -> Result<Manager, AcceptEr
         storage_version_only,
     )?;
 
-    let mut get = toolchain.helper_command(&module);
-    get.arg("get").arg(format!("{MODULE}@{}", release.version));
-    tracing::info!(
-        "resolving the helper module {} (go get {MODULE}@{})",
-        module.display(),
-        release.version
-    );
-    let out = run_go(&mut get, "cluster-api")?;
-    if !out.status.success() {
-        return Err(helper_failure(
-            "cluster-api",
-            &module,
-            &String::from_utf8_lossy(&out.stderr),
-        ));
-    }
-    let ldflags = format!(
-        "-s -w -X {MODULE}/version.gitVersion={v} -X {MODULE}/version.gitTreeState=clean",
-        v = release.version
-    );
+    go_get(
+        &toolchain,
+        &module,
+        &[format!("{MODULE}@{}", release.version)],
+    )?;
     go_build(
         &toolchain,
         &module,
         "cluster-api",
         MODULE,
-        &ldflags,
+        &ldflags(release),
         &binary,
     )?;
     found(false)
+}
+
+/// `go get <packages>` in the helper module `module` (under `-mod=mod`), which resolves them and
+/// writes their go.sum lines.
+///
+/// Errors: [`helper_failure`]'s, naming `cluster-api`.
+pub(crate) fn go_get(
+    toolchain: &Toolchain,
+    module: &Path,
+    packages: &[String],
+) -> Result<(), AcceptError> {
+    let mut get = toolchain.helper_command(module);
+    get.arg("get").args(packages);
+    tracing::info!(
+        "resolving the helper module {} (go get {})",
+        module.display(),
+        packages.join(" ")
+    );
+    let out = run_go(&mut get, "cluster-api")?;
+    if !out.status.success() {
+        return Err(helper_failure(
+            "cluster-api",
+            module,
+            &String::from_utf8_lossy(&out.stderr),
+        ));
+    }
+    Ok(())
+}
+
+/// The `-ldflags` of every manager of `release`: no symbol table or DWARF, and the version
+/// stamped where the managers read it (they refuse an apiserver below v1.20.0 by comparing it).
+pub(crate) fn ldflags(release: &ClusterApi) -> String {
+    format!(
+        "-s -w -X {MODULE}/version.gitVersion={v} -X {MODULE}/version.gitTreeState=clean",
+        v = release.version
+    )
 }
 
 /// `go mod download -json sigs.k8s.io/cluster-api@<version>` in `module`: the directory of the

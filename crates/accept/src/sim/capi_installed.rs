@@ -21,7 +21,7 @@ use serde_json::{Value, json};
 
 use super::capi::{self, Management, Manager, Running, Webhook};
 use super::control_plane::{Binaries, ControlPlane};
-use super::helper::{go_build, helper_failure, lock_entry, mod_download, run_go};
+use super::helper::{go_build, lock_entry, mod_download};
 use occm_forge_core::config::ClusterApi;
 use occm_forge_core::pipeline::acceptance::AcceptError;
 use occm_forge_core::pipeline::go::Toolchain;
@@ -144,17 +144,11 @@ pub fn build(
         .map(|(_, package, _)| package.as_str())
         .collect();
     if !missing.is_empty() {
-        let mut get = toolchain.helper_command(&module);
-        get.arg("get")
-            .args(missing.iter().map(|p| format!("{p}@{}", release.version)));
-        let out = run_go(&mut get, "cluster-api")?;
-        if !out.status.success() {
-            return Err(helper_failure(
-                "cluster-api",
-                &module,
-                &String::from_utf8_lossy(&out.stderr),
-            ));
-        }
+        let packages: Vec<String> = missing
+            .iter()
+            .map(|p| format!("{p}@{}", release.version))
+            .collect();
+        capi::go_get(&toolchain, &module, &packages)?;
     }
     let labels_of = |config: &Path| {
         kustomize_labels(&config.join("crd/kustomization.yaml")).map_err(|message| {
@@ -177,13 +171,15 @@ pub fn build(
         let binary = if name == "cluster-api" {
             core.binary.clone()
         } else {
-            let ldflags = format!(
-                "-s -w -X {m}/version.gitVersion={v} -X {m}/version.gitTreeState=clean",
-                m = capi::MODULE,
-                v = release.version
-            );
             let binary = dir.join(name);
-            go_build(&toolchain, &module, name, &package, &ldflags, &binary)?;
+            go_build(
+                &toolchain,
+                &module,
+                name,
+                &package,
+                &capi::ldflags(release),
+                &binary,
+            )?;
             binary
         };
         providers.push(Provider {
