@@ -117,103 +117,125 @@ pub fn build(
     let core: Manager = capi::build(release, cache_dir)?;
     let entry = core.binary.parent().expect("the manager is in its entry");
     let dir = entry.join("installed");
-    let module = entry.join("module");
     let _lock = lock_entry(&dir)?;
-    let toolchain = Toolchain::new(&release.go, cache_dir);
-    let source = capi::download(&toolchain, &module, release)?;
-    let parts = [
-        (
-            "cluster-api",
-            capi::MODULE.to_string(),
-            PathBuf::from("config"),
-        ),
-        (
-            "kubeadm-control-plane",
-            format!("{}/controlplane/kubeadm", capi::MODULE),
-            PathBuf::from("controlplane/kubeadm/config"),
-        ),
-        (
-            "kubeadm-bootstrap",
-            format!("{}/bootstrap/kubeadm", capi::MODULE),
-            PathBuf::from("bootstrap/kubeadm/config"),
-        ),
-    ];
-    let missing: Vec<&str> = parts[1..]
-        .iter()
-        .filter(|(name, ..)| !dir.join(name).is_file())
-        .map(|(_, package, _)| package.as_str())
-        .collect();
-    if !missing.is_empty() {
-        let packages: Vec<String> = missing
-            .iter()
-            .map(|p| format!("{p}@{}", release.version))
-            .collect();
-        capi::go_get(&toolchain, &module, &packages)?;
-    }
-    let labels_of = |config: &Path| {
-        kustomize_labels(&config.join("crd/kustomization.yaml")).map_err(|message| {
-            AcceptError::Build {
-                part: "cluster-api".into(),
-                message,
-            }
-        })
+    let helper = Helper {
+        toolchain: Toolchain::new(&release.go, cache_dir),
+        module: entry.join("module"),
+        release,
+        dir,
     };
-    let mut providers = Vec::new();
-    for (name, package, config) in parts {
-        let crds_dir = dir.join("crds").join(name);
+    let (openstack_crds, openstack_labels) = helper.openstack(openstack)?;
+    Ok(Installed {
+        providers: helper.providers(&core)?,
+        openstack: openstack.to_string(),
+        openstack_crds,
+        openstack_labels,
+    })
+}
+
+/// Where [`build`] works: Cluster API's helper module, its toolchain, the release, and the
+/// installation's directory.
+struct Helper<'a> {
+    toolchain: Toolchain,
+    module: PathBuf,
+    release: &'a ClusterApi,
+    dir: PathBuf,
+}
+
+impl Helper<'_> {
+    /// The three managers (the core's is `core`) and their released CRDs, the kubeadm managers
+    /// built when missing.
+    fn providers(&self, core: &Manager) -> Result<Vec<Provider>, AcceptError> {
+        let source = capi::download(&self.toolchain, &self.module, self.release)?;
+        let parts = [
+            ("cluster-api", capi::MODULE.to_string(), "config"),
+            (
+                "kubeadm-control-plane",
+                format!("{}/controlplane/kubeadm", capi::MODULE),
+                "controlplane/kubeadm/config",
+            ),
+            (
+                "kubeadm-bootstrap",
+                format!("{}/bootstrap/kubeadm", capi::MODULE),
+                "bootstrap/kubeadm/config",
+            ),
+        ];
+        let missing: Vec<String> = parts[1..]
+            .iter()
+            .filter(|(name, ..)| !self.dir.join(name).is_file())
+            .map(|(_, package, _)| format!("{package}@{}", self.release.version))
+            .collect();
+        if !missing.is_empty() {
+            capi::go_get(&self.toolchain, &self.module, &missing)?;
+        }
+        let mut providers = Vec::new();
+        for (name, package, config) in parts {
+            let config = source.join(config);
+            let crds_dir = self.dir.join("crds").join(name);
+            if !crds_dir.is_dir() {
+                capi::write_crds(&config.join("crd/bases"), &crds_dir, capi::released)?;
+            }
+            let binary = if name == "cluster-api" {
+                core.binary.clone()
+            } else {
+                let binary = self.dir.join(name);
+                let ldflags = capi::ldflags(self.release);
+                go_build(
+                    &self.toolchain,
+                    &self.module,
+                    name,
+                    &package,
+                    &ldflags,
+                    &binary,
+                )?;
+                binary
+            };
+            providers.push(Provider {
+                name,
+                binary,
+                crds: capi::list_crds(&crds_dir)?,
+                labels: labels_of(&config)?,
+                flags: match name {
+                    "kubeadm-bootstrap" => vec![],
+                    _ => vec![TOPOLOGY.to_string()],
+                },
+            });
+        }
+        Ok(providers)
+    }
+
+    /// The OpenStack provider's CRDs at `version` (storage version only) and its labels.
+    fn openstack(
+        &self,
+        version: &str,
+    ) -> Result<(Vec<PathBuf>, BTreeMap<String, String>), AcceptError> {
+        let crds_dir = self.dir.join(format!("openstack-{version}"));
+        let m = format!("{OPENSTACK_MODULE}@{version}");
+        let part = "cluster-api-provider-openstack";
+        let info = mod_download(&self.toolchain, &self.module, part, &m)?;
+        let Some(source) = info["Dir"].as_str().map(PathBuf::from) else {
+            return Err(AcceptError::Build {
+                part: part.into(),
+                message: format!("go mod download {m} named no directory"),
+            });
+        };
+        let config = source.join("config");
         if !crds_dir.is_dir() {
             capi::write_crds(
-                &source.join(&config).join("crd").join("bases"),
+                &config.join("crd/bases"),
                 &crds_dir,
-                capi::released,
+                capi::storage_version_only,
             )?;
         }
-        let binary = if name == "cluster-api" {
-            core.binary.clone()
-        } else {
-            let binary = dir.join(name);
-            go_build(
-                &toolchain,
-                &module,
-                name,
-                &package,
-                &capi::ldflags(release),
-                &binary,
-            )?;
-            binary
-        };
-        providers.push(Provider {
-            name,
-            binary,
-            crds: capi::list_crds(&crds_dir)?,
-            labels: labels_of(&source.join(&config))?,
-            flags: match name {
-                "kubeadm-bootstrap" => vec![],
-                _ => vec![TOPOLOGY.to_string()],
-            },
-        });
+        Ok((capi::list_crds(&crds_dir)?, labels_of(&config)?))
     }
-    let openstack_dir = dir.join(format!("openstack-{openstack}"));
-    let m = format!("{OPENSTACK_MODULE}@{openstack}");
-    let info = mod_download(&toolchain, &module, "cluster-api-provider-openstack", &m)?;
-    let Some(openstack_source) = info["Dir"].as_str().map(PathBuf::from) else {
-        return Err(AcceptError::Build {
-            part: "cluster-api-provider-openstack".into(),
-            message: format!("go mod download {m} named no directory"),
-        });
-    };
-    if !openstack_dir.is_dir() {
-        capi::write_crds(
-            &openstack_source.join("config/crd/bases"),
-            &openstack_dir,
-            capi::storage_version_only,
-        )?;
-    }
-    Ok(Installed {
-        providers,
-        openstack: openstack.to_string(),
-        openstack_crds: capi::list_crds(&openstack_dir)?,
-        openstack_labels: labels_of(&openstack_source.join("config"))?,
+}
+
+/// The labels of `<config>/crd/kustomization.yaml` ([`kustomize_labels`]).
+fn labels_of(config: &Path) -> Result<BTreeMap<String, String>, AcceptError> {
+    kustomize_labels(&config.join("crd/kustomization.yaml")).map_err(|message| AcceptError::Build {
+        part: "cluster-api".into(),
+        message,
     })
 }
 
