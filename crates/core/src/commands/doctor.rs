@@ -69,13 +69,33 @@ pub async fn doctor(
             c
         })
         .collect();
-    all.sort_by_key(|c| match c.need {
-        Need::Build => 0,
-        Need::Push => 1,
-        Need::Accept => 2,
-        Need::Sign => 3,
-    });
+    in_order(&mut all);
     all
+}
+
+/// Sorts `checks` (stably) by what needs them (build, `--push`, `--accept`, `--sign-key`), and
+/// the build's by what they are about: this machine (cache, room, go), then the Go toolchains
+/// (in the order of the minors asked for), `--output`, the bases; so the rows of one kind stand
+/// together whatever minor first made them.
+fn in_order(checks: &mut [Check]) {
+    checks.sort_by_key(|c| {
+        let need = match c.need {
+            Need::Build => 0,
+            Need::Push => 1,
+            Need::Accept => 2,
+            Need::Sign => 3,
+        };
+        let kind = if c.name.starts_with("Go toolchain") {
+            1
+        } else if c.name.contains("--output") {
+            2
+        } else if c.name.starts_with("base") {
+            3
+        } else {
+            0
+        };
+        (need, kind)
+    });
 }
 
 /// Each pulled base of `plans` checked once, side by side ([`crate::registry::pull::check_base`]),
@@ -194,6 +214,38 @@ pub fn exit_code(checks: &[Check]) -> u8 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rows_of_one_kind_stand_together_whichever_minor_made_them_first() {
+        let ok = |name: &str, need| Check::ok(name, need, "fine");
+        let mut checks = vec![
+            ok("cache directory", Need::Build),
+            ok("go", Need::Build),
+            ok("Go toolchain go1.22.12 (1.31)", Need::Build),
+            ok("room in --output", Need::Build),
+            ok("--output", Need::Build),
+            ok("helm", Need::Accept),
+            ok("Go toolchain go1.23.12 (1.32)", Need::Build),
+            ok("push rights", Need::Push),
+            ok("base (1.31, 1.32)", Need::Build),
+        ];
+        in_order(&mut checks);
+        let names: Vec<&str> = checks.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "cache directory",
+                "go",
+                "Go toolchain go1.22.12 (1.31)",
+                "Go toolchain go1.23.12 (1.32)",
+                "room in --output",
+                "--output",
+                "base (1.31, 1.32)",
+                "push rights",
+                "helm",
+            ]
+        );
+    }
 
     #[test]
     fn the_table_lines_up_and_says_what_to_do() {
