@@ -54,6 +54,17 @@ fn build_push_and_check_with_skopeo_and_umoci() {
             stderr(&o)
         );
     }
+    // The test line says what "required" is: images.toml's required_tests, all passed.
+    let test_line = stderr(&o)
+        .lines()
+        .find(|l| l.starts_with("occm-forge: test "))
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        test_line.ends_with("; the 1 required test (images.toml required_tests) passed")
+            && test_line.contains(" 0 failed,"),
+        "{test_line}"
+    );
     let t: serde_json::Value = serde_json::from_slice(&std::fs::read(&timings).unwrap()).unwrap();
     assert_eq!(
         t.as_array().unwrap().len(),

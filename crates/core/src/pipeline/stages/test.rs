@@ -41,6 +41,17 @@ pub struct TestStage<'a> {
     pub judge: Judge<'a>,
 }
 
+/// What the stage line says of images.toml's `required_tests` once the run passed (a required
+/// test that did not run and pass fails the stage before): `the 7 required tests (images.toml
+/// required_tests) passed`.
+fn required_passed(n: usize) -> String {
+    match n {
+        0 => "no required tests (images.toml required_tests)".to_string(),
+        1 => "the 1 required test (images.toml required_tests) passed".to_string(),
+        n => format!("the {n} required tests (images.toml required_tests) passed"),
+    }
+}
+
 #[async_trait]
 impl Stage for TestStage<'_> {
     type Output = Tested;
@@ -56,8 +67,8 @@ impl Stage for TestStage<'_> {
                 let summary = test::run(self.dir, self.toolchain, self.packages, required)?;
                 let (p, f, s) = summary.counts();
                 let detail = format!(
-                    "go{go}: {p} passed, {f} failed, {s} skipped; required: {}",
-                    required.len()
+                    "go{go}: {p} passed, {f} failed, {s} skipped; {}",
+                    required_passed(required.len())
                 );
                 Ok(Done::new(
                     Tested {
