@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::binary::Extracted;
-use super::scenarios::{RunResult, Scenario};
+use super::scenarios::{RunResult, Scenario, Side};
 use super::sim::control_plane::Versions;
 use occm_forge_core::config::Minor;
 use occm_forge_core::pipeline::stage::StageReport;
@@ -370,7 +370,10 @@ pub fn render_markdown(reports: &[AcceptReport]) -> String {
                 row.scenario,
                 cell(row.scenario.title()),
                 run_cell(&row.ours),
-                run_cell(&row.control),
+                match (&row.control, row.scenario.sides().contains(&Side::Control)) {
+                    (None, false) => "— (no control: it runs no OCCM binary)".to_string(),
+                    (control, _) => run_cell(control),
+                },
                 row.shows()
             ));
         }
@@ -775,6 +778,32 @@ mod tests {
             ),
             "{md}"
         );
+    }
+
+    #[test]
+    fn a_scenario_without_a_control_says_why_its_control_cell_is_empty() {
+        let mut r = report();
+        r.rows.push(ScenarioRow {
+            scenario: crate::scenarios::s6::SCENARIO,
+            title: crate::scenarios::s6::SCENARIO.title(),
+            ours: run(true, 1.0, "Reconcile: applied in 2.6 s"),
+            control: None,
+        });
+        r.rows[0].control = None;
+        let md = render_markdown(&[r]);
+        let line = |s: &str| {
+            md.lines()
+                .find(|l| l.starts_with(&format!("| 1.34 | {s} ")))
+                .unwrap()
+                .to_string()
+        };
+        assert!(
+            line("S6").contains("| pass 1.0 s: Reconcile: applied in 2.6 s | — (no control: it runs no OCCM binary) |"),
+            "{md}"
+        );
+        // A control that should have run and did not is a bare dash, not excused.
+        assert!(line("S1").contains(" | — | "), "{md}");
+        assert!(!line("S1").contains("no control"), "{md}");
     }
 
     #[test]
