@@ -202,20 +202,7 @@ pub fn set_node_delete(text: &str, allow: bool) -> Result<NodeDeleteEdit, RbacEr
         return Ok(unchanged());
     }
     let docs = parsed(text)?;
-    let target = rbac
-        .cluster_roles
-        .iter()
-        .filter(|(_, here)| *here)
-        .find_map(|(name, _)| {
-            docs.iter().find_map(|(span, v)| {
-                if v["kind"] != "ClusterRole" || name_of(v) != name {
-                    return None;
-                }
-                let i = v["rules"].as_sequence()?.iter().position(names_nodes)?;
-                Some((name.clone(), *span, v.clone(), i))
-            })
-        });
-    let Some((name, (start, end), role, index)) = target else {
+    let Some((name, (start, end), role, index)) = nodes_rule(&rbac, &docs) else {
         return Err(RbacError(format!(
             "{}: no ClusterRole of the Secret has a rule for nodes to {} delete{}",
             rbac.describe(),
@@ -264,19 +251,8 @@ pub fn set_node_delete(text: &str, allow: bool) -> Result<NodeDeleteEdit, RbacEr
             if allow { "not allowed" } else { "allowed" }
         )));
     }
-    // A rule that names other resources beside nodes grants them the verb too: say so.
-    let others: Vec<&str> = role["rules"][index]["resources"]
-        .as_sequence()
-        .into_iter()
-        .flatten()
-        .filter_map(Value::as_str)
-        .filter(|r| *r != "nodes")
-        .collect();
-    let also = if allow && !others.is_empty() {
-        format!(
-            " (the rule also names {}, which get delete too)",
-            others.join(", ")
-        )
+    let also = if allow {
+        also_granted(&role["rules"][index])
     } else {
         String::new()
     };
@@ -289,14 +265,53 @@ pub fn set_node_delete(text: &str, allow: bool) -> Result<NodeDeleteEdit, RbacEr
     })
 }
 
+/// The first rule naming `nodes` of a ClusterRole bound to OCCM (`rbac`'s) among `docs`: the
+/// role's name, its document's span in the stream, the role, and the rule's index.
+fn nodes_rule(
+    rbac: &OccmRbac,
+    docs: &[Document],
+) -> Option<(String, (usize, usize), Value, usize)> {
+    rbac.cluster_roles
+        .iter()
+        .filter(|(_, here)| *here)
+        .find_map(|(name, _)| {
+            docs.iter().find_map(|(span, v)| {
+                if v["kind"] != "ClusterRole" || name_of(v) != name {
+                    return None;
+                }
+                let i = v["rules"].as_sequence()?.iter().position(names_nodes)?;
+                Some((name.clone(), *span, v.clone(), i))
+            })
+        })
+}
+
+/// ` (the rule also names pods, which get delete too)` when `rule` names other resources beside
+/// nodes (a verb added to it is theirs too); empty otherwise.
+fn also_granted(rule: &Value) -> String {
+    let others: Vec<&str> = rule["resources"]
+        .as_sequence()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .filter(|r| *r != "nodes")
+        .collect();
+    if others.is_empty() {
+        return String::new();
+    }
+    format!(
+        " (the rule also names {}, which get delete too)",
+        others.join(", ")
+    )
+}
+
 fn indent_of(line: &str) -> usize {
     line.len() - line.trim_start().len()
 }
 
-/// The document `doc` with `delete` added to (or taken out of) the verbs of its `rules[index]`,
-/// edited as text; `None` when the layout is not one it knows.
-fn edit_verbs(doc: &str, index: usize, allow: bool) -> Option<String> {
-    let lines: Vec<&str> = doc.split_inclusive('\n').collect();
+/// The lines `[from, to)` of the rule `rules[index]` of the document `lines` (split inclusive of
+/// their newlines): the rule items are the lines at the first item's indentation starting with
+/// `- `, up to the next top-level key.
+fn rule_lines(lines: &[&str], index: usize) -> Option<(usize, usize)> {
     let rules = lines
         .iter()
         .position(|l| l.trim_end() == "rules:" && indent_of(l) == 0)?;
@@ -322,7 +337,48 @@ fn edit_verbs(doc: &str, index: usize, allow: bool) -> Option<String> {
         }
     }
     let from = *starts.get(index)?;
-    let to = starts.get(index + 1).copied().unwrap_or(stop);
+    Some((from, starts.get(index + 1).copied().unwrap_or(stop)))
+}
+
+/// The flow-list line `verbs: ["get", "list"]` with `delete` added (in the list's quoting) or
+/// taken out; `None` when it is not there to take out.
+fn flow_list_edited(line: &str, allow: bool) -> Option<String> {
+    let close = line.rfind(']')?;
+    if allow {
+        let open = line.find('[')?;
+        let inner = line[open + 1..close].trim();
+        let quote = if inner.contains('\'') { "'" } else { "\"" };
+        let sep = if inner.is_empty() { "" } else { ", " };
+        return Some(format!(
+            "{}{sep}{quote}{NODE_DELETE}{quote}{}",
+            &line[..close],
+            &line[close..]
+        ));
+    }
+    let mut l = line.to_string();
+    for form in [
+        ", \"delete\"",
+        ", 'delete'",
+        ", delete",
+        "\"delete\", ",
+        "'delete', ",
+        "delete, ",
+        "\"delete\"",
+        "'delete'",
+    ] {
+        if let Some(at) = l[..close].find(form) {
+            l.replace_range(at..at + form.len(), "");
+            return Some(l);
+        }
+    }
+    None
+}
+
+/// The document `doc` with `delete` added to (or taken out of) the verbs of its `rules[index]`,
+/// edited as text; `None` when the layout is not one it knows.
+fn edit_verbs(doc: &str, index: usize, allow: bool) -> Option<String> {
+    let lines: Vec<&str> = doc.split_inclusive('\n').collect();
+    let (from, to) = rule_lines(&lines, index)?;
     let verbs = (from..to).find(|&i| {
         let t = lines[i].trim_start().trim_start_matches("- ");
         t.starts_with("verbs:")
@@ -331,43 +387,7 @@ fn edit_verbs(doc: &str, index: usize, allow: bool) -> Option<String> {
     let mut out: Vec<String> = lines.iter().map(|l| l.to_string()).collect();
     if after_key.starts_with('[') {
         // A flow list: `verbs: ["get", "list"]`.
-        let line = lines[verbs];
-        let close = line.rfind(']')?;
-        let new = if allow {
-            let open = line.find('[')?;
-            let inner = line[open + 1..close].trim();
-            let quote = if inner.contains('\'') { "'" } else { "\"" };
-            let sep = if inner.is_empty() { "" } else { ", " };
-            format!(
-                "{}{sep}{quote}{NODE_DELETE}{quote}{}",
-                &line[..close],
-                &line[close..]
-            )
-        } else {
-            let mut l = line.to_string();
-            let mut removed = false;
-            for form in [
-                ", \"delete\"",
-                ", 'delete'",
-                ", delete",
-                "\"delete\", ",
-                "'delete', ",
-                "delete, ",
-                "\"delete\"",
-                "'delete'",
-            ] {
-                if let Some(at) = l[..close].find(form) {
-                    l.replace_range(at..at + form.len(), "");
-                    removed = true;
-                    break;
-                }
-            }
-            if !removed {
-                return None;
-            }
-            l
-        };
-        out[verbs] = new;
+        out[verbs] = flow_list_edited(lines[verbs], allow)?;
         return Some(out.concat());
     }
     if !after_key.is_empty() {
