@@ -100,27 +100,7 @@ pub async fn find(
     let unreadable = listing.unreadable;
     let mut listed = listing.manifests;
     let count = listed.len();
-    // The bundles the entry records already, fetched by digest: all there is to read where the
-    // registry can list no referrers (GitLab), and checked again like the others elsewhere.
-    if let Some(s) = entry
-        .signature
-        .as_ref()
-        .filter(|s| s.form == SignatureForm::Bundles)
-    {
-        for digest in std::iter::once(&s.digest).chain(s.attestations.values()) {
-            if !digest.is_empty() && !listed.iter().any(|d| &d.digest == digest) {
-                listed.push(Descriptor {
-                    media_type: crate::image::spec::OCI_MANIFEST.to_string(),
-                    digest: digest.clone(),
-                    size: 0,
-                    platform: None,
-                    artifact_type: Some(BUNDLE_MEDIA_TYPE.to_string()),
-                    annotations: BTreeMap::new(),
-                    urls: Vec::new(),
-                });
-            }
-        }
-    }
+    add_recorded_bundles(entry, &mut listed);
     let mut finder = Finder {
         registry,
         repo: &repo,
@@ -163,6 +143,41 @@ pub async fn find(
             entry.image
         )));
     }
+    Ok(Found {
+        missing: missing_attestations(entry, &signature),
+        signature,
+        others,
+    })
+}
+
+/// The bundles `entry` records already (its signature in the bundle form), added to `listed`
+/// by digest where missing: all there is to read where the registry can list no referrers
+/// (GitLab), and checked again like the others elsewhere.
+fn add_recorded_bundles(entry: &Entry, listed: &mut Vec<Descriptor>) {
+    let Some(s) = entry
+        .signature
+        .as_ref()
+        .filter(|s| s.form == SignatureForm::Bundles)
+    else {
+        return;
+    };
+    for digest in std::iter::once(&s.digest).chain(s.attestations.values()) {
+        if !digest.is_empty() && !listed.iter().any(|d| &d.digest == digest) {
+            listed.push(Descriptor {
+                media_type: crate::image::spec::OCI_MANIFEST.to_string(),
+                digest: digest.clone(),
+                size: 0,
+                platform: None,
+                artifact_type: Some(BUNDLE_MEDIA_TYPE.to_string()),
+                annotations: BTreeMap::new(),
+                urls: Vec::new(),
+            });
+        }
+    }
+}
+
+/// The attestations `entry` has (`provenance`, `sbom <platform>`) that `signature` lacks.
+fn missing_attestations(entry: &Entry, signature: &Signature) -> Vec<String> {
     let mut missing: Vec<String> = Vec::new();
     if entry.provenance.is_some() && !signature.attestations.contains_key("provenance") {
         missing.push("provenance".into());
@@ -173,11 +188,7 @@ pub async fn find(
             missing.push(name);
         }
     }
-    Ok(Found {
-        signature,
-        missing,
-        others,
-    })
+    missing
 }
 
 /// Tells what each verified bundle about an entry's index is, as the digest manifest names it
