@@ -82,40 +82,8 @@ async fn freshness(
     let Some(entry) = manifest.images.get(&plan.minor) else {
         return stale(format!("{at} has no entry for {}", plan.minor));
     };
-    if plan.accept && !entry.accepted {
-        return stale(format!(
-            "{at} records {} without acceptance, and --accept asks for it",
-            plan.minor
-        ));
-    }
-    let missing: Vec<String> = scenarios
-        .iter()
-        .filter(|s| !entry.accepted_scenarios.contains(s))
-        .cloned()
-        .collect();
-    if plan.accept && !missing.is_empty() {
-        return stale(format!(
-            "{at} records {} accepted without {}, and --accept runs them",
-            plan.minor,
-            missing.join(" ")
-        ));
-    }
-    if let Some(key) = &plan.sign_key
-        && entry.signature.as_ref().and_then(|s| s.key.as_deref())
-            != Some(key.fingerprint().as_str())
-    {
-        return stale(format!(
-            "{at} records {} {}, and --sign-key signs with key {}",
-            plan.minor,
-            match &entry.signature {
-                Some(s) => match s.signer() {
-                    Ok(signer) => format!("signed by {signer}"),
-                    Err(_) => "signed".to_string(),
-                },
-                None => "unsigned".to_string(),
-            },
-            key.fingerprint()
-        ));
+    if let Some(why) = acceptance_or_signature_lacking(plan, entry, scenarios, &at) {
+        return stale(why);
     }
     let Some(recorded) = &entry.inputs else {
         return stale(format!(
@@ -130,27 +98,88 @@ async fn freshness(
     if !changes.is_empty() {
         return stale(format!("inputs changed since {at}: {}", changes.join("; ")));
     }
-    if plan.push {
-        if !entry.published {
-            return stale(format!("{at} records it without --push"));
-        }
-        let served = registry
-            .manifest_digest(&plan.repository_name, &entry.tag)
-            .await
-            .map_err(Error::Inputs)?;
-        if served.as_deref() != Some(entry.digest.as_str()) {
-            return stale(format!(
-                "{}:{} serves {}, not the recorded {}",
-                plan.repository,
-                entry.tag,
-                served.as_deref().map_or("nothing", short),
-                short(&entry.digest)
-            ));
-        }
-    } else if let Err(what) = layout::holds(&plan.output, &entry.tag, &entry.digest) {
-        return stale(what);
+    if let Some(why) = result_gone(plan, registry, entry, &at).await? {
+        return stale(why);
     }
     Ok(Freshness::UpToDate(Box::new(entry.clone())))
+}
+
+/// Why `entry` does not satisfy `plan`'s `--accept` (not accepted, or without some of
+/// `scenarios`) or `--sign-key` (unsigned, or by another signer); `at` names the digest
+/// manifest. `None` when it does.
+fn acceptance_or_signature_lacking(
+    plan: &BuildPlan,
+    entry: &Entry,
+    scenarios: &[String],
+    at: &str,
+) -> Option<String> {
+    if plan.accept && !entry.accepted {
+        return Some(format!(
+            "{at} records {} without acceptance, and --accept asks for it",
+            plan.minor
+        ));
+    }
+    let missing: Vec<String> = scenarios
+        .iter()
+        .filter(|s| !entry.accepted_scenarios.contains(s))
+        .cloned()
+        .collect();
+    if plan.accept && !missing.is_empty() {
+        return Some(format!(
+            "{at} records {} accepted without {}, and --accept runs them",
+            plan.minor,
+            missing.join(" ")
+        ));
+    }
+    let key = plan.sign_key.as_ref()?;
+    if entry.signature.as_ref().and_then(|s| s.key.as_deref()) == Some(key.fingerprint().as_str()) {
+        return None;
+    }
+    Some(format!(
+        "{at} records {} {}, and --sign-key signs with key {}",
+        plan.minor,
+        match &entry.signature {
+            Some(s) => match s.signer() {
+                Ok(signer) => format!("signed by {signer}"),
+                Err(_) => "signed".to_string(),
+            },
+            None => "unsigned".to_string(),
+        },
+        key.fingerprint()
+    ))
+}
+
+/// Why the recorded result is no longer there: with `--push`, the entry was not pushed or the
+/// registry's tag serves another digest; without, the layout in `--output` lacks it. `None`
+/// when it is there.
+///
+/// Errors: [`Error::Inputs`] when the registry cannot be asked.
+async fn result_gone(
+    plan: &BuildPlan,
+    registry: &dyn Registry,
+    entry: &Entry,
+    at: &str,
+) -> Result<Option<String>, Error> {
+    if !plan.push {
+        return Ok(layout::holds(&plan.output, &entry.tag, &entry.digest).err());
+    }
+    if !entry.published {
+        return Ok(Some(format!("{at} records it without --push")));
+    }
+    let served = registry
+        .manifest_digest(&plan.repository_name, &entry.tag)
+        .await
+        .map_err(Error::Inputs)?;
+    if served.as_deref() == Some(entry.digest.as_str()) {
+        return Ok(None);
+    }
+    Ok(Some(format!(
+        "{}:{} serves {}, not the recorded {}",
+        plan.repository,
+        entry.tag,
+        served.as_deref().map_or("nothing", short),
+        short(&entry.digest)
+    )))
 }
 
 /// How the up-to-date verdict was reached, for the stage line.
