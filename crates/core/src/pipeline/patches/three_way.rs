@@ -172,54 +172,16 @@ pub(super) fn apply(
             });
             continue;
         };
-        let ours_blob = repo.find_blob(ours.id()).map_err(git)?;
-        let short = &base.id().to_string()[..7];
-        let mut opts = git2::MergeFileOptions::new();
-        opts.ancestor_label(format!("the patch's base (blob {short})"))
-            .our_label("HEAD")
-            .their_label(patch_label)
-            .style_diff3(true);
-        let result = git2::merge_file(
-            &input(&side.path, base),
-            &input(&side.path, &ours_blob),
-            &input(&side.path, &theirs_blob),
-            Some(&mut opts),
-        )
-        .map_err(git)?;
-        let content = result.content().to_vec();
-        let (stages, line) = if result.is_automergeable() {
-            (None, 0)
-        } else {
-            let text = String::from_utf8_lossy(&content);
-            let line = text
-                .lines()
-                .position(|l| l.starts_with("<<<<<<<"))
-                .map_or(0, |n| n + 1);
-            (Some([base.id(), ours_blob.id(), theirs_blob.id()]), line)
-        };
-        let patch = diff
-            .deltas()
-            .position(|d| d.new_file().path() == Some(Path::new(&side.path)))
-            .and_then(|i| git2::Patch::from_diff(diff, i).ok().flatten());
-        let hunks = patch.as_ref().map_or(0, |p| p.num_hunks());
-        let moved = patch
-            .as_ref()
-            .and_then(|p| moved_by(&String::from_utf8_lossy(ours_blob.content()), p));
-        notes.push(match moved {
-            Some(moved) => format!("{}: {moved}", side.path),
-            None => format!(
-                "{}: {hunks} hunk{} merged with upstream's changes since blob {short}",
-                side.path,
-                if hunks == 1 { "" } else { "s" }
-            ),
-        });
-        merged.push(Merged {
-            path: side.path.clone(),
-            content,
-            stages,
-            mode: ours.filemode() as u32,
-            line,
-        });
+        let (file, note) = merge_file(
+            repo,
+            diff,
+            &side.path,
+            (base, ours),
+            &theirs_blob,
+            patch_label,
+        )?;
+        notes.push(note);
+        merged.push(file);
     }
     let conflicts: Vec<ConflictedFile> = merged
         .iter()
@@ -238,6 +200,69 @@ pub(super) fn apply(
     } else {
         Err(ThreeWayError::Conflict(conflicts))
     }
+}
+
+/// The three-way merge of one file the patch changes: upstream's (`ours`, a tree entry of HEAD)
+/// and the patch's result (`theirs`) over the patch's base blob (`base`), in diff3 style with
+/// the patch labelled `patch_label`; the merged file and its note (`main.go: 1 hunk merged with
+/// upstream's changes since blob 1a2b3c4`, or how far the patch's context moved).
+fn merge_file(
+    repo: &Repository,
+    diff: &Diff<'_>,
+    path: &str,
+    (base, ours): (&Blob<'_>, &TreeEntry<'_>),
+    theirs: &Blob<'_>,
+    patch_label: &str,
+) -> Result<(Merged, String), ThreeWayError> {
+    let git = |e: git2::Error| ThreeWayError::Unusable(e.message().to_string());
+    let ours_blob = repo.find_blob(ours.id()).map_err(git)?;
+    let short = &base.id().to_string()[..7];
+    let mut opts = git2::MergeFileOptions::new();
+    opts.ancestor_label(format!("the patch's base (blob {short})"))
+        .our_label("HEAD")
+        .their_label(patch_label)
+        .style_diff3(true);
+    let result = git2::merge_file(
+        &input(path, base),
+        &input(path, &ours_blob),
+        &input(path, theirs),
+        Some(&mut opts),
+    )
+    .map_err(git)?;
+    let content = result.content().to_vec();
+    let (stages, line) = if result.is_automergeable() {
+        (None, 0)
+    } else {
+        let text = String::from_utf8_lossy(&content);
+        let line = text
+            .lines()
+            .position(|l| l.starts_with("<<<<<<<"))
+            .map_or(0, |n| n + 1);
+        (Some([base.id(), ours_blob.id(), theirs.id()]), line)
+    };
+    let patch = diff
+        .deltas()
+        .position(|d| d.new_file().path() == Some(Path::new(path)))
+        .and_then(|i| git2::Patch::from_diff(diff, i).ok().flatten());
+    let hunks = patch.as_ref().map_or(0, |p| p.num_hunks());
+    let moved = patch
+        .as_ref()
+        .and_then(|p| moved_by(&String::from_utf8_lossy(ours_blob.content()), p));
+    let note = match moved {
+        Some(moved) => format!("{path}: {moved}"),
+        None => format!(
+            "{path}: {hunks} hunk{} merged with upstream's changes since blob {short}",
+            if hunks == 1 { "" } else { "s" }
+        ),
+    };
+    let file = Merged {
+        path: path.to_string(),
+        content,
+        stages,
+        mode: ours.filemode() as u32,
+        line,
+    };
+    Ok((file, note))
 }
 
 /// One side of a file merge.
