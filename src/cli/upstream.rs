@@ -52,11 +52,15 @@ pub fn run(cli: &Cli, cmd: &UpstreamCommand) -> Result<u8, Error> {
         }
     };
     // Each minor's proposal checked against what the proxy serves; a proxy that stops
-    // answering part-way leaves the rest as listed.
+    // answering part-way leaves the rest as listed, and says so.
     let judge = |g: go::release::GoRelease| {
         let served = go_served.as_deref().unwrap_or_default();
-        go::release::served_proposal(&cache, g, served)
-            .unwrap_or_else(|_| go::release::currency(g, served))
+        go::release::served_proposal(&cache, g, served).unwrap_or_else(|e| {
+            warn(&format!(
+                "Go {g}: the proposal is as the proxy lists it, not checked as served: {e}"
+            ));
+            go::release::currency(g, served)
+        })
     };
     let report = upstream::check(
         &config,

@@ -150,17 +150,14 @@ pub enum ReleaseError {
     },
 }
 
-/// A go command for the proxy, run outside any module in a fresh directory under
-/// `cache_dir/tmp` with a module cache of its own (removed with the returned guard), so that
-/// every answer is the proxy's, never a `.info` or list an earlier run left in a cache; the
-/// caller's proxy settings (`GOPROXY`, `GONOSUMDB`, `GOSUMDB`, …) are inherited.
-fn go_list(cache_dir: &Path) -> Result<(Command, tempfile::TempDir), ReleaseError> {
-    let tmp = cache_dir.join("tmp");
-    let _ = std::fs::create_dir_all(&tmp);
-    let dir = tempfile::Builder::new()
-        .prefix("go-releases-")
-        .tempdir_in(&tmp)
-        .map_err(|e| ReleaseError::Proxy(format!("{}: {e}", tmp.display())))?;
+/// A go command for the proxy, run outside any module in a fresh scratch directory under
+/// `cache_dir/tmp` ([`crate::base::util::scratch_dir`]: locked, so another run's sweep of the
+/// cache leaves it and its `go` alone) with a module cache of its own (removed with the returned
+/// guard), so that every answer is the proxy's, never a `.info` or list an earlier run left in a
+/// cache; the caller's proxy settings (`GOPROXY`, `GONOSUMDB`, `GOSUMDB`, …) are inherited.
+fn go_list(cache_dir: &Path) -> Result<(Command, crate::base::util::Scratch), ReleaseError> {
+    let dir =
+        crate::base::util::scratch_dir(cache_dir, "go-releases-").map_err(ReleaseError::Proxy)?;
     let mut cmd = Command::new("go");
     cmd.current_dir(dir.path())
         .env("GOTOOLCHAIN", "local")
@@ -258,6 +255,20 @@ pub fn check_served(cache_dir: &Path, release: GoRelease) -> Result<(), ReleaseE
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn another_runs_sweep_of_the_cache_leaves_a_proxy_query_alone() {
+        // A build sweeping the same cache at start (`sweep_scratch`) took an unlocked directory
+        // for a killed run's: it killed the `go list` in it, and `upstream check` fell back to
+        // proposing a release the proxy refuses.
+        let cache = tempfile::tempdir().unwrap();
+        let (_cmd, dir) = go_list(cache.path()).unwrap();
+        crate::base::util::sweep_scratch(cache.path());
+        assert!(dir.path().is_dir(), "swept while in use");
+        let path = dir.path().to_path_buf();
+        drop(dir);
+        assert!(!path.exists(), "removed once done");
+    }
 
     fn r(s: &str) -> GoRelease {
         s.parse().unwrap()
