@@ -82,12 +82,29 @@ pub fn image(tag: &str) -> FixtureImage {
         layer_cache: None,
     })
     .expect("assemble");
+    let attachments = sbom_and_provenance(&layout, &image);
+    let repo: RepositoryName = "registry.example/occm/openstack-cloud-controller-manager"
+        .parse()
+        .expect("repository");
+    let entry = entry_of(&repo, tag, &platforms, &image, &attachments);
+    FixtureImage {
+        _dir: dir,
+        image,
+        attachments,
+        repo,
+        entry,
+    }
+}
+
+/// One SBOM referrer per platform manifest and a provenance referrer of the index, attached in
+/// `layout` (the provenance last).
+fn sbom_and_provenance(layout: &std::path::Path, image: &BuiltImage) -> Vec<Attachment> {
     let mut attachments: Vec<Attachment> = image
         .platforms
         .iter()
         .map(|p| {
             referrer::attach(
-                &layout,
+                layout,
                 &p.manifest,
                 crate::pipeline::describe::SPDX_MEDIA_TYPE,
                 format!("sbom of {}", p.platform).as_bytes(),
@@ -98,7 +115,7 @@ pub fn image(tag: &str) -> FixtureImage {
         .collect();
     attachments.push(
         referrer::attach(
-            &layout,
+            layout,
             &image.index,
             crate::pipeline::describe::IN_TOTO_MEDIA_TYPE,
             b"provenance",
@@ -106,10 +123,18 @@ pub fn image(tag: &str) -> FixtureImage {
         )
         .expect("attach provenance"),
     );
-    let repo: RepositoryName = "registry.example/occm/openstack-cloud-controller-manager"
-        .parse()
-        .expect("repository");
-    let entry = Entry {
+    attachments
+}
+
+/// The digest-manifest entry of the fixture `image` pushed to `repo` as `tag`.
+fn entry_of(
+    repo: &RepositoryName,
+    tag: &str,
+    platforms: &[Platform],
+    image: &BuiltImage,
+    attachments: &[Attachment],
+) -> Entry {
+    Entry {
         image: format!("{repo}:{tag}@{}", image.index.digest),
         repository: repo.to_string(),
         tag: tag.to_string(),
@@ -130,7 +155,7 @@ pub fn image(tag: &str) -> FixtureImage {
         sbom: image
             .platforms
             .iter()
-            .zip(&attachments)
+            .zip(attachments)
             .map(|(p, a)| (p.platform.to_string(), a.manifest.digest.clone()))
             .collect::<BTreeMap<_, _>>(),
         provenance: attachments.last().map(|a| a.manifest.digest.clone()),
@@ -145,13 +170,6 @@ pub fn image(tag: &str) -> FixtureImage {
         referrers: Some(crate::registry::publish::ReferrersPushed::Subject),
         signature: None,
         mirrors: vec![],
-    };
-    FixtureImage {
-        _dir: dir,
-        image,
-        attachments,
-        repo,
-        entry,
     }
 }
 
