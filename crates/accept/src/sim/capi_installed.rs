@@ -55,9 +55,7 @@ pub struct Provider {
 pub struct Installed {
     /// The core manager first, then the kubeadm control plane and bootstrap managers.
     pub providers: Vec<Provider>,
-    /// The OpenStack provider's version whose CRDs these are.
-    pub openstack: String,
-    /// Its CRDs (`<entry>/installed/openstack-<version>/*.json`, sorted), serving only their
+    /// The OpenStack provider's CRDs (`<entry>/installed/openstack-<version>/*.json`, sorted), serving only their
     /// storage version (`v1beta1`, what magnum-cluster-api writes): no manager runs to convert.
     pub openstack_crds: Vec<PathBuf>,
     /// The labels of its `config/crd/kustomization.yaml`.
@@ -127,7 +125,6 @@ pub fn build(
     let (openstack_crds, openstack_labels) = helper.openstack(openstack)?;
     Ok(Installed {
         providers: helper.providers(&core)?,
-        openstack: openstack.to_string(),
         openstack_crds,
         openstack_labels,
     })
@@ -147,29 +144,32 @@ impl Helper<'_> {
     /// built when missing.
     fn providers(&self, core: &Manager) -> Result<Vec<Provider>, AcceptError> {
         let source = capi::download(&self.toolchain, &self.module, self.release)?;
+        // (name, package, config folder, whether ClusterTopology is its feature gate)
         let parts = [
-            ("cluster-api", capi::MODULE.to_string(), "config"),
+            ("cluster-api", capi::MODULE.to_string(), "config", true),
             (
                 "kubeadm-control-plane",
                 format!("{}/controlplane/kubeadm", capi::MODULE),
                 "controlplane/kubeadm/config",
+                true,
             ),
             (
                 "kubeadm-bootstrap",
                 format!("{}/bootstrap/kubeadm", capi::MODULE),
                 "bootstrap/kubeadm/config",
+                false,
             ),
         ];
         let missing: Vec<String> = parts[1..]
             .iter()
             .filter(|(name, ..)| !self.dir.join(name).is_file())
-            .map(|(_, package, _)| format!("{package}@{}", self.release.version))
+            .map(|(_, package, ..)| format!("{package}@{}", self.release.version))
             .collect();
         if !missing.is_empty() {
             capi::go_get(&self.toolchain, &self.module, &missing)?;
         }
         let mut providers = Vec::new();
-        for (name, package, config) in parts {
+        for (name, package, config, topology) in parts {
             let config = source.join(config);
             let crds_dir = self.dir.join("crds").join(name);
             if !crds_dir.is_dir() {
@@ -195,10 +195,7 @@ impl Helper<'_> {
                 binary,
                 crds: capi::list_crds(&crds_dir)?,
                 labels: labels_of(&config)?,
-                flags: match name {
-                    "kubeadm-bootstrap" => vec![],
-                    _ => vec![TOPOLOGY.to_string()],
-                },
+                flags: topology.then(|| TOPOLOGY.to_string()).into_iter().collect(),
             });
         }
         Ok(providers)
