@@ -367,6 +367,53 @@ fn note(out: &mut PinOutcome, key: &str, field: &str, old: Option<String>, new: 
     }
 }
 
+/// Pins the Go of `tag`'s Dockerfile (`go`: its `ARG GOLANG_IMAGE`'s version, `None` without
+/// one) in the minor `key`'s `table`, unless the same tag is pinned again (a Go chosen downstream
+/// with `pin --go` is kept); warns when it keeps the pinned Go, when upstream's is older than the
+/// pinned one, and when the Dockerfile names none.
+fn take_dockerfile_go(
+    table: &mut Table,
+    key: &str,
+    tag: &str,
+    go: Option<String>,
+    same_tag: bool,
+    req: &PinRequest<'_>,
+    out: &mut PinOutcome,
+) {
+    let pinned_go = table.get("go").and_then(Item::as_str).map(str::to_string);
+    match go {
+        // Re-pinning the same tag keeps a Go chosen downstream (`pin --go`).
+        Some(go) if same_tag && pinned_go.as_deref() != Some(go.as_str()) => {
+            out.warnings.push(format!(
+                "{key}: {tag}'s Dockerfile builds with Go {go}; the pinned Go {} is kept (`--go {go}{}` returns to upstream's)",
+                pinned_go.clone().unwrap_or_default(),
+                if pinned_go.as_deref().and_then(|p| p.parse::<GoRelease>().ok())
+                    > go.parse::<GoRelease>().ok()
+                {
+                    " --allow-downgrade"
+                } else {
+                    ""
+                }
+            ));
+        }
+        Some(go) => {
+            let older = |a: &str, b: &str| matches!((a.parse::<GoRelease>(), b.parse::<GoRelease>()), (Ok(a), Ok(b)) if a < b);
+            if req.go.is_none()
+                && let Some(p) = &pinned_go
+                && older(&go, p)
+            {
+                out.warnings.push(format!(
+                    "{key}: {tag} builds with upstream's Go {go}, older than the Go {p} pinned until now; `--go current` keeps the minor on a current Go (docs/building.md, \"Go versions\")"
+                ));
+            }
+            note(out, key, "go", set(table, "go", go.as_str()), &go)
+        }
+        None => out.warnings.push(format!(
+            "{tag}: the Dockerfile has no ARG GOLANG_IMAGE; `go` kept"
+        )),
+    }
+}
+
 /// Moves the minor to upstream tag `tag`: its commit, a fresh revision, and the Go version and
 /// go-runner base of that tag's Dockerfile.
 fn move_to_tag(
@@ -418,38 +465,7 @@ fn move_to_tag(
         return Ok(());
     };
     let (go, runner) = dockerfile_images(&String::from_utf8_lossy(&bytes));
-    let pinned_go = table.get("go").and_then(Item::as_str).map(str::to_string);
-    match go {
-        // Re-pinning the same tag keeps a Go chosen downstream (`pin --go`).
-        Some(go) if same_tag && pinned_go.as_deref() != Some(go.as_str()) => {
-            out.warnings.push(format!(
-                "{key}: {tag}'s Dockerfile builds with Go {go}; the pinned Go {} is kept (`--go {go}{}` returns to upstream's)",
-                pinned_go.clone().unwrap_or_default(),
-                if pinned_go.as_deref().and_then(|p| p.parse::<GoRelease>().ok())
-                    > go.parse::<GoRelease>().ok()
-                {
-                    " --allow-downgrade"
-                } else {
-                    ""
-                }
-            ));
-        }
-        Some(go) => {
-            let older = |a: &str, b: &str| matches!((a.parse::<GoRelease>(), b.parse::<GoRelease>()), (Ok(a), Ok(b)) if a < b);
-            if req.go.is_none()
-                && let Some(p) = &pinned_go
-                && older(&go, p)
-            {
-                out.warnings.push(format!(
-                    "{key}: {tag} builds with upstream's Go {go}, older than the Go {p} pinned until now; `--go current` keeps the minor on a current Go (docs/building.md, \"Go versions\")"
-                ));
-            }
-            note(out, key, "go", set(table, "go", go.as_str()), &go)
-        }
-        None => out.warnings.push(format!(
-            "{tag}: the Dockerfile has no ARG GOLANG_IMAGE; `go` kept"
-        )),
-    }
+    take_dockerfile_go(table, key, tag, go, same_tag, req, out);
     let current = table.get("base").and_then(Item::as_str).map(str::to_string);
     if let Some(runner) = runner
         && current.as_deref() != Some(STATIC_BASE)
